@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is the value of the "outcome" label: what the proxy did with a request.
+type Outcome string
+
+// Outcomes, as documented in the README and SPEC §6.
+const (
+	OutcomePassthrough   Outcome = "passthrough"                // method or route not protected
+	OutcomeNoKey         Outcome = "no_key"                     // forwarded without a key
+	OutcomeMissingKey    Outcome = "missing_key"                // 400, key required
+	OutcomeInvalidKey    Outcome = "invalid_key"                // 400, malformed key
+	OutcomeTooLarge      Outcome = "too_large"                  // 413, request body over the limit
+	OutcomeExecuted      Outcome = "executed"                   // forwarded once and recorded
+	OutcomeReplayed      Outcome = "replayed"                   // recorded response replayed
+	OutcomeConflict      Outcome = "conflict"                   // 409, key in flight
+	OutcomeMismatch      Outcome = "mismatch"                   // 422, key reused with another payload
+	OutcomeStoreRejected Outcome = "store_unavailable_rejected" // 503, fail_closed
+	OutcomeStoreBypassed Outcome = "store_unavailable_bypassed" // forwarded unprotected, fail_open
+	OutcomeUpstreamError Outcome = "upstream_error"             // 502 from the proxy
+	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses)
+)
+
+// Outcomes lists every outcome, so that each route's series exist from the start.
+var Outcomes = []Outcome{
+	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
+	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
+	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased,
+}
+
+// Store operations, the values of the "operation" label.
+const (
+	OpBegin    = "begin"
+	OpExtend   = "extend"
+	OpComplete = "complete"
+	OpRelease  = "release"
+	OpPing     = "ping"
+)
+
+var storeOps = []string{OpBegin, OpExtend, OpComplete, OpRelease, OpPing}
+
+// DefaultRoute is the route label of requests that match no configured route.
+const DefaultRoute = "default"
+
+// Buckets for a loopback sidecar: from 100µs (a replay from memory) to 60s
+// (the default upstream timeout).
+var durationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// Metrics holds the proxy's Prometheus collectors.
+type Metrics struct {
+	requests         *prometheus.CounterVec
+	requestDuration  *prometheus.HistogramVec
+	upstreamDuration *prometheus.HistogramVec
+	storeDuration    *prometheus.HistogramVec
+	storeErrors      *prometheus.CounterVec
+	inflight         prometheus.Gauge
+	lockLost         prometheus.Counter
+}
+
+// NewMetrics creates the proxy's collectors and registers them, plus
+// idempotency_proxy_build_info, on reg.
+func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_requests_total",
+			Help: "Requests handled, by route and outcome.",
+		}, []string{"route", "outcome"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idempotency_proxy_request_duration_seconds",
+			Help:    "Time from receiving a request to finishing its response, by route and outcome.",
+			Buckets: durationBuckets,
+		}, []string{"route", "outcome"}),
+		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idempotency_proxy_upstream_duration_seconds",
+			Help:    "Duration of upstream exchanges, by route.",
+			Buckets: durationBuckets,
+		}, []string{"route"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idempotency_proxy_store_operation_duration_seconds",
+			Help:    "Duration of store operations, by operation.",
+			Buckets: durationBuckets,
+		}, []string{"operation"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_store_errors_total",
+			Help: "Store operations that failed because the store was unavailable or full, by operation.",
+		}, []string{"operation"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_inflight_requests",
+			Help: "Requests currently being handled by the proxy listener.",
+		}),
+		lockLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_proxy_lock_lost_total",
+			Help: "Completions or lease renewals refused because the lease had expired and another owner may have run the request.",
+		}),
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idempotency_proxy_build_info",
+		Help: "Always 1; labels carry the version and the Go version the binary was built with.",
+	}, []string{"version", "goversion"})
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+
+	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
+		m.storeErrors, m.inflight, m.lockLost, buildInfo)
+	for _, op := range storeOps {
+		m.storeDuration.WithLabelValues(op)
+		m.storeErrors.WithLabelValues(op)
+	}
+	m.InitRoute(DefaultRoute)
+	return m
+}
+
+// InitRoute creates a route's series at zero, so rates and alerts work
+// before the first request of each outcome.
+func (m *Metrics) InitRoute(route string) {
+	for _, o := range Outcomes {
+		m.requests.WithLabelValues(route, string(o))
+		m.requestDuration.WithLabelValues(route, string(o))
+	}
+	m.upstreamDuration.WithLabelValues(route)
+}
+
+func (m *Metrics) observeRequest(route string, o Outcome, d time.Duration) {
+	m.requests.WithLabelValues(route, string(o)).Inc()
+	m.requestDuration.WithLabelValues(route, string(o)).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeUpstream(route string, d time.Duration) {
+	m.upstreamDuration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
+	m.storeDuration.WithLabelValues(op).Observe(d.Seconds())
+	if failed {
+		m.storeErrors.WithLabelValues(op).Inc()
+	}
+}

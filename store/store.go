@@ -1,0 +1,99 @@
+// Package store keeps idempotency state: short leases on keys whose request is
+// in flight, and the recorded responses of completed requests.
+//
+// Every implementation offers the same contract, proven by the conformance
+// suite in store/storetest:
+//
+//   - Begin atomically either acquires a fresh lease on a key (returning a
+//     random owner token) or reports what is already there: an in-flight
+//     lease with its request fingerprint, or a completed record.
+//   - Extend, Complete and Release act only while the caller's token still
+//     owns the key (fencing). A lease that expired and was taken by someone
+//     else yields ErrLockLost; a newer owner is never overwritten.
+//
+// The package knows nothing of HTTP.
+package store
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them with %w; callers test with errors.Is.
+var (
+	// ErrUnavailable means the store could not be reached or did not answer
+	// within its timeout. The outcome of a write is unknown.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrFull means the store refused a new key because it is at its size
+	// bound. It wraps ErrUnavailable so callers apply the same policy.
+	ErrFull = full{}
+	// ErrLockLost means the token no longer owns the key: its lease expired
+	// and the key was released, completed or taken by another owner.
+	ErrLockLost = errors.New("lock lost")
+	// ErrNotFound means there is no completed record under the key.
+	ErrNotFound = errors.New("record not found")
+)
+
+type full struct{}
+
+func (full) Error() string        { return "store full" }
+func (full) Is(target error) bool { return target == ErrUnavailable }
+
+// Fingerprint identifies a request's payload (a SHA-256 digest, computed by
+// the caller). Two requests with one key but different fingerprints are a
+// client error.
+type Fingerprint [32]byte
+
+// State is what Begin found.
+type State uint8
+
+const (
+	// Acquired: the key was free; the caller now owns it and must Complete
+	// or Release it with the returned token.
+	Acquired State = iota + 1
+	// InFlight: another owner holds an unexpired lease on the key.
+	InFlight
+	// Completed: a record is stored under the key.
+	Completed
+)
+
+func (s State) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case InFlight:
+		return "in_flight"
+	case Completed:
+		return "completed"
+	}
+	return "unknown"
+}
+
+// Begin is the result of Store.Begin.
+type Begin struct {
+	State State
+	// Token is the owner token, set when State is Acquired.
+	Token string
+	// Fingerprint is the fingerprint of the request that owns the key (when
+	// InFlight) or that produced the record (when Completed).
+	Fingerprint Fingerprint
+	// Record is set when State is Completed.
+	Record *Record
+}
+
+// Record is a recorded upstream response.
+type Record struct {
+	// Status is the HTTP status code.
+	Status int
+	// Header holds the response header fields in canonical form, repeated
+	// values in order. Hop-by-hop fields are never recorded.
+	Header map[string][]string
+	// Body is the response body; empty when BodyOmitted.
+	Body []byte
+	// BodyOmitted is true when the body was too large to record.
+	BodyOmitted bool
+	// Fingerprint is the fingerprint of the request that produced it.
+	Fingerprint Fingerprint
+	// CreatedAt is when the record was completed, to the millisecond.
+	CreatedAt time.Time
+}
