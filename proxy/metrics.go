@@ -25,13 +25,16 @@ const (
 	OutcomeStoreBypassed Outcome = "store_unavailable_bypassed" // forwarded unprotected, fail_open
 	OutcomeUpstreamError Outcome = "upstream_error"             // 502 from the proxy
 	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses)
+	// OutcomeBadRequest is not in SPEC §6: a request body that could not be
+	// read (client gone or too slow) fits none of its outcomes.
+	OutcomeBadRequest Outcome = "bad_request"
 )
 
 // Outcomes lists every outcome, so that each route's series exist from the start.
 var Outcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
-	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased,
+	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest,
 }
 
 // Store operations, the values of the "operation" label.

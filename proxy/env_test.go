@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// upstream is a test upstream that counts the requests it executes.
+type upstream struct {
+	srv   *httptest.Server
+	calls atomic.Int64
+
+	mu      sync.Mutex
+	handler http.HandlerFunc
+	seen    []*http.Request
+}
+
+func newUpstream(t *testing.T, h http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{handler: h}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := u.calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		u.mu.Lock()
+		u.seen = append(u.seen, r)
+		h := u.handler
+		u.mu.Unlock()
+		if h == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Execution", itoa(n))
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(map[string]any{"execution": n, "body": string(body)})
+			return
+		}
+		h(w, r)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) url(t *testing.T) *url.URL {
+	t.Helper()
+	p, err := url.Parse(u.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (u *upstream) last() *http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[len(u.seen)-1]
+}
+
+// env is a proxy in front of a test upstream, served on a real socket.
+type env struct {
+	up      *upstream
+	handler *Handler
+	srv     *httptest.Server
+	reg     *prometheus.Registry
+	store   Store
+}
+
+type envOption func(*Options)
+
+func withPolicy(f func(*Policy)) envOption {
+	return func(o *Options) { f(&o.Default) }
+}
+
+func withStore(s Store) envOption { return func(o *Options) { o.Store = s } }
+
+func newEnv(t *testing.T, h http.HandlerFunc, opts ...envOption) *env {
+	t.Helper()
+	e := &env{up: newUpstream(t, h), reg: prometheus.NewRegistry()}
+	o := Options{
+		Upstream: e.up.url(t),
+		Default:  DefaultPolicy(),
+		Metrics:  NewMetrics(e.reg, "test"),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.Store == nil {
+		st := memory.New(memory.Options{})
+		t.Cleanup(func() { st.Close() })
+		o.Store = st
+	}
+	e.store = o.Store
+	var err error
+	e.handler, err = New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.handler)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// do sends a request to the proxy; header pairs follow the body.
+func (e *env) do(t *testing.T, method, path, key, body string, header ...string) *response {
+	t.Helper()
+	return e.doCtx(t, context.Background(), method, path, key, body, header...)
+}
+
+func (e *env) doCtx(t *testing.T, ctx context.Context, method, path, key, body string, header ...string) *response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	return &response{Response: res, body: string(b)}
+}
+
+type response struct {
+	*http.Response
+	body string
+}
+
+func (r *response) replayed() bool { return r.Header.Get("Idempotent-Replayed") == "true" }
+
+// problemType returns the type of a problem+json body, "" for other bodies.
+func (r *response) problemType() string {
+	if r.Header.Get("Content-Type") != "application/problem+json" {
+		return ""
+	}
+	var p struct{ Type string }
+	json.Unmarshal([]byte(r.body), &p)
+	return strings.TrimPrefix(p.Type, ProblemBase)
+}
+
+func (e *env) outcomes(route string, o Outcome) float64 {
+	return testutil.ToFloat64(e.handler.metrics.requests.WithLabelValues(route, string(o)))
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func gaugeValue(g interface{ Write(*dto.Metric) error }) int {
+	var m dto.Metric
+	g.Write(&m)
+	return int(m.GetGauge().GetValue())
+}

@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// settleTimeout bounds recording or releasing a key after the upstream
+// answered, retries included. It runs on a context detached from the
+// client, which may be long gone.
+const settleTimeout = 5 * time.Second
+
+// execute forwards the first request of a key, whose lease this handler
+// holds, and settles the key — records the response or releases the lease —
+// in a defer, so that settling also happens when the reverse proxy aborts
+// the response with http.ErrAbortHandler.
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte) {
+	rt := x.route
+	c := &capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt}
+	notify := h.owners.add(key)
+	l := h.startLease(r.Context(), x, key, token)
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.upstreamTimeout)
+	stopAbort := context.AfterFunc(h.stop, cancel)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: c.wroteRequest})
+	out := r.WithContext(ctx)
+	setBody(out, body)
+
+	start := time.Now()
+	defer func() {
+		p := recover()
+		stopAbort()
+		cancel()
+		h.metrics.observeUpstream(rt.label, time.Since(start))
+		lost := l.stop()
+		h.settle(r, x, key, token, fp, c, p != nil, lost)
+		h.owners.remove(key, notify)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	h.rp.ServeHTTP(c, out)
+}
+
+// settle records the outcome of an executed request in the store.
+func (h *Handler) settle(r *http.Request, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool) {
+	pol := &x.route.policy
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
+	defer cancel()
+	x.status = c.status
+
+	var rec *store.Record
+	switch {
+	case c.upstreamErr != nil && !c.sent.Load():
+		// Nothing reached the upstream: a retry executes safely.
+		x.outcome = OutcomeUpstreamError
+	case c.upstreamErr != nil || aborted || !c.wroteHeader:
+		// The upstream may have acted on the request; its answer was lost
+		// or cut short. on_upstream_error chooses between at-least-once and
+		// at-most-once.
+		x.outcome = OutcomeUpstreamError
+		if pol.KeepOnUpstreamError {
+			if c.upstreamErr != nil && c.recording && !c.omitted {
+				rec = c.record(fp) // the 502 the client was sent
+			} else {
+				rec = problemRecord(probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", fp)
+			}
+		}
+	case !c.recording:
+		// A release status: "not processed, try again".
+		x.outcome = OutcomeReleased
+	default:
+		x.outcome = OutcomeExecuted
+		rec = c.record(fp)
+	}
+
+	if rec == nil {
+		if err := h.release(ctx, key, token); err != nil {
+			h.log.Warn("could not release key; it stays locked until lock_ttl expires",
+				"route", x.route.label, "key_hash", x.keyHash, "error", err)
+		}
+		return
+	}
+	h.record(ctx, x, key, token, rec, leaseLost)
+}
+
+// record completes the key, retrying a store that is briefly unavailable:
+// a response that is not recorded is executed again by a retry after its
+// lease expires.
+func (h *Handler) record(ctx context.Context, x *exchange, key, token string, rec *store.Record, leaseLost bool) {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := h.complete(ctx, key, token, rec, x.route.policy.TTL)
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, store.ErrLockLost):
+			if !leaseLost {
+				h.lockLost(x, "complete")
+			}
+			return
+		case attempt == 3 || ctx.Err() != nil:
+			h.log.Warn("could not record response; the key stays locked until lock_ttl expires, then a retry executes again",
+				"route", x.route.label, "key_hash", x.keyHash, "error", err)
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		backoff *= 2
+	}
+}
+
+func (h *Handler) lockLost(x *exchange, during string) {
+	h.metrics.lockLost.Inc()
+	h.log.Warn("lease on key lost: it expired while the upstream ran and another request may have executed it; this response was delivered but not recorded",
+		"route", x.route.label, "key_hash", x.keyHash, "during", during, "lock_ttl", x.route.policy.LockTTL.String())
+}
+
+// lease renews the store lease on a key while its upstream call runs. The
+// first renewal happens after a third of lock_ttl, so a fast upstream costs
+// no store round trip beyond begin and complete.
+type lease struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	lost    bool
+}
+
+func (h *Handler) startLease(parent context.Context, x *exchange, key, token string) *lease {
+	ttl := x.route.policy.LockTTL
+	every := ttl / 3
+	l := &lease{}
+	parent = context.WithoutCancel(parent)
+	renew := func() {
+		ctx, cancel := context.WithTimeout(parent, every)
+		err := h.extend(ctx, key, token, ttl)
+		cancel()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch {
+		case l.stopped:
+		case err == nil:
+			l.timer.Reset(every)
+		case errors.Is(err, store.ErrLockLost):
+			l.lost = true
+			h.lockLost(x, "renewal")
+		default:
+			// The store may come back before the lease runs out.
+			h.log.Warn("could not renew lease", "route", x.route.label, "key_hash", x.keyHash, "error", err)
+			l.timer.Reset(every / 4)
+		}
+	}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(every, renew)
+	l.mu.Unlock()
+	return l
+}
+
+// stop ends renewals and reports whether the lease was found lost.
+func (l *lease) stop() (lost bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	l.timer.Stop()
+	return l.lost
+}

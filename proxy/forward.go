@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// NewTransport returns the transport the proxy uses upstream: keep-alive
+// connections sized for a busy sidecar (Go's default keeps 2 idle
+// connections per host, which halves throughput under concurrency), no
+// environment proxies and no transparent compression, so bytes pass
+// through unchanged.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+}
+
+func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError func(http.ResponseWriter, *http.Request, error), log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// A sidecar is transparent: the application sees the Host its
+			// clients asked for.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			hideIdempotencyKey(pr.Out.Header)
+			// The body is already in memory: no reason to wait for a 100.
+			pr.Out.Header.Del("Expect")
+		},
+		Transport:    transport,
+		ErrorHandler: onError,
+		BufferPool:   bufferPool{},
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// hideIdempotencyKey keeps forwarding the key header, under a lower-case
+// map key. net/http's Transport treats a request carrying Idempotency-Key or
+// X-Idempotency-Key as safe to resend when a reused connection fails after
+// the request was written (golang/go#19943); the legacy upstream behind
+// this proxy is precisely not idempotent, so it must never resend one.
+// Header names are case-insensitive on the wire, and the map key is
+// written as-is.
+func hideIdempotencyKey(h http.Header) {
+	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := h[name]; ok {
+			delete(h, name)
+			h[toLower(name)] = v
+		}
+	}
+}
+
+func toLower(s string) string {
+	switch s {
+	case "Idempotency-Key":
+		return "idempotency-key"
+	case "X-Idempotency-Key":
+		return "x-idempotency-key"
+	}
+	return s
+}
+
+// upstreamError is the reverse proxy's one error path. For a request being
+// executed, it notes the error on the capture so the key is settled by
+// on_upstream_error; the client gets a 502 either way.
+func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	p, detail := probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key."
+	sent := true
+	if c, ok := w.(*capture); ok {
+		c.upstreamErr = err
+		sent = c.sent.Load()
+	} else {
+		sent = !isDialError(err)
+	}
+	if sent {
+		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."
+		if errors.Is(err, context.DeadlineExceeded) {
+			detail = "The upstream did not answer within the upstream timeout; the outcome of the request is unknown."
+		}
+	}
+	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
+	writeProblem(w, p, detail)
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// setBody gives an outgoing request its body from memory, with a known
+// length, so the transport writes headers and a small body in one write and
+// can rewind it when a connection fails before anything was written.
+func setBody(r *http.Request, body []byte) {
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body, r.GetBody = http.NoBody, nil
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+func newBodyReader(body []byte) io.Reader { return bytes.NewReader(body) }
+
+var errBodyTooLarge = errors.New("request body too large")
+
+// readBody reads the whole request body, refusing bodies over limit before
+// reading them when their length is declared.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	if r.ContentLength >= 0 {
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		return nil, tooLarge(limit)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) error {
+	return &bodyTooLargeError{limit}
+}
+
+type bodyTooLargeError struct{ limit int64 }
+
+func (e *bodyTooLargeError) Error() string {
+	return "The request body is larger than this route's limit of " + formatBytes(e.limit) + "."
+}
+func (e *bodyTooLargeError) Is(target error) bool { return target == errBodyTooLarge }
+
+// bufferPool recycles the reverse proxy's copy buffers.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

@@ -1,0 +1,248 @@
+// Package proxy is the idempotency proxy's http.Handler: it matches a
+// request to its route's policy, parses its idempotency key, takes a lease
+// in the store before forwarding the first request upstream, records the
+// response, and replays it to every later request with the same key.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Handler is the idempotency proxy in front of one upstream.
+type Handler struct {
+	rp              *httputil.ReverseProxy
+	upstreamTimeout time.Duration
+	store           Store
+	routes          atomic.Pointer[routeTable]
+	log             *slog.Logger
+	metrics         *Metrics
+	owners          owners
+	// stop is cancelled by Abort; upstream calls are detached from their
+	// clients but not from a shutdown that has run out of time.
+	stop  context.Context
+	abort context.CancelFunc
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler forwarding to opts.Upstream.
+func New(opts Options) (*Handler, error) {
+	if opts.Upstream == nil || opts.Upstream.Host == "" {
+		return nil, errors.New("proxy: an upstream URL with a host is required")
+	}
+	if opts.Store == nil {
+		return nil, errors.New("proxy: a store is required")
+	}
+	h := &Handler{
+		upstreamTimeout: opts.UpstreamTimeout,
+		store:           opts.Store,
+		log:             opts.Logger,
+		metrics:         opts.Metrics,
+	}
+	if h.upstreamTimeout <= 0 {
+		h.upstreamTimeout = 60 * time.Second
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.metrics == nil {
+		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = NewTransport()
+	}
+	h.stop, h.abort = context.WithCancel(context.Background())
+	h.owners.init()
+	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
+	def := opts.Default
+	if def.Header == "" && def.Methods == nil && def.TTL == 0 {
+		def = DefaultPolicy()
+	}
+	if err := h.SetRoutes(def, opts.Routes); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// SetRoutes replaces the default policy and the routes. Requests already
+// being served keep the policy they started with.
+func (h *Handler) SetRoutes(def Policy, routes []Route) error {
+	t, err := newRouteTable(def, routes)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		h.metrics.InitRoute(r.Pattern)
+	}
+	h.routes.Store(t)
+	return nil
+}
+
+// Abort cancels the upstream calls still running, for a shutdown whose
+// grace period has run out. Each one then settles like any upstream failure
+// after the request was sent: on_upstream_error decides whether its key is
+// released or its 502 recorded.
+func (h *Handler) Abort() { h.abort() }
+
+// exchange is the bookkeeping of one request, for metrics and the log line.
+type exchange struct {
+	start   time.Time
+	route   *route
+	outcome Outcome
+	status  int
+	keyHash string
+}
+
+// ServeHTTP handles one request: route → pass-through check → key → body →
+// fingerprint and storage key → begin in the store → replay, refuse or
+// forward.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := exchange{start: time.Now(), outcome: OutcomePassthrough}
+	h.metrics.inflight.Inc()
+	defer h.finish(r, &x)
+
+	x.route = h.routes.Load().match(r)
+	pol := &x.route.policy
+	if !x.route.protects(r.Method) {
+		h.rp.ServeHTTP(w, r)
+		return
+	}
+	key, err := parseKey(r.Header, pol.Header)
+	switch {
+	case err == errNoKey && pol.RequireKey:
+		h.refuse(w, &x, OutcomeMissingKey, probMissingKey, "This route requires an "+pol.Header+" header on "+r.Method+" requests.")
+		return
+	case err == errNoKey:
+		x.outcome = OutcomeNoKey
+		h.rp.ServeHTTP(w, r)
+		return
+	case err != nil:
+		h.refuse(w, &x, OutcomeInvalidKey, probInvalidKey, err.Error()+".")
+		return
+	}
+	body, err := readBody(r, pol.MaxRequestBody)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		h.refuse(w, &x, OutcomeTooLarge, probTooLarge, err.Error())
+		return
+	case err != nil:
+		h.refuse(w, &x, OutcomeBadRequest, probBadBody, "The request body could not be read.")
+		return
+	}
+	h.serveKeyed(w, r, &x, key, body)
+}
+
+// serveKeyed decides what a request with a valid key gets.
+func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange, key string, body []byte) {
+	pol := &x.route.policy
+	fp := fingerprint(r, body, pol.FingerprintHeaders)
+	skey := storageKey(r, key, pol.ScopeHeaders)
+	x.keyHash = skey[:12]
+
+	var w8 waiter
+	for {
+		res, err := h.begin(r.Context(), skey, fp, pol.LockTTL)
+		if err != nil {
+			h.storeUnavailable(w, r, x, body, err)
+			return
+		}
+		switch {
+		case res.State == store.Acquired:
+			h.execute(w, r, x, skey, res.Token, fp, body)
+			return
+		case res.Fingerprint != fp:
+			h.refuse(w, x, OutcomeMismatch, probMismatch, "This idempotency key was first used with a different request (method, path, query, headers or body). Use a new key for a new operation.")
+			return
+		case res.State == store.Completed:
+			x.outcome, x.status = OutcomeReplayed, res.Record.Status
+			replay(w, r, res.Record, pol.ReplayExcludeHeaders)
+			return
+		case pol.Concurrent != Wait:
+			h.refuse(w, x, OutcomeConflict, probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.")
+			return
+		}
+		// In flight, and this route waits for the first request to finish.
+		if !w8.wait(r.Context(), h.owners.done(skey), pol.WaitTimeout) {
+			h.refuse(w, x, OutcomeConflict, probInFlight, "A request with this idempotency key was still being processed after waiting "+pol.WaitTimeout.String()+". Retry later.")
+			return
+		}
+	}
+}
+
+// storeUnavailable applies on_store_error.
+func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, x *exchange, body []byte, err error) {
+	if x.route.policy.FailOpen {
+		x.outcome = OutcomeStoreBypassed
+		h.log.Warn("store unavailable, forwarding without idempotency protection",
+			"route", x.route.label, "key_hash", x.keyHash, "error", err)
+		r.Body = io.NopCloser(newBodyReader(body))
+		h.rp.ServeHTTP(w, r)
+		return
+	}
+	h.log.Warn("store unavailable, rejecting request", "route", x.route.label, "key_hash", x.keyHash, "error", err)
+	h.refuse(w, x, OutcomeStoreRejected, probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.")
+}
+
+func (h *Handler) refuse(w http.ResponseWriter, x *exchange, o Outcome, p problem, detail string) {
+	x.outcome, x.status = o, p.Status
+	writeProblem(w, p, detail)
+}
+
+// finish observes the request's metrics and logs its line. It is deferred,
+// so it also runs when the reverse proxy aborts a half-written response.
+func (h *Handler) finish(r *http.Request, x *exchange) {
+	h.metrics.inflight.Dec()
+	label := DefaultRoute
+	if x.route != nil {
+		label = x.route.label
+	}
+	d := time.Since(x.start)
+	h.metrics.observeRequest(label, x.outcome, d)
+	if x.outcome != OutcomePassthrough && h.log.Enabled(r.Context(), slog.LevelDebug) {
+		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
+			slog.String("route", label), slog.String("method", r.Method),
+			slog.String("outcome", string(x.outcome)), slog.Int("status", x.status),
+			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", x.keyHash))
+	}
+}
+
+// begin, extend, complete and release time the store and count its errors.
+func (h *Handler) begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+	t := time.Now()
+	res, err := h.store.Begin(ctx, key, fp, lease)
+	h.metrics.observeStore(OpBegin, time.Since(t), err != nil)
+	return res, err
+}
+
+func (h *Handler) extend(ctx context.Context, key, token string, lease time.Duration) error {
+	t := time.Now()
+	err := h.store.Extend(ctx, key, token, lease)
+	h.metrics.observeStore(OpExtend, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
+	return err
+}
+
+func (h *Handler) complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	t := time.Now()
+	err := h.store.Complete(ctx, key, token, rec, ttl)
+	h.metrics.observeStore(OpComplete, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
+	return err
+}
+
+func (h *Handler) release(ctx context.Context, key, token string) error {
+	t := time.Now()
+	err := h.store.Release(ctx, key, token)
+	h.metrics.observeStore(OpRelease, time.Since(t), err != nil)
+	return err
+}

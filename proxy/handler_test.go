@@ -1,0 +1,181 @@
+package proxy
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Rows of the SPEC §4 table.
+
+func TestFirstRequestExecutesOnceAndIsReplayed(t *testing.T) {
+	e := newEnv(t, nil)
+	first := e.do(t, "POST", "/v1/charges?x=1", "k-1", `{"amount":10}`)
+	if got, want := first.StatusCode, http.StatusCreated; got != want {
+		t.Fatalf("first status = %d, want %d", got, want)
+	}
+	if first.replayed() {
+		t.Error("first response marked as replayed")
+	}
+	for i := 0; i < 3; i++ {
+		again := e.do(t, "POST", "/v1/charges?x=1", "k-1", `{"amount":10}`)
+		if again.StatusCode != first.StatusCode || again.body != first.body {
+			t.Fatalf("replay = %d %q, want %d %q", again.StatusCode, again.body, first.StatusCode, first.body)
+		}
+		if !again.replayed() {
+			t.Error("replay lacks Idempotent-Replayed: true")
+		}
+		if got, want := again.Header.Get("X-Execution"), first.Header.Get("X-Execution"); got != want {
+			t.Errorf("replayed X-Execution = %q, want %q", got, want)
+		}
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("upstream executions = %d, want 1", got)
+	}
+	if got := e.outcomes(DefaultRoute, OutcomeExecuted); got != 1 {
+		t.Errorf("executed = %v, want 1", got)
+	}
+	if got := e.outcomes(DefaultRoute, OutcomeReplayed); got != 3 {
+		t.Errorf("replayed = %v, want 3", got)
+	}
+}
+
+func TestKeyIsForwardedUpstreamUnchanged(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do(t, "POST", "/x", `"quoted-key"`, "{}")
+	if got, want := e.up.last().Header.Get("Idempotency-Key"), `"quoted-key"`; got != want {
+		t.Fatalf("upstream saw Idempotency-Key %q, want %q", got, want)
+	}
+}
+
+func TestQuotedAndRawKeyAreTheSameKey(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do(t, "POST", "/x", "8e03978e-40d5-43e8-bc93-6894a57f9324", "{}")
+	r := e.do(t, "POST", "/x", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, "{}")
+	if !r.replayed() || e.up.calls.Load() != 1 {
+		t.Fatalf("quoted form of a raw key: replayed=%v executions=%d, want replay of the one execution", r.replayed(), e.up.calls.Load())
+	}
+}
+
+func TestPassThrough(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) {
+		o.Routes = []Route{{Pattern: "/internal/", Disabled: true, Policy: DefaultPolicy()}}
+	})
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/v1/charges"},        // method not protected
+		{"POST", "/internal/rebuild"}, // disabled route
+	} {
+		before := e.up.calls.Load()
+		a := e.do(t, tc.method, tc.path, "same-key", "")
+		b := e.do(t, tc.method, tc.path, "same-key", "")
+		if got := e.up.calls.Load() - before; got != 2 || a.replayed() || b.replayed() {
+			t.Errorf("%s %s: executions = %d, replayed = %v/%v; want 2 plain executions", tc.method, tc.path, got, a.replayed(), b.replayed())
+		}
+	}
+	if got := e.outcomes("/internal/", OutcomePassthrough); got != 2 {
+		t.Errorf("passthrough on /internal/ = %v, want 2", got)
+	}
+}
+
+func TestNoKey(t *testing.T) {
+	t.Run("optional", func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.do(t, "POST", "/x", "", "{}")
+		r := e.do(t, "POST", "/x", "", "{}")
+		if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 2 {
+			t.Fatalf("status %d, executions %d; want 201 and 2 executions", r.StatusCode, e.up.calls.Load())
+		}
+		if got := e.outcomes(DefaultRoute, OutcomeNoKey); got != 2 {
+			t.Errorf("no_key = %v, want 2", got)
+		}
+	})
+	t.Run("required", func(t *testing.T) {
+		e := newEnv(t, nil, withPolicy(func(p *Policy) { p.RequireKey = true }))
+		r := e.do(t, "POST", "/x", "", "{}")
+		if r.StatusCode != http.StatusBadRequest || r.problemType() != "missing-key" {
+			t.Fatalf("got %d %q, want 400 missing-key", r.StatusCode, r.body)
+		}
+		if e.up.calls.Load() != 0 {
+			t.Fatal("upstream called without a key")
+		}
+	})
+}
+
+func TestInvalidKeys(t *testing.T) {
+	e := newEnv(t, nil)
+	for name, header := range map[string][]string{
+		"empty":          {"Idempotency-Key", ""},
+		"empty quoted":   {"Idempotency-Key", `""`},
+		"too long":       {"Idempotency-Key", strings.Repeat("k", 256)},
+		"non-printable":  {"Idempotency-Key", "a\tb"}, // Go's client refuses other controls
+		"non-ascii":      {"Idempotency-Key", "clé"},
+		"list":           {"Idempotency-Key", `"a", "b"`},
+		"raw list":       {"Idempotency-Key", "a,b"},
+		"two lines":      {"Idempotency-Key", "a", "Idempotency-Key", "b"},
+		"bad escape":     {"Idempotency-Key", `"a\nb"`},
+		"unterminated":   {"Idempotency-Key", `"abc`},
+		"trailing bytes": {"Idempotency-Key", `"abc"x`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do(t, "POST", "/x", "", "{}", header...)
+			if r.StatusCode != http.StatusBadRequest || r.problemType() != "invalid-key" {
+				t.Fatalf("got %d %s, want 400 invalid-key", r.StatusCode, r.body)
+			}
+		})
+	}
+	if e.up.calls.Load() != 0 {
+		t.Fatal("upstream called with an invalid key")
+	}
+	if r := e.do(t, "POST", "/x", strings.Repeat("k", 255), "{}"); r.StatusCode != http.StatusCreated {
+		t.Fatalf("255-byte key: got %d, want 201", r.StatusCode)
+	}
+	if r := e.do(t, "POST", "/x", `"`+strings.Repeat("k", 255)+`"`, "{}"); !r.replayed() {
+		t.Fatalf("quoted 255-byte key: the limit applies without quotes; got %d %s", r.StatusCode, r.body)
+	}
+}
+
+func TestRequestBodyTooLarge(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.MaxRequestBody = 16 }))
+	r := e.do(t, "POST", "/x", "k", strings.Repeat("x", 17))
+	if r.StatusCode != http.StatusRequestEntityTooLarge || r.problemType() != "body-too-large" {
+		t.Fatalf("got %d %s, want 413 body-too-large", r.StatusCode, r.body)
+	}
+	// Nothing was locked: the key is free for a request that fits.
+	if r := e.do(t, "POST", "/x", "k", strings.Repeat("x", 16)); r.StatusCode != http.StatusCreated || r.replayed() {
+		t.Fatalf("after 413: got %d replayed=%v, want a fresh 201", r.StatusCode, r.replayed())
+	}
+}
+
+func TestFingerprintMismatch(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do(t, "POST", "/x", "k", `{"a":1}`)
+	for name, args := range map[string][]string{
+		"body":         {"POST", "/x", `{"a":2}`},
+		"path":         {"POST", "/y", `{"a":1}`},
+		"query":        {"POST", "/x?q=1", `{"a":1}`},
+		"method":       {"PUT", "/x", `{"a":1}`},
+		"content type": {"POST", "/x", `{"a":1}`, "Content-Type", "text/plain"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do(t, args[0], args[1], "k", args[2], args[3:]...)
+			if r.StatusCode != http.StatusUnprocessableEntity || r.problemType() != "payload-mismatch" {
+				t.Fatalf("got %d %s, want 422 payload-mismatch", r.StatusCode, r.body)
+			}
+		})
+	}
+	if e.up.calls.Load() != 1 {
+		t.Fatalf("executions = %d, want 1", e.up.calls.Load())
+	}
+}
+
+func TestScopeHeadersSeparateClients(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.do(t, "POST", "/x", "shared", "{}", "Authorization", "Bearer alice")
+	b := e.do(t, "POST", "/x", "shared", "{}", "Authorization", "Bearer bob")
+	if b.replayed() || a.body == b.body || e.up.calls.Load() != 2 {
+		t.Fatalf("bob was replayed alice's response (executions %d)", e.up.calls.Load())
+	}
+	if r := e.do(t, "POST", "/x", "shared", "{}", "Authorization", "Bearer alice"); !r.replayed() || r.body != a.body {
+		t.Fatalf("alice's retry: replayed=%v body %q, want her own response", r.replayed(), r.body)
+	}
+}

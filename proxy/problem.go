@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ProblemBase prefixes the type URI of every problem the proxy answers
+// itself, so a client can tell the proxy's 422 from its upstream's.
+const ProblemBase = "https://idempotency-proxy.dev/problems/"
+
+// problem is one kind of error response (RFC 9457).
+type problem struct {
+	Type   string
+	Title  string
+	Status int
+	// RetryAfter, in seconds, is sent as Retry-After when positive.
+	RetryAfter int
+}
+
+var (
+	probMissingKey    = problem{ProblemBase + "missing-key", "Idempotency key required", http.StatusBadRequest, 0}
+	probInvalidKey    = problem{ProblemBase + "invalid-key", "Invalid idempotency key", http.StatusBadRequest, 0}
+	probBadBody       = problem{ProblemBase + "body-unreadable", "Request body could not be read", http.StatusBadRequest, 0}
+	probTooLarge      = problem{ProblemBase + "body-too-large", "Request body too large", http.StatusRequestEntityTooLarge, 0}
+	probInFlight      = problem{ProblemBase + "in-flight", "Request with this idempotency key is in progress", http.StatusConflict, 1}
+	probMismatch      = problem{ProblemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
+	probStore         = problem{ProblemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable, 2}
+	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
+	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
+)
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// writeProblem answers with an application/problem+json body.
+func writeProblem(w http.ResponseWriter, p problem, detail string) {
+	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.WriteHeader(p.Status)
+	w.Write(body)
+}

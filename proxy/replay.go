@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Header values the proxy sets; shared because header maps only read them.
+var headerTrue = []string{"true"}
+
+// replay writes a recorded response, marked Idempotent-Replayed.
+func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string) {
+	dst := w.Header()
+	for k, v := range rec.Header {
+		if slices.Contains(exclude, k) {
+			continue
+		}
+		// Records are shared and read-only: cap the slice so that an
+		// append by anyone downstream copies instead of writing into it.
+		dst[k] = v[:len(v):len(v)]
+	}
+	dst["Idempotent-Replayed"] = headerTrue
+	if rec.BodyOmitted {
+		dst["Idempotent-Body-Omitted"] = headerTrue
+	}
+	if bodyAllowed(rec.Status) {
+		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
+	}
+	w.WriteHeader(rec.Status)
+	if len(rec.Body) > 0 && r.Method != http.MethodHead && bodyAllowed(rec.Status) {
+		w.Write(rec.Body)
+	}
+}
+
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
+}
+
+// problemRecord is a problem response to record and replay, for an upstream
+// failure kept under on_upstream_error: keep.
+func problemRecord(p problem, detail string, fp store.Fingerprint) *store.Record {
+	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
+	body = append(body, '\n')
+	return &store.Record{
+		Status: p.Status,
+		Header: map[string][]string{
+			"Content-Type":  {"application/problem+json"},
+			"Cache-Control": {"no-store"},
+		},
+		Body:        body,
+		Fingerprint: fp,
+		CreatedAt:   time.Now(),
+	}
+}

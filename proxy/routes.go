@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+)
+
+// route is a Route compiled for the request path.
+type route struct {
+	label    string
+	disabled bool
+	policy   Policy
+}
+
+func (rt *route) protects(method string) bool {
+	return !rt.disabled && slices.Contains(rt.policy.Methods, method)
+}
+
+func (rt *route) releases(status int) bool {
+	return slices.Contains(rt.policy.ReleaseStatuses, status)
+}
+
+// routeTable is an immutable snapshot of the routes; a reload swaps the
+// whole table, so a request sees one consistent policy from start to end.
+type routeTable struct {
+	mux       *http.ServeMux // nil when there are no routes
+	byPattern map[string]*route
+	fallback  *route
+}
+
+func newRouteTable(def Policy, routes []Route) (t *routeTable, err error) {
+	t = &routeTable{
+		byPattern: make(map[string]*route, len(routes)),
+		fallback:  &route{label: DefaultRoute, policy: def},
+	}
+	if len(routes) == 0 {
+		return t, nil
+	}
+	t.mux = http.NewServeMux()
+	// ServeMux panics on invalid or conflicting patterns; config validation
+	// reports those with their key path, this keeps a bad table from
+	// crashing the process.
+	defer func() {
+		if p := recover(); p != nil {
+			t, err = nil, fmt.Errorf("invalid route: %v", p)
+		}
+	}()
+	for _, r := range routes {
+		if _, dup := t.byPattern[r.Pattern]; dup {
+			return nil, fmt.Errorf("invalid route: pattern %q appears twice", r.Pattern)
+		}
+		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy}
+		t.mux.Handle(r.Pattern, http.NotFoundHandler())
+	}
+	return t, nil
+}
+
+// match returns the route of r: the most specific matching pattern, or the
+// defaults.
+func (t *routeTable) match(r *http.Request) *route {
+	if t.mux == nil {
+		return t.fallback
+	}
+	_, pattern := t.mux.Handler(r)
+	if rt, ok := t.byPattern[pattern]; ok {
+		return rt
+	}
+	return t.fallback
+}

@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// owners tracks the keys this process is executing, so that requests
+// waiting on them (concurrent: wait) wake the moment they settle instead of
+// polling the store. Keys owned by another replica are polled.
+type owners struct {
+	seed   maphash.Seed
+	shards [64]ownerShard
+}
+
+type ownerShard struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (o *owners) init() {
+	o.seed = maphash.MakeSeed()
+	for i := range o.shards {
+		o.shards[i].m = make(map[string]chan struct{})
+	}
+}
+
+func (o *owners) shard(key string) *ownerShard {
+	return &o.shards[maphash.String(o.seed, key)%uint64(len(o.shards))]
+}
+
+// add notes that this process executes key; the channel closes when it settles.
+func (o *owners) add(key string) chan struct{} {
+	ch := make(chan struct{})
+	s := o.shard(key)
+	s.mu.Lock()
+	s.m[key] = ch
+	s.mu.Unlock()
+	return ch
+}
+
+func (o *owners) remove(key string, ch chan struct{}) {
+	s := o.shard(key)
+	s.mu.Lock()
+	if s.m[key] == ch {
+		delete(s.m, key)
+	}
+	s.mu.Unlock()
+	close(ch)
+}
+
+// done returns the channel that closes when this process settles key, or
+// nil (which never fires) when another process owns it.
+func (o *owners) done(key string) <-chan struct{} {
+	s := o.shard(key)
+	s.mu.Lock()
+	ch := s.m[key]
+	s.mu.Unlock()
+	return ch
+}
+
+// Polling bounds for keys owned elsewhere: quick at first, for the common
+// short request, then backing off to spare the store.
+const (
+	firstPoll = 5 * time.Millisecond
+	maxPoll   = 200 * time.Millisecond
+)
+
+// waiter paces one request's waits for an in-flight key.
+type waiter struct {
+	deadline time.Time
+	poll     time.Duration
+}
+
+// wait blocks until the key may have settled (done fires or the next poll
+// is due). It returns false when the wait timeout has passed or the client
+// went away.
+func (w *waiter) wait(ctx context.Context, done <-chan struct{}, timeout time.Duration) bool {
+	now := time.Now()
+	if w.deadline.IsZero() {
+		w.deadline, w.poll = now.Add(timeout), firstPoll
+	}
+	left := w.deadline.Sub(now)
+	if left <= 0 {
+		return false
+	}
+	t := time.NewTimer(min(w.poll, left))
+	defer t.Stop()
+	w.poll = min(2*w.poll, maxPoll)
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
