@@ -54,7 +54,10 @@ func parseKey(h http.Header, name string) (string, error) {
 		}
 		key = v
 	}
-	return key, checkKey(key)
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
 }
 
 func checkKey(key string) error {

@@ -146,3 +146,8 @@ func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
 		m.storeErrors.WithLabelValues(op).Inc()
 	}
 }
+
+// ObservePing records a readiness ping of the store.
+func (m *Metrics) ObservePing(d time.Duration, err error) {
+	m.observeStore(OpPing, d, err != nil)
+}

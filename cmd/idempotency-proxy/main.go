@@ -1,0 +1,115 @@
+// Command idempotency-proxy is a reverse proxy that makes mutating HTTP
+// requests safe to retry: see the README.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=…".
+var version string
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // could not start, or failed while running
+	exitUsage   = 2 // bad flags or invalid configuration
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// flagKeys maps command-line flags to the configuration keys they override.
+var flagKeys = map[string]string{
+	"upstream":     "upstream.url",
+	"listen":       "listen",
+	"admin-listen": "admin_listen",
+	"redis-url":    "store.redis.url",
+	"log-level":    "log_level",
+}
+
+func run(args, env []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idempotency-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", "", "configuration `file` (YAML); reloaded when it changes")
+	fs.String("upstream", "", "upstream `URL` to protect (upstream.url)")
+	fs.String("listen", "", "proxy listen `address` (listen, default :8080)")
+	fs.String("admin-listen", "", "admin listen `address` for /metrics, /healthz, /readyz (admin_listen, default :9090)")
+	fs.String("redis-url", "", "Redis `URL`; switches the store to Redis (store.redis.url)")
+	fs.String("log-level", "", "debug, info, warn or error (log_level, default info)")
+	validate := fs.Bool("validate", false, "check the configuration, print its problems and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: idempotency-proxy [--config FILE] [--upstream URL] [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "idempotency-proxy %s\n", buildVersion())
+		return exitOK
+	}
+
+	src := config.Source{File: *file, Env: env, Overrides: map[string]string{}}
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := flagKeys[f.Name]; ok {
+			src.Overrides[key] = f.Value.String()
+		}
+	})
+	cfg, err := config.Load(src)
+	if err != nil {
+		printProblems(stderr, err)
+		return exitUsage
+	}
+	if *validate {
+		fmt.Fprintln(stdout, "config OK")
+		return exitOK
+	}
+
+	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(cfg, src, level, log); err != nil {
+		log.Error("stopped", "error", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// printProblems writes every configuration problem on its own line.
+func printProblems(w io.Writer, err error) {
+	fmt.Fprintln(w, "invalid configuration:")
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+}
+
+// buildVersion is the stamped version, else the module version the binary
+// was built from, else "devel".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

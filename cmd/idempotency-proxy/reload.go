@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// settle is how long file events are coalesced before a reload: editors and
+// Kubernetes ConfigMap updates write a file in several steps.
+const settle = 100 * time.Millisecond
+
+// reloader applies configuration changes while the proxy runs: routes,
+// policies and the log level change for new requests; everything else
+// needs a restart and is logged as such. An invalid file is logged and the
+// running configuration stays.
+type reloader struct {
+	src     config.Source
+	file    string // the file in use, also when named by IDEMPOTENCY_PROXY_CONFIG
+	handler *proxy.Handler
+	level   *slog.LevelVar
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	current *config.Config
+}
+
+func (r *reloader) config() *config.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
+func (r *reloader) run(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var events <-chan fsnotify.Event
+	var watchErrors <-chan error
+	if r.file != "" {
+		// Watch the directory, not the file: editors and ConfigMap volumes
+		// replace the file (rename, symlink swap) rather than write it.
+		w, err := fsnotify.NewWatcher()
+		if err == nil {
+			err = w.Add(filepath.Dir(r.file))
+		}
+		if err != nil {
+			r.log.Warn("cannot watch the config file; reload with SIGHUP", "file", r.file, "error", err)
+		} else {
+			defer w.Close()
+			events, watchErrors = w.Events, w.Errors
+		}
+	}
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload("sighup")
+		case ev := <-events:
+			if r.concerns(ev) {
+				timer.Reset(settle)
+			}
+		case err := <-watchErrors:
+			r.log.Warn("config file watch error", "error", err)
+		case <-timer.C:
+			r.reload("file_changed")
+		}
+	}
+}
+
+// concerns reports whether an event in the watched directory may have
+// changed the config file.
+func (r *reloader) concerns(ev fsnotify.Event) bool {
+	if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) {
+		return false
+	}
+	name := filepath.Base(ev.Name)
+	return name == filepath.Base(r.file) || name == "..data" // Kubernetes ConfigMap swap
+}
+
+func (r *reloader) reload(trigger string) {
+	next, err := config.Load(r.src)
+	if err != nil {
+		r.log.Error("config reload rejected; the previous configuration stays in force",
+			"trigger", trigger, "file", r.file, "problems", err.Error())
+		return
+	}
+	r.mu.Lock()
+	prev := r.current
+	r.mu.Unlock()
+	def, routes := policies(next)
+	if err := r.handler.SetRoutes(def, routes); err != nil {
+		r.log.Error("config reload rejected; the previous configuration stays in force",
+			"trigger", trigger, "file", r.file, "problems", err.Error())
+		return
+	}
+	r.level.Set(next.LogLevel)
+	if keys := next.RestartNeeded(prev); len(keys) > 0 {
+		r.log.Warn("config changes that need a restart were not applied", "keys", keys)
+	}
+	r.mu.Lock()
+	r.current = next
+	r.mu.Unlock()
+	r.log.Warn("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// Server timeouts of the proxy listener. ReadTimeout bounds slow request
+// bodies (slowloris); there is no write timeout because responses stream
+// for as long as the upstream takes (bounded by upstream.timeout).
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 1 << 20
+	// abortGrace is how long requests aborted after shutdown_timeout get to
+	// settle their keys in the store.
+	abortGrace = 5 * time.Second
+)
+
+// serve runs the proxy until SIGTERM or SIGINT, then drains it.
+func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	st, err := openStore(cfg.Store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := proxy.NewMetrics(reg, buildVersion())
+	opts := handlerOptions(cfg, st, log, metrics)
+	h, err := proxy.New(opts)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy listener: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+	admin := &http.Server{
+		Handler:           adminHandler(reg, st, metrics),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog:          errorLog,
+	}
+	failed := make(chan error, 2)
+	go func() { failed <- srv.Serve(ln) }()
+	go func() { failed <- admin.Serve(adminLn) }()
+
+	r := &reloader{src: src, file: cfg.File, current: cfg, handler: h, level: level, log: log}
+	go r.run(ctx)
+
+	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
+		"admin_listen", adminLn.Addr().String(), "upstream", cfg.Upstream.URL.Redacted(),
+		"store", cfg.Store.Kind, "routes", len(cfg.Routes), "config_file", cfg.File)
+
+	select {
+	case <-ctx.Done():
+	case err := <-failed:
+		return fmt.Errorf("listener failed: %w", err)
+	}
+	stop() // a second signal kills the process the default way
+	return drain(srv, admin, h, r.config().ShutdownTimeout, log)
+}
+
+// drain stops accepting, lets in-flight requests finish and be recorded
+// within timeout, then aborts the rest: their upstream calls are cancelled
+// and their keys settled by on_upstream_error (released, or their 502
+// recorded), so no key stays locked until lock_ttl.
+func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
+	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("shutdown_timeout reached: aborting the requests still in flight")
+		h.Abort()
+		grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
+		defer cancelGrace()
+		if err = srv.Shutdown(grace); err != nil {
+			srv.Close()
+		}
+	}
+	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), time.Second)
+	defer cancelAdmin()
+	admin.Shutdown(adminCtx)
+	log.Info("stopped")
+	return nil
+}

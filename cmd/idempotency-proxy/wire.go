@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
+)
+
+// storeCloser is a proxy.Store that holds resources.
+type storeCloser interface {
+	proxy.Store
+	Close() error
+}
+
+func openStore(c config.Store) (storeCloser, error) {
+	if c.Kind == config.StoreRedis {
+		return redisstore.New(redisstore.Options{
+			URL:        c.Redis.URL,
+			Addrs:      c.Redis.Addrs,
+			MasterName: c.Redis.MasterName,
+			KeyPrefix:  c.Redis.KeyPrefix,
+			Timeout:    c.Redis.Timeout,
+		})
+	}
+	return memory.New(memory.Options{MaxBytes: int64(c.Memory.MaxBytes)}), nil
+}
+
+func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *proxy.Metrics) proxy.Options {
+	def, routes := policies(cfg)
+	return proxy.Options{
+		Upstream:        cfg.Upstream.URL,
+		UpstreamTimeout: cfg.Upstream.Timeout,
+		Store:           st,
+		Default:         def,
+		Routes:          routes,
+		Logger:          log,
+		Metrics:         m,
+	}
+}
+
+// policies translates the configured policies into the handler's terms.
+func policies(cfg *config.Config) (proxy.Policy, []proxy.Route) {
+	routes := make([]proxy.Route, len(cfg.Routes))
+	for i, r := range cfg.Routes {
+		routes[i] = proxy.Route{Pattern: r.Match, Disabled: !r.Enabled, Policy: policy(r.Policy)}
+	}
+	return policy(cfg.Defaults), routes
+}
+
+func policy(p config.Policy) proxy.Policy {
+	pp := proxy.Policy{
+		Header:               p.Header,
+		Methods:              p.Methods,
+		RequireKey:           p.RequireKey,
+		TTL:                  p.TTL,
+		LockTTL:              p.LockTTL,
+		WaitTimeout:          p.WaitTimeout,
+		FailOpen:             p.OnStoreError == config.FailOpen,
+		KeepOnUpstreamError:  p.OnUpstreamError == config.UpstreamErrorKeep,
+		ReleaseStatuses:      p.ReleaseStatuses,
+		MaxRequestBody:       int64(p.MaxRequestBody),
+		MaxResponseBody:      int64(p.MaxResponseBody),
+		ScopeHeaders:         p.ScopeHeaders,
+		FingerprintHeaders:   p.FingerprintHeaders,
+		ReplayExcludeHeaders: p.ReplayExcludeHeaders,
+	}
+	if p.Concurrent == config.ConcurrentWait {
+		pp.Concurrent = proxy.Wait
+	}
+	return pp
+}
+
+// pinger is what readiness needs from the store.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+const readyTimeout = time.Second

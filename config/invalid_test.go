@@ -1,0 +1,181 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// problemLines loads src and returns its problems one per line; it fails the
+// test if Load accepted the configuration.
+func problemLines(t *testing.T, src Source) []string {
+	t.Helper()
+	cfg, err := Load(src)
+	if err == nil {
+		t.Fatalf("Load accepted an invalid configuration: %+v", cfg)
+	}
+	if cfg != nil {
+		t.Errorf("Load returned a config with an error")
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(err, ErrInvalid) = false for %v", err)
+	}
+	return strings.Split(err.Error(), "\n")
+}
+
+type invalidCase struct {
+	file string
+	want []string
+}
+
+// invalidFiles has one testdata file per class of mistake, with the exact
+// messages an operator sees on stderr.
+var invalidFiles = []invalidCase{
+	{"invalid-unknown-key.yaml", []string{
+		"upstream.retries: unknown key",
+		"defaults.tll: unknown key",
+		"routes[2].tll: unknown key",
+		"lisen: unknown key",
+	}},
+	{"invalid-duration.yaml", []string{
+		`upstream.timeout: invalid duration "30" (want e.g. 250ms, 30s, 24h)`,
+		`defaults.lock_ttl: invalid duration "3x" (want e.g. 250ms, 30s, 24h)`,
+		`routes[1].ttl: invalid duration "3x" (want e.g. 250ms, 30s, 24h)`,
+	}},
+	{"invalid-size.yaml", []string{
+		`store.memory.max_bytes: invalid size "10MB" (want bytes, or a KiB, MiB or GiB suffix)`,
+		`defaults.max_request_body: invalid size "-1" (want bytes, or a KiB, MiB or GiB suffix)`,
+		`defaults.max_response_body: invalid size "1.5MiB" (want bytes, or a KiB, MiB or GiB suffix)`,
+	}},
+	{"invalid-url.yaml", []string{
+		`upstream.url: scheme must be http or https, not "ftp"`,
+	}},
+	{"invalid-url-host.yaml", []string{
+		`upstream.url: missing host in "http:///no-host"`,
+	}},
+	{"invalid-url-syntax.yaml", []string{
+		`upstream.url: invalid URL "http://[::1": missing ']' in host`,
+	}},
+	{"invalid-missing-upstream.yaml", []string{
+		"upstream.url: required (e.g. http://127.0.0.1:3000)",
+	}},
+	{"invalid-policy-word.yaml", []string{
+		"log_level: must be one of debug, info, warn, error",
+		"store.kind: must be one of memory, redis",
+		"defaults.concurrent: must be one of reject, wait",
+		"defaults.on_store_error: must be one of fail_closed, fail_open",
+		"routes[0].on_upstream_error: must be one of release, keep",
+	}},
+	{"invalid-lock-ttl.yaml", []string{
+		"routes[0].lock_ttl: 40s exceeds ttl 30s",
+	}},
+	// Routes that inherit the mistake do not repeat it.
+	{"invalid-lock-ttl-defaults.yaml", []string{
+		"defaults.lock_ttl: 30s exceeds ttl 10s",
+	}},
+	{"invalid-wait-timeout.yaml", []string{
+		"defaults.wait_timeout: must be > 0 when concurrent is wait",
+		"routes[0].wait_timeout: must not be negative (-1s)",
+	}},
+	{"invalid-route-match.yaml", []string{
+		`routes[0].match: required (a ServeMux pattern such as "POST /v1/charges" or "/v1/")`,
+		"routes[2].match: duplicate of routes[1]",
+		`routes[3].match: invalid pattern "/a/{x": at offset 3: bad wildcard segment (must end with '}')`,
+		`routes[4].match: invalid pattern "GET example.com /x" (want [METHOD ][HOST]/PATH)`,
+	}},
+	{"invalid-route-conflict.yaml", []string{
+		`routes[1].match: pattern "/a/{y}" conflicts with routes[0] "/a/{x}": /a/{y} matches the same requests as /a/{x}`,
+		`routes[3].match: pattern "/b/new" conflicts with routes[2] "GET /b/{id}": /b/new matches more methods than GET /b/{id}, but has a more specific path pattern`,
+	}},
+	{"invalid-redis-missing.yaml", []string{
+		"store.kind: redis needs store.redis.url or store.redis.addrs",
+		"store.redis.master_name: needs store.redis.addrs (the Sentinel addresses)",
+	}},
+	{"invalid-redis-conflict.yaml", []string{
+		`store.redis.url: scheme must be redis or rediss, not "http"`,
+		"store.redis.addrs: set either store.redis.url or store.redis.addrs, not both",
+		`store.redis.addrs[1]: invalid address "no-port" (want host:port)`,
+		"store.redis.key_prefix: must not contain { or }",
+		"store.redis.timeout: must be > 0, not 0s",
+	}},
+	// A value of the wrong shape is reported once, not again as missing.
+	{"invalid-types.yaml", []string{
+		"listen: must be a string, not a list",
+		"upstream: must be a mapping, not a string",
+		"store.memory: must be a mapping, not a number",
+		`defaults.require_key: must be true or false, not "maybe"`,
+		"defaults.scope_headers: must be a list, not a mapping",
+		"routes: must be a list, not a mapping",
+	}},
+	{"invalid-values.yaml", []string{
+		`defaults.release_statuses[1]: invalid HTTP status "600" (want 100..599)`,
+		`defaults.release_statuses[2]: invalid HTTP status "abc" (want 100..599)`,
+		`listen: invalid address "8080" (want host:port, e.g. :8080)`,
+		`admin_listen: invalid port "99999"`,
+		"shutdown_timeout: must be > 0, not 0s",
+		"upstream.timeout: must be > 0, not -1s",
+		"store.memory.max_bytes: must be > 0, not 0",
+		`defaults.header: invalid header name "Idempotency Key"`,
+		`defaults.methods[1]: invalid method "P/T"`,
+		"defaults.ttl: must be > 0, not 0s",
+		"defaults.max_request_body: must be > 0, not 0",
+		`defaults.fingerprint_headers[1]: invalid header name "bad header"`,
+	}},
+	{"invalid-same-listen.yaml", []string{
+		"admin_listen: same address as listen (:8080)",
+	}},
+	{"invalid-yaml.yaml", []string{
+		"testdata/invalid-yaml.yaml: While parsing config: yaml: line 2: did not find expected key",
+	}},
+}
+
+func TestInvalidFiles(t *testing.T) {
+	for _, tt := range invalidFiles {
+		t.Run(tt.file, func(t *testing.T) {
+			got := problemLines(t, Source{File: filepath.Join("testdata", tt.file)})
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestInvalidFilesCovered keeps the table and testdata in step.
+func TestInvalidFilesCovered(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !slices.ContainsFunc(invalidFiles, func(tt invalidCase) bool { return tt.file == filepath.Base(f) }) {
+			t.Errorf("%s has no expected problems in invalidFiles", f)
+		}
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	got := problemLines(t, Source{File: "testdata/does-not-exist.yaml"})
+	if len(got) != 1 || !strings.HasPrefix(got[0], "testdata/does-not-exist.yaml: ") {
+		t.Errorf("problems = %q, want one located at the file", got)
+	}
+}
+
+// TestValidateBuiltInCode covers configs built without Load, as the wiring
+// or tests of other packages may do.
+func TestValidateBuiltInCode(t *testing.T) {
+	cfg := Default()
+	if err := cfg.Validate(); err == nil || err.Error() != "upstream.url: required (e.g. http://127.0.0.1:3000)" {
+		t.Errorf("Validate(Default()) = %v, want only the missing upstream", err)
+	}
+	cfg.Upstream.URL = mustURL(t, "http://127.0.0.1:3000")
+	cfg.Routes = []Route{{Match: "/a/", Enabled: true, Policy: cfg.Defaults.clone()}}
+	cfg.Routes[0].ReleaseStatuses = []int{99}
+	cfg.Routes[0].MaxResponseBody = -1
+	want := "routes[0].release_statuses[0]: invalid HTTP status 99 (want 100..599)\n" +
+		"routes[0].max_response_body: must not be negative"
+	if err := cfg.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate() = %v, want\n%s", err, want)
+	}
+}

@@ -1,0 +1,188 @@
+package config
+
+import (
+	"errors"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/viper"
+)
+
+// Source is where Load reads from. Later layers win key by key:
+// Overrides > Env > File > built-in defaults.
+type Source struct {
+	// File is the configuration file; "" reads the file named by
+	// IDEMPOTENCY_PROXY_CONFIG in Env, if any, else none.
+	File string
+	// Env is an os.Environ()-style list; nil means no environment.
+	Env []string
+	// Overrides are command-line values keyed by dotted config key
+	// ("upstream.url", "store.redis.url", "log_level").
+	Overrides map[string]string
+}
+
+// Load reads, layers, decodes and validates the configuration. On failure
+// it returns nil and errors.Join of every *Problem found: unknown
+// variables and flags, then decoding problems in file order, then semantic
+// ones in file order.
+func Load(src Source) (*Config, error) {
+	env := environ(src.Env)
+	file := src.File
+	if file == "" {
+		file = env[EnvConfigFile]
+	}
+	d := &decoder{}
+	tree := map[string]any{}
+	if file != "" {
+		t, err := readFile(file)
+		if err != nil {
+			return nil, errors.Join(&Problem{Path: file, Reason: err.Error()})
+		}
+		tree = t
+	}
+	applyEnv(d, tree, env)
+	applyOverrides(d, tree, src.Overrides)
+
+	cfg := Default()
+	cfg.File = file
+	d.mapping("", tree, cfg.fields())
+	cfg.Store.Kind = cfg.Store.kind()
+
+	// A value that failed to decode kept its default; checking it again
+	// would only add a second, misleading message for the same key.
+	problems := d.problems
+	for _, p := range cfg.problems() {
+		if !reported(d.problems, p.Path) {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = p
+		}
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// reported reports whether path, or a mapping or list containing it, already
+// has a problem.
+func reported(problems []*Problem, path string) bool {
+	for _, p := range problems {
+		if path == p.Path || strings.HasPrefix(path, p.Path+".") || strings.HasPrefix(path, p.Path+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// readFile returns the file as a raw tree with lower-case keys. Viper does
+// the reading and the case folding; decoding is ours, to report exact paths.
+func readFile(path string) (map[string]any, error) {
+	v := viper.New()
+	v.SetConfigFile(path)
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json", ".toml", ".yaml", ".yml":
+	default:
+		v.SetConfigType("yaml")
+	}
+	if err := v.ReadInConfig(); err != nil {
+		return nil, err
+	}
+	return v.AllSettings(), nil
+}
+
+// parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a
+// JSON array (JSON is YAML), nested under a routes key so viper can read it.
+func parseRoutesDocument(doc string) (any, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	body := "routes:\n  " + strings.ReplaceAll(strings.TrimSpace(doc), "\n", "\n  ") + "\n"
+	if err := v.ReadConfig(strings.NewReader(body)); err != nil {
+		return nil, err
+	}
+	routes, ok := v.AllSettings()["routes"]
+	if !ok {
+		return []any{}, nil
+	}
+	return routes, nil
+}
+
+// environ keeps the IDEMPOTENCY_PROXY_ variables; the last of duplicates
+// wins, as with os/exec.
+func environ(list []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range list {
+		name, value, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(name, EnvPrefix) {
+			out[name] = value
+		}
+	}
+	return out
+}
+
+func applyEnv(d *decoder, tree map[string]any, env map[string]string) {
+	keys := envKeys()
+	layer := map[string]sourced{}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if name == EnvConfigFile {
+			continue
+		}
+		key, ok := keys[name]
+		if !ok {
+			// A typo must not silently leave the default in force.
+			d.add(name, nil, "unknown environment variable")
+			continue
+		}
+		layer[key] = sourced{value: env[name], origin: name}
+	}
+	applyLayer(tree, layer)
+}
+
+func applyOverrides(d *decoder, tree map[string]any, overrides map[string]string) {
+	layer := map[string]sourced{}
+	for _, key := range slices.Sorted(maps.Keys(overrides)) {
+		if !isKey(key) {
+			d.add(key, nil, "unknown key (from command line)")
+			continue
+		}
+		layer[key] = sourced{value: overrides[key], origin: "command line"}
+	}
+	applyLayer(tree, layer)
+}
+
+// applyLayer puts a layer's values over the tree. A layer that gives a
+// Redis address without a store kind means Redis, even over a file that says
+// "kind: memory": that is what --redis-url promises.
+func applyLayer(tree map[string]any, layer map[string]sourced) {
+	for _, key := range slices.Sorted(maps.Keys(layer)) {
+		set(tree, key, layer[key])
+	}
+	if _, ok := layer["store.kind"]; ok {
+		return
+	}
+	for _, key := range []string{"store.redis.url", "store.redis.addrs"} {
+		if v, ok := layer[key]; ok && strings.TrimSpace(v.value) != "" {
+			set(tree, "store.kind", sourced{value: StoreRedis, origin: v.origin})
+			return
+		}
+	}
+}
+
+// set stores v at a dotted key, replacing whatever a lower layer had there,
+// even a value of the wrong shape.
+func set(tree map[string]any, key string, v any) {
+	parts := strings.Split(key, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := tree[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			tree[p] = next
+		}
+		tree = next
+	}
+	tree[parts[len(parts)-1]] = v
+}

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"net/url"
+	"slices"
+)
+
+// RestartNeeded lists the dotted keys whose new value (in c) differs from
+// old and cannot take effect without a restart: listeners are bound, the
+// store is connected and the reverse proxy's transport is built once. Hot reload applies everything else; the caller
+// logs these keys and keeps running with the old listeners and store.
+func (c *Config) RestartNeeded(old *Config) []string {
+	if old == nil {
+		return nil
+	}
+	r, o := c.Store.Redis, old.Store.Redis
+	changes := []struct {
+		key     string
+		changed bool
+	}{
+		{"listen", c.Listen != old.Listen},
+		{"admin_listen", c.AdminListen != old.AdminListen},
+		{"upstream.url", urlString(c.Upstream.URL) != urlString(old.Upstream.URL)},
+		{"upstream.timeout", c.Upstream.Timeout != old.Upstream.Timeout},
+		{"store.kind", c.Store.kind() != old.Store.kind()},
+		{"store.memory.max_bytes", c.Store.Memory.MaxBytes != old.Store.Memory.MaxBytes},
+		{"store.redis.url", r.URL != o.URL},
+		{"store.redis.addrs", !slices.Equal(r.Addrs, o.Addrs)},
+		{"store.redis.master_name", r.MasterName != o.MasterName},
+		{"store.redis.key_prefix", r.KeyPrefix != o.KeyPrefix},
+		{"store.redis.timeout", r.Timeout != o.Timeout},
+	}
+	var keys []string
+	for _, ch := range changes {
+		if ch.changed {
+			keys = append(keys, ch.key)
+		}
+	}
+	return keys
+}
+
+func urlString(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return u.String()
+}
