@@ -93,7 +93,11 @@ func TestFingerprint(t *testing.T) {
 		"header": func(r *http.Request) []byte { r.Header.Set("Content-Type", "text/plain"); return []byte("body") },
 		"body":   func(r *http.Request) []byte { return []byte("bodY") },
 		// Length prefixes keep boundaries: moving bytes between parts changes the hash.
-		"boundary": func(r *http.Request) []byte { r.URL.Path = "/v1/charges?a=1"; r.URL.RawQuery = ""; return []byte("body") },
+		"boundary": func(r *http.Request) []byte {
+			r.URL.Path = "/v1/charges?a=1"
+			r.URL.RawQuery = ""
+			return []byte("body")
+		},
 	} {
 		r := base()
 		body := change(r)
