@@ -1,0 +1,143 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+)
+
+// countingUpstream answers each request with its execution number.
+func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(strconv.FormatInt(n.Add(1), 10)))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+var specMetrics = []string{
+	"idempotency_proxy_requests_total",
+	"idempotency_proxy_request_duration_seconds",
+	"idempotency_proxy_upstream_duration_seconds",
+	"idempotency_proxy_store_operation_duration_seconds",
+	"idempotency_proxy_store_errors_total",
+	"idempotency_proxy_inflight_requests",
+	"idempotency_proxy_lock_lost_total",
+	"idempotency_proxy_build_info",
+}
+
+func TestMetrics(t *testing.T) {
+	up, _ := countingUpstream(t)
+	p := start(t, nil, "--upstream", up.URL)
+	p.post(t, "/charge", "k1", "{}")
+	p.post(t, "/charge", "k1", "{}")
+	p.post(t, "/charge", "k1", "other payload")
+	p.post(t, "/charge", "", "{}")
+	p.post(t, "/charge", strings.Repeat("k", 300), "{}")
+
+	_, text := p.get(t, "/metrics")
+	for _, name := range specMetrics {
+		if !strings.Contains(text, "# TYPE "+name+" ") {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	for outcome, want := range map[string]string{
+		"executed": "1", "replayed": "1", "mismatch": "1", "no_key": "1", "invalid_key": "1", "conflict": "0",
+	} {
+		series := `idempotency_proxy_requests_total{outcome="` + outcome + `",route="default"}`
+		if got := p.metric(t, series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
+	if got := p.metric(t, `idempotency_proxy_build_info{goversion="`+goVersion()+`",version="v0.0.0-test"}`); got != "1" {
+		t.Errorf("build_info = %q, want 1", got)
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(text, name) {
+			t.Errorf("/metrics lacks the %s collector", name)
+		}
+	}
+}
+
+func TestReadyzFollowsTheStore(t *testing.T) {
+	redis := redistest.Start(t)
+	up, _ := countingUpstream(t)
+	p := start(t, nil, "--upstream", up.URL, "--redis-url", redis.URL())
+	ready := func() int { code, _ := p.get(t, "/readyz"); return code }
+	waitFor(t, "ready", func() bool { return ready() == http.StatusOK })
+
+	redis.Kill()
+	waitFor(t, "not ready while Redis is down", func() bool { return ready() == http.StatusServiceUnavailable })
+	if _, body := p.get(t, "/readyz"); !strings.Contains(body, "store unavailable") {
+		t.Errorf("/readyz body %q does not say why", body)
+	}
+	if code, _ := p.get(t, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d while Redis is down, want 200 (liveness is not readiness)", code)
+	}
+	redis.Restart()
+	waitFor(t, "ready again after Redis restarts", func() bool { return ready() == http.StatusOK })
+	if got := p.metric(t, `idempotency_proxy_store_errors_total{operation="ping"}`); got == "0" || got == "" {
+		t.Errorf("failed pings not counted: %q", got)
+	}
+}
+
+func TestReload(t *testing.T) {
+	up, execs := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	config := func(ttl string) string {
+		return "upstream:\n  url: " + up.URL + "\nroutes:\n  - match: \"POST /v1/charges\"\n    ttl: " + ttl + "\n    lock_ttl: 100ms\n"
+	}
+	writeFile(t, file, config("1h"))
+	p := start(t, nil, "--config", file, "--log-level", "debug")
+
+	p.post(t, "/v1/charges", "before", "{}")
+	p.post(t, "/v1/charges", "before", "{}")
+	if got := execs.Load(); got != 1 {
+		t.Fatalf("executions with ttl 1h = %d, want 1", got)
+	}
+
+	// A shorter ttl applies to new requests: their records expire.
+	writeFile(t, file, config("200ms"))
+	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
+	p.post(t, "/v1/charges", "after", "{}")
+	base := execs.Load()
+	waitFor(t, "the record to expire under the new ttl", func() bool {
+		p.post(t, "/v1/charges", "after", "{}")
+		return execs.Load() > base
+	})
+
+	// An invalid edit is logged and the running configuration stays.
+	writeFile(t, file, config("soon"))
+	waitFor(t, "the rejected reload", func() bool {
+		return strings.Contains(p.logs.String(), "config reload rejected") && strings.Contains(p.logs.String(), "routes[0].ttl")
+	})
+	p.post(t, "/v1/charges", "still", "{}")
+	if res, _ := p.post(t, "/v1/charges", "still", "{}"); res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("after an invalid edit the proxy stopped protecting the route")
+	}
+
+	// A store change needs a restart, and says so. (Listener addresses
+	// here come from flags, which outrank the file.)
+	writeFile(t, file, config("200ms")+"store:\n  memory:\n    max_bytes: 1MiB\n")
+	p.signal(t, syscall.SIGHUP)
+	waitFor(t, "the restart warning", func() bool {
+		return strings.Contains(p.logs.String(), "need a restart") && strings.Contains(p.logs.String(), "store.memory.max_bytes")
+	})
+}
+
+func TestSIGTERMWithNothingInFlightExitsZero(t *testing.T) {
+	up, _ := countingUpstream(t)
+	p := start(t, nil, "--upstream", up.URL)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+}
