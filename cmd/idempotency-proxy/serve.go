@@ -36,7 +36,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	st, err := openStore(cfg.Store)
+	st, err := openStore(cfg.Store, log)
 	if err != nil {
 		return err
 	}

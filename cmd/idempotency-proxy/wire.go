@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
@@ -17,8 +20,9 @@ type storeCloser interface {
 	Close() error
 }
 
-func openStore(c config.Store) (storeCloser, error) {
+func openStore(c config.Store, log *slog.Logger) (storeCloser, error) {
 	if c.Kind == config.StoreRedis {
+		redis.SetLogger(redisLogger{log})
 		return redisstore.New(redisstore.Options{
 			URL:        c.Redis.URL,
 			Addrs:      c.Redis.Addrs,
@@ -81,3 +85,11 @@ type pinger interface {
 }
 
 const readyTimeout = time.Second
+
+// redisLogger sends go-redis's own log lines (reconnect attempts, pool
+// errors) to the JSON log instead of a plain line on stderr.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}

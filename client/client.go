@@ -1,0 +1,206 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Defaults of the zero-valued Client fields.
+const (
+	DefaultMaxAttempts     = 5
+	DefaultBaseDelay       = 100 * time.Millisecond
+	DefaultMaxDelay        = 10 * time.Second
+	DefaultMaxBufferedBody = 10 << 20 // the proxy's default max_request_body
+)
+
+// Response headers set by the proxy on replays (SPEC §4, §5).
+const (
+	HeaderReplayed    = "Idempotent-Replayed"
+	HeaderBodyOmitted = "Idempotent-Body-Omitted"
+)
+
+// Client sends requests with an idempotency key and retries them safely. The
+// zero value is ready to use; a Client is safe for concurrent use and must
+// not be changed while in use.
+type Client struct {
+	// HTTP sends each attempt; nil means http.DefaultClient.
+	HTTP *http.Client
+	// MaxAttempts is how many requests one operation may send, first
+	// included; 0 means DefaultMaxAttempts.
+	MaxAttempts int
+	// BaseDelay is the backoff before the second attempt; it doubles on each
+	// retry. 0 means DefaultBaseDelay.
+	BaseDelay time.Duration
+	// MaxDelay caps every wait, Retry-After included; 0 means DefaultMaxDelay.
+	MaxDelay time.Duration
+	// AttemptTimeout bounds one attempt, reading the returned response's
+	// body included (like http.Client.Timeout); 0 means no per-attempt
+	// bound, only ctx's.
+	AttemptTimeout time.Duration
+	// MaxBufferedBody bounds the copy kept of a request body that has no
+	// GetBody, in bytes; 0 means DefaultMaxBufferedBody.
+	MaxBufferedBody int64
+
+	// Test seams; nil means the real clock, sleep and random source.
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func(n int64) int64 // uniform in [0, n)
+}
+
+// Replayed reports whether resp is a replay of an earlier execution rather
+// than the answer of a fresh one.
+func Replayed(resp *http.Response) bool { return isTrue(resp.Header.Get(HeaderReplayed)) }
+
+// BodyOmitted reports whether resp is a replay whose body was not recorded
+// because it was too large: the status and headers are the original's, the
+// body is empty. The operation did execute; fetch its result another way.
+func BodyOmitted(resp *http.Response) bool { return isTrue(resp.Header.Get(HeaderBodyOmitted)) }
+
+func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
+
+// KeyOf returns the idempotency key resp's request carried.
+func KeyOf(resp *http.Response) string {
+	if resp.Request == nil {
+		return ""
+	}
+	return resp.Request.Header.Get(HeaderKey)
+}
+
+// Do sends req as one logical operation, retrying with the same key as the
+// package documentation describes. ctx bounds the whole operation and
+// replaces req's own context. Do closes req.Body, like http.Client.Do.
+//
+// On success the caller must close the response body. A non-nil error is a
+// *RetryError, a *MismatchError, or an error about the request itself (an
+// invalid key, a body that cannot be replayed); the response is then nil.
+func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, error) {
+	key, err := operationKey(ctx, req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	body, err := replayableBody(req, c.maxBufferedBody())
+	if err != nil {
+		return nil, err
+	}
+	closeBody(req) // every attempt reads its own copy from body.
+
+	maxAttempts := c.maxAttempts()
+	for n := 1; ; n++ {
+		last := c.attempt(ctx, req, key, body)
+		if last.final() {
+			return last.deliver(key)
+		}
+		if n == maxAttempts || ctx.Err() != nil || c.wait(ctx, c.delay(n, last)) != nil {
+			return nil, last.giveUp(ctx, key, n)
+		}
+	}
+}
+
+// operationKey picks the operation's key: the request header, else WithKey's,
+// else a new random one.
+func operationKey(ctx context.Context, req *http.Request) (string, error) {
+	key := req.Header.Get(HeaderKey)
+	if key == "" {
+		if k, ok := keyFromContext(ctx); ok {
+			key = k
+		} else {
+			key = NewKey()
+		}
+	}
+	if err := validateKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// attempt sends one request and classifies its outcome. Responses that will
+// be retried are drained and closed here.
+func (c *Client) attempt(ctx context.Context, req *http.Request, key string, body *bodySource) attemptResult {
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if c.AttemptTimeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, c.AttemptTimeout)
+	}
+	r := req.Clone(actx)
+	r.Header.Set(HeaderKey, key)
+	if body != nil {
+		rc, err := body.get()
+		if err != nil {
+			cancel()
+			return attemptResult{err: fmt.Errorf("client: replaying request body: %w", err), fatal: true}
+		}
+		r.Body, r.ContentLength = rc, body.length
+	}
+	resp, err := c.httpClient().Do(r)
+	if err != nil {
+		cancel()
+		return attemptResult{err: err}
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	res := attemptResult{resp: resp}
+	res.classify(c.now)
+	if !res.final() {
+		drainAndClose(resp)
+	}
+	return res
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *Client) maxAttempts() int {
+	if c.MaxAttempts > 0 {
+		return c.MaxAttempts
+	}
+	return DefaultMaxAttempts
+}
+
+func (c *Client) maxBufferedBody() int64 {
+	if c.MaxBufferedBody > 0 {
+		return c.MaxBufferedBody
+	}
+	return DefaultMaxBufferedBody
+}
+
+// wait sleeps for d or until ctx is done.
+func (c *Client) wait(ctx context.Context, d time.Duration) error {
+	if c.sleep != nil {
+		return c.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// giveUp builds the final error from the last attempt.
+func (r attemptResult) giveUp(ctx context.Context, key string, attempts int) error {
+	e := &RetryError{Key: key, Attempts: attempts, Err: r.err}
+	if r.resp != nil {
+		e.StatusCode = r.resp.StatusCode
+		e.Problem = r.problem
+	}
+	switch {
+	case r.fatal:
+		return r.err
+	case e.Err == nil && ctx.Err() != nil:
+		e.Err = ctx.Err()
+	case e.Err == nil:
+		e.Err = ErrAttemptsExhausted
+	case ctx.Err() != nil && !errors.Is(e.Err, ctx.Err()):
+		e.Err = errors.Join(e.Err, ctx.Err())
+	}
+	return e
+}

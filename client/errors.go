@@ -1,0 +1,128 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+)
+
+// Problem type URIs of the proxy's RFC 9457 error responses (SPEC §4). They
+// let a caller tell the proxy's answers from the upstream's own.
+const (
+	problemBase = "https://idempotency-proxy.dev/problems/"
+
+	ProblemMissingKey          = problemBase + "missing-key"          // 400: key required, none sent
+	ProblemInvalidKey          = problemBase + "invalid-key"          // 400: empty, too long, non-printable or repeated
+	ProblemBodyUnreadable      = problemBase + "body-unreadable"      // 400: request body could not be read
+	ProblemBodyTooLarge        = problemBase + "body-too-large"       // 413: over max_request_body
+	ProblemInFlight            = problemBase + "in-flight"            // 409: first request with the key still running
+	ProblemPayloadMismatch     = problemBase + "payload-mismatch"     // 422: key reused with a different payload
+	ProblemStoreUnavailable    = problemBase + "store-unavailable"    // 503: proxy's store down, upstream not called
+	ProblemUpstreamUnreachable = problemBase + "upstream-unreachable" // 502: request never reached the upstream
+	ProblemUpstreamFailed      = problemBase + "upstream-failed"      // 502/504: upstream failed after the request was sent
+)
+
+// maxProblemBody bounds how much of an error body is read to parse it.
+const maxProblemBody = 64 << 10
+
+var (
+	// ErrKeyReused means the server already saw the operation's key with a
+	// different payload. It is a bug in the caller (a key reused for another
+	// operation, or a payload that changed between retries); retrying with the
+	// same key can never succeed. Returned wrapped in a *MismatchError.
+	ErrKeyReused = errors.New("client: idempotency key reused with a different payload")
+	// ErrAttemptsExhausted is the cause of a *RetryError whose every attempt
+	// got a retryable status.
+	ErrAttemptsExhausted = errors.New("client: attempts exhausted")
+	// ErrBodyTooLarge means a request body without GetBody is larger than
+	// MaxBufferedBody and so cannot be replayed across attempts.
+	ErrBodyTooLarge = errors.New("client: request body too large to replay")
+)
+
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// MismatchError is returned for the proxy's 422 payload-mismatch answer.
+type MismatchError struct {
+	// Key is the idempotency key that was reused.
+	Key string
+	// Problem is the proxy's problem detail.
+	Problem Problem
+}
+
+func (e *MismatchError) Error() string {
+	msg := fmt.Sprintf("%v (key %q)", ErrKeyReused, e.Key)
+	if e.Problem.Detail != "" {
+		msg += ": " + e.Problem.Detail
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrKeyReused) hold.
+func (e *MismatchError) Unwrap() error { return ErrKeyReused }
+
+// RetryError is returned when Do gives up: attempts exhausted or ctx done.
+type RetryError struct {
+	// Key is the idempotency key every attempt carried; resending it later
+	// (within the server's TTL) continues the same operation.
+	Key string
+	// Attempts is how many requests were sent.
+	Attempts int
+	// StatusCode is the status of the last response, 0 if the last attempt
+	// failed without one.
+	StatusCode int
+	// Problem is the last response's problem detail, if it had one.
+	Problem *Problem
+	// Err is why the client stopped: the last transport error, the context's
+	// error, or ErrAttemptsExhausted.
+	Err error
+}
+
+func (e *RetryError) Error() string {
+	last := "no response"
+	if e.StatusCode != 0 {
+		last = fmt.Sprintf("last status %d", e.StatusCode)
+		if e.Problem != nil && e.Problem.Type != "" {
+			last += " (" + e.Problem.Type + ")"
+		}
+	}
+	return fmt.Sprintf("client: gave up after %d attempt(s), %s: %v", e.Attempts, last, e.Err)
+}
+
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// readProblem parses resp's body as problem+json without consuming it: the
+// bytes read are put back in front of the rest of the body. It returns nil
+// for any other content type or an unparsable body.
+func readProblem(resp *http.Response) *Problem {
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || mt != "application/problem+json" {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
+	resp.Body = &rereadBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), Closer: resp.Body}
+	if err != nil {
+		return nil
+	}
+	var p Problem
+	if json.Unmarshal(buf, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// rereadBody replays the bytes readProblem consumed, then the rest of the
+// original body, and closes the original.
+type rereadBody struct {
+	io.Reader
+	io.Closer
+}
