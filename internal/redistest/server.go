@@ -1,0 +1,299 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server, a Cluster of masters, or a master with a replica watched
+// by a Sentinel. Every process listens on a free loopback port, keeps its
+// files in a test temp dir, is killed by PID in t.Cleanup and dies with the
+// test binary. A failed test gets each server's log printed with t.Log.
+//
+//	srv := redistest.Start(t)                 // standalone
+//	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+//	srv.Kill(); srv.Restart()                 // fault injection, same port
+//	cl := redistest.StartCluster(t, 3)        // cl.Addrs()
+//	sn := redistest.StartSentinel(t)          // sn.MasterName(), sn.SentinelAddrs(), sn.Failover(t)
+//
+// Without redis-server on PATH the tests are skipped, unless the CI
+// environment variable is set: CI must never skip them silently.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// readyTimeout bounds how long a fresh process may take to answer PING.
+const readyTimeout = 10 * time.Second
+
+// Binary returns the path of redis-server. It skips the test when the binary
+// is missing, or fails it when the CI environment variable is set.
+func Binary(t testing.TB) string {
+	t.Helper()
+	return lookBinary(t, "redis-server")
+}
+
+func lookBinary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not installed (required when CI is set): %v", name, err)
+		}
+		t.Skipf("%s not installed: %v", name, err)
+	}
+	return path
+}
+
+// Server is one redis-server (or sentinel) process. Its methods are safe for
+// concurrent use.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	argv []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start runs a standalone redis-server with persistence disabled; args are
+// appended to its command line (e.g. "--maxmemory", "1mb"). It returns once
+// the server answers PING.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	base := []string{"--save", "", "--appendonly", "no"}
+	return startServer(t, nil, append(base, args...))
+}
+
+// startServer runs redis-server with pre (a config file, a mode flag) first,
+// then the per-instance network and file options, then extra.
+func startServer(t testing.TB, pre, extra []string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), port: FreePort(t)}
+	s.argv = append(append([]string{}, pre...),
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--logfile", s.logPath())
+	s.argv = append(s.argv, extra...)
+	t.Cleanup(func() {
+		s.Kill()
+		if t.Failed() {
+			s.dumpLog()
+		}
+	})
+	s.launch()
+	return s
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL is a redis:// URL for database 0 of the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Port is the TCP port of the server.
+func (s *Server) Port() int { return s.port }
+
+// Dir is the server's working directory.
+func (s *Server) Dir() string { return s.dir }
+
+// PID is the process id, or 0 when the process is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Client returns a client for assertions, closed in t.Cleanup.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Kill sends SIGKILL and waits for the process to exit. It is a no-op when
+// the process is not running.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+// Stop asks the server to shut down (SIGTERM) and waits for it to exit,
+// killing it if it takes longer than a few seconds.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+// Pause freezes the process (SIGSTOP): it keeps its connections open but
+// answers nothing, like a hung server. Resume undoes it; Kill works on a
+// paused server.
+func (s *Server) Pause() { s.send(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() { s.send(syscall.SIGCONT) }
+
+func (s *Server) send(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.exited() {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Restart stops the process if it runs, then starts it again with the same
+// port, directory and arguments, and waits until it answers PING.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.launch()
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+func (s *Server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) launch() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := exec.Command(s.bin, s.argv...)
+	cmd.Dir = s.dir
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("start %s: %v", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	if err := waitPing(s.Addr(), done, readyTimeout); err != nil {
+		s.dumpLog()
+		s.t.Fatalf("redis-server on %s not ready: %v", s.Addr(), err)
+	}
+}
+
+func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
+
+// dumpLog prints the tail of the server log: enough to see why it failed.
+func (s *Server) dumpLog() {
+	b, err := os.ReadFile(s.logPath())
+	if err != nil {
+		s.t.Logf("redis-server %s: no log: %v", s.Addr(), err)
+		return
+	}
+	const max = 8 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	s.t.Logf("redis-server %s log (tail):\n%s", s.Addr(), b)
+}
+
+// waitPing polls addr with a raw PING until it answers +PONG, the process
+// exits, or the timeout passes.
+func waitPing(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errors.New("process exited")
+		default:
+		}
+		reply, err := rawCommand(addr, "PING")
+		if err == nil && reply == "+PONG" {
+			return nil
+		}
+		last = fmt.Errorf("reply %q: %v", reply, err)
+		select {
+		case <-exited:
+			return errors.New("process exited")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timeout after %v, last: %v", timeout, last)
+}
+
+// rawCommand sends one inline command and returns the first reply line.
+// Using a bare connection keeps readiness checks free of client retries.
+func rawCommand(addr, cmd string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := conn.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}
+
+// maxPort keeps port+10000 (the Cluster bus port) a valid port number.
+const maxPort = 55535
+
+// FreePort returns a loopback TCP port that was free a moment ago, with
+// port+10000 free too so that the port also suits a Cluster node.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen on loopback: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port >= maxPort || !portFree(port+10000) {
+			continue
+		}
+		return port
+	}
+	t.Fatal("no free loopback port pair found in 100 attempts")
+	return 0
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}

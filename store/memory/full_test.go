@@ -1,0 +1,128 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+func TestFullRefusesNewKeysOnly(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxBytes: 3 * (entryOverhead + 2), SweepInterval: -1})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Fingerprint{1}, time.Minute); err != nil {
+			t.Fatalf("Begin k%d: %v", i, err)
+		}
+	}
+	_, err := s.Begin(ctx, "k3", store.Fingerprint{}, time.Minute)
+	if !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin on a new key when full = %v, want ErrFull (and ErrUnavailable)", err)
+	}
+	b, err := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	if err != nil || b.State != store.InFlight || b.Fingerprint != (store.Fingerprint{1}) {
+		t.Fatalf("Begin on an existing key when full = %+v, %v; want in_flight", b, err)
+	}
+}
+
+func TestFullCompleteOmitsBody(t *testing.T) {
+	rec := &store.Record{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: make([]byte, 4096)}
+	s, _ := newTestStore(t, Options{MaxBytes: 1024, SweepInterval: -1})
+	ctx := context.Background()
+	b, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, rec, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	got, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if !got.BodyOmitted || got.Body != nil || got.Status != 200 || got.Header["A"][0] != "b" {
+		t.Fatalf("stored %+v, want status and header without body", got)
+	}
+	if rec.BodyOmitted || len(rec.Body) != 4096 {
+		t.Fatalf("Complete modified the caller's record: %+v", rec)
+	}
+	if used := s.UsedBytes(); used > 1024 {
+		t.Fatalf("UsedBytes = %d, want <= 1024", used)
+	}
+}
+
+func TestFullReclaimsExpiredBeforeRefusing(t *testing.T) {
+	s, c := newTestStore(t, Options{MaxBytes: entryOverhead + 1, SweepInterval: -1})
+	ctx := context.Background()
+	if _, err := s.Begin(ctx, "a", store.Fingerprint{}, time.Second); err != nil {
+		t.Fatalf("Begin a: %v", err)
+	}
+	c.Advance(2 * time.Second)
+	// "b" may hash to another shard than "a": the store must still find room
+	// once the sweeper has passed.
+	for i := range shardCount {
+		s.sweepShard(i)
+	}
+	if got := s.UsedBytes(); got != 0 {
+		t.Fatalf("UsedBytes after sweeping expired entries = %d, want 0", got)
+	}
+	if _, err := s.Begin(ctx, "b", store.Fingerprint{}, time.Second); err != nil {
+		t.Fatalf("Begin b after expiry: %v", err)
+	}
+}
+
+func TestSweeperReclaims(t *testing.T) {
+	s, c := newTestStore(t, Options{SweepInterval: time.Millisecond})
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Fingerprint{}, time.Second); err != nil {
+			t.Fatalf("Begin: %v", err)
+		}
+	}
+	c.Advance(2 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.UsedBytes() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("UsedBytes = %d 5s after expiry, want 0", s.UsedBytes())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestUsedBytesAccounting(t *testing.T) {
+	s, _ := newTestStore(t, Options{SweepInterval: -1})
+	ctx := context.Background()
+	b, _ := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	if got, want := s.UsedBytes(), int64(len("k")+entryOverhead); got != want {
+		t.Fatalf("UsedBytes with a lease = %d, want %d", got, want)
+	}
+	rec := &store.Record{Status: 200, Body: []byte("hello")}
+	if err := s.Complete(ctx, "k", b.Token, rec, time.Minute); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if got, want := s.UsedBytes(), recordSize("k", rec); got != want {
+		t.Fatalf("UsedBytes with a record = %d, want %d", got, want)
+	}
+	b2, _ := s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute)
+	if err := s.Release(ctx, "k2", b2.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got, want := s.UsedBytes(), recordSize("k", rec); got != want {
+		t.Fatalf("UsedBytes after Release = %d, want %d", got, want)
+	}
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	for _, interval := range []time.Duration{0, -1} {
+		s := New(Options{SweepInterval: interval})
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+}

@@ -1,0 +1,270 @@
+// Package memory is an in-process idempotency store for a single proxy
+// instance: the zero-configuration default.
+//
+// Keys are spread over 64 shards, each with its own mutex, so unrelated keys
+// do not contend. An entry is either an in-flight lease (owner token,
+// request fingerprint, expiry) or a completed record (with its expiry).
+// Expired entries count as absent as soon as their time has passed; a
+// background sweeper reclaims their memory, visiting one shard per tick and a
+// bounded number of entries per visit, so no request ever pays for a full
+// scan. Close stops the sweeper.
+//
+// # Size bound
+//
+// Options.MaxBytes bounds the approximate size of the stored records and
+// leases. When the store is full:
+//
+//   - Begin on a new key fails with an error wrapping store.ErrFull (which
+//     is store.ErrUnavailable), so the proxy applies its on_store_error
+//     policy. Begin on an existing key still reports its state.
+//   - Live entries are never evicted to make room, in-flight leases never.
+//   - Complete of an owned lease whose record would exceed the bound stores
+//     the record without its body (BodyOmitted set), so a duplicate request
+//     gets the recorded status and headers and never re-executes.
+//
+// Complete copies the record it is given. Records returned by Begin and Get
+// are shared between callers and must not be modified.
+package memory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+const (
+	shardCount = 64
+	// entryOverhead approximates the map slot, entry struct and key header
+	// of one entry, so that many tiny entries still count against MaxBytes.
+	entryOverhead = 128
+	// sweepBudget bounds the entries examined per shard visit.
+	sweepBudget = 4096
+	// defaultSweepInterval is the pause between two shard visits: a full
+	// cycle over all shards takes 64 times as long.
+	defaultSweepInterval = 50 * time.Millisecond
+)
+
+// Options configure a Store. The zero value is an unbounded store on the
+// wall clock.
+type Options struct {
+	// MaxBytes bounds the approximate memory used by entries; 0 means no
+	// bound. See the package documentation for the behaviour when full.
+	MaxBytes int64
+	// Now is the clock; nil means time.Now. Tests inject a fake clock.
+	Now func() time.Time
+	// SweepInterval is the pause between visits of the expiry sweeper to
+	// one shard; 0 means 50ms, a negative value disables the sweeper.
+	SweepInterval time.Duration
+}
+
+// Store is the in-memory store. It is safe for concurrent use.
+type Store struct {
+	shards   [shardCount]shard
+	seed     maphash.Seed
+	now      func() time.Time
+	maxBytes int64
+	used     atomic.Int64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*entry
+}
+
+// entry is a lease when rec is nil, a completed record otherwise.
+type entry struct {
+	token   string
+	fp      store.Fingerprint
+	rec     *store.Record
+	expires time.Time
+	size    int64
+}
+
+// New returns a store and starts its sweeper.
+func New(opts Options) *Store {
+	s := &Store{
+		seed:     maphash.MakeSeed(),
+		now:      opts.Now,
+		maxBytes: opts.MaxBytes,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*entry)
+	}
+	interval := opts.SweepInterval
+	if interval == 0 {
+		interval = defaultSweepInterval
+	}
+	if interval < 0 {
+		close(s.done)
+		return s
+	}
+	go s.sweepLoop(interval)
+	return s
+}
+
+// Begin acquires a lease on key or reports what is there.
+func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+	sh := s.shard(key)
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := s.live(sh, key, now); e != nil {
+		if e.rec != nil {
+			return store.Begin{State: store.Completed, Fingerprint: e.rec.Fingerprint, Record: e.rec}, nil
+		}
+		return store.Begin{State: store.InFlight, Fingerprint: e.fp}, nil
+	}
+	size := int64(len(key)) + entryOverhead
+	if s.wouldOverflow(size) {
+		// Reclaim what has expired in this shard before refusing.
+		s.sweep(sh, now, len(sh.m))
+		if s.wouldOverflow(size) {
+			return store.Begin{}, fmt.Errorf("memory store at %d bytes: %w", s.maxBytes, store.ErrFull)
+		}
+	}
+	e := &entry{token: newToken(), fp: fp, expires: now.Add(lease), size: size}
+	sh.m[key] = e
+	s.used.Add(size)
+	return store.Begin{State: store.Acquired, Token: e.token, Fingerprint: fp}, nil
+}
+
+// Extend renews the lease of token on key.
+func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration) error {
+	sh := s.shard(key)
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.owned(sh, key, token, now)
+	if e == nil {
+		return fmt.Errorf("extend: %w", store.ErrLockLost)
+	}
+	e.expires = now.Add(lease)
+	return nil
+}
+
+// Complete replaces the lease of token on key with a copy of rec, kept for
+// ttl. A record that would exceed MaxBytes is stored without its body.
+func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	sh := s.shard(key)
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.owned(sh, key, token, now)
+	if e == nil {
+		return fmt.Errorf("complete: %w", store.ErrLockLost)
+	}
+	cp := cloneRecord(rec)
+	size := recordSize(key, cp)
+	if !cp.BodyOmitted && s.wouldOverflow(size-e.size) {
+		cp.Body, cp.BodyOmitted = nil, true
+		size = recordSize(key, cp)
+	}
+	s.used.Add(size - e.size)
+	*e = entry{fp: cp.Fingerprint, rec: cp, expires: now.Add(ttl), size: size}
+	return nil
+}
+
+// Release deletes the lease of token on key; it does nothing when token does
+// not own key.
+func (s *Store) Release(_ context.Context, key, token string) error {
+	sh := s.shard(key)
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := s.owned(sh, key, token, now); e != nil {
+		s.remove(sh, key, e)
+	}
+	return nil
+}
+
+// Get returns the completed record under key, or store.ErrNotFound.
+func (s *Store) Get(_ context.Context, key string) (*store.Record, error) {
+	sh := s.shard(key)
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := s.live(sh, key, now); e != nil && e.rec != nil {
+		return e.rec, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+// Ping always succeeds: the store is in process.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// Close stops the sweeper. The store stays usable; entries are then only
+// reclaimed on access.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		select {
+		case <-s.done: // sweeper disabled
+		default:
+			close(s.stop)
+			<-s.done
+		}
+	})
+	return nil
+}
+
+// UsedBytes is the approximate size of the entries currently held,
+// expired ones included until they are reclaimed.
+func (s *Store) UsedBytes() int64 { return s.used.Load() }
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// live returns the unexpired entry under key, removing an expired one.
+// sh.mu must be held.
+func (s *Store) live(sh *shard, key string, now time.Time) *entry {
+	e := sh.m[key]
+	if e == nil {
+		return nil
+	}
+	if !now.Before(e.expires) {
+		s.remove(sh, key, e)
+		return nil
+	}
+	return e
+}
+
+// owned returns the live lease under key if token owns it. sh.mu must be held.
+func (s *Store) owned(sh *shard, key, token string, now time.Time) *entry {
+	e := s.live(sh, key, now)
+	if e == nil || e.rec != nil || e.token != token {
+		return nil
+	}
+	return e
+}
+
+func (s *Store) remove(sh *shard, key string, e *entry) {
+	delete(sh.m, key)
+	s.used.Add(-e.size)
+}
+
+func (s *Store) wouldOverflow(delta int64) bool {
+	return s.maxBytes > 0 && s.used.Load()+delta > s.maxBytes
+}
+
+// newToken returns 128 random bits, hex-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,87 @@
+package memory
+
+import (
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// sweepLoop visits one shard per tick until Close.
+func (s *Store) sweepLoop(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.sweepShard(next)
+		next = (next + 1) % shardCount
+	}
+}
+
+// sweepShard reclaims expired entries of shard i, examining at most
+// sweepBudget entries so the shard lock is held briefly. Map iteration starts
+// at a random position, so successive visits cover different entries.
+func (s *Store) sweepShard(i int) int {
+	sh := &s.shards[i]
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.sweep(sh, now, sweepBudget)
+}
+
+// sweep removes expired entries among at most budget entries of sh and
+// returns how many it removed. sh.mu must be held.
+func (s *Store) sweep(sh *shard, now time.Time, budget int) int {
+	removed := 0
+	for key, e := range sh.m {
+		if budget <= 0 {
+			break
+		}
+		budget--
+		if !now.Before(e.expires) {
+			s.remove(sh, key, e)
+			removed++
+		}
+	}
+	return removed
+}
+
+// recordSize approximates the memory held by a completed entry.
+func recordSize(key string, rec *store.Record) int64 {
+	return int64(len(key)+store.EncodedSize(rec)) + entryOverhead
+}
+
+// cloneRecord copies rec so that the caller may reuse its buffers. Header
+// values share one backing array, as in http.Header.Clone.
+func cloneRecord(rec *store.Record) *store.Record {
+	cp := *rec
+	if len(rec.Body) > 0 && !rec.BodyOmitted {
+		cp.Body = append([]byte(nil), rec.Body...)
+	} else {
+		cp.Body = nil
+	}
+	if rec.Header == nil {
+		return &cp
+	}
+	n := 0
+	for _, vv := range rec.Header {
+		n += len(vv)
+	}
+	vals := make([]string, n)
+	cp.Header = make(map[string][]string, len(rec.Header))
+	for k, vv := range rec.Header {
+		if vv == nil {
+			cp.Header[k] = nil
+			continue
+		}
+		n = copy(vals, vv)
+		cp.Header[k] = vals[:n:n]
+		vals = vals[n:]
+	}
+	return &cp
+}

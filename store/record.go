@@ -1,0 +1,163 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrCorrupt means stored bytes are not a valid encoded record.
+var ErrCorrupt = errors.New("corrupt record")
+
+// recordVersion is the first byte of every encoded record. A new layout gets
+// a new version; decoders reject versions they do not know.
+const recordVersion = 1
+
+const (
+	flagBodyOmitted = 1 << iota
+	flagCreatedAt
+	knownFlags = flagBodyOmitted | flagCreatedAt
+)
+
+// Encoded layout, version 1 (uvarint = encoding/binary unsigned varint):
+//
+//	version   1 byte
+//	flags     1 byte   bit 0: body omitted, bit 1: created-at present
+//	status    uvarint
+//	fp        32 bytes
+//	created   varint   Unix milliseconds, only when flag bit 1 is set
+//	body      uvarint length + raw bytes (always 0 when omitted)
+//	nnames    uvarint  number of header names
+//	nvalues   uvarint  total number of header values
+//	per name: uvarint length + name, uvarint count, per value uvarint length + value
+//
+// The body precedes the headers so that the decoder can turn the header
+// section into one string and slice names and values out of it.
+
+// EncodedSize is the exact length of the encoding of rec. Stores use it to
+// size buffers and to account for memory.
+func EncodedSize(rec *Record) int {
+	n := 2 + uvarintLen(uint64(rec.Status)) + len(rec.Fingerprint)
+	if !rec.CreatedAt.IsZero() {
+		n += varintLen(rec.CreatedAt.UnixMilli())
+	}
+	body := encodedBody(rec)
+	n += uvarintLen(uint64(len(body))) + len(body)
+	nvalues := 0
+	for name, vals := range rec.Header {
+		nvalues += len(vals)
+		n += uvarintLen(uint64(len(name))) + len(name) + uvarintLen(uint64(len(vals)))
+		for _, v := range vals {
+			n += uvarintLen(uint64(len(v))) + len(v)
+		}
+	}
+	return n + uvarintLen(uint64(len(rec.Header))) + uvarintLen(uint64(nvalues))
+}
+
+// AppendRecord appends the encoding of rec to dst. With dst of capacity
+// len(dst)+EncodedSize(rec) it does not allocate. The body of a record with
+// BodyOmitted is not encoded.
+func AppendRecord(dst []byte, rec *Record) []byte {
+	var flags byte
+	if rec.BodyOmitted {
+		flags |= flagBodyOmitted
+	}
+	if !rec.CreatedAt.IsZero() {
+		flags |= flagCreatedAt
+	}
+	dst = append(dst, recordVersion, flags)
+	dst = binary.AppendUvarint(dst, uint64(rec.Status))
+	dst = append(dst, rec.Fingerprint[:]...)
+	if !rec.CreatedAt.IsZero() {
+		dst = binary.AppendVarint(dst, rec.CreatedAt.UnixMilli())
+	}
+	body := encodedBody(rec)
+	dst = binary.AppendUvarint(dst, uint64(len(body)))
+	dst = append(dst, body...)
+	nvalues := 0
+	for _, vals := range rec.Header {
+		nvalues += len(vals)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(rec.Header)))
+	dst = binary.AppendUvarint(dst, uint64(nvalues))
+	for name, vals := range rec.Header {
+		dst = appendString(dst, name)
+		dst = binary.AppendUvarint(dst, uint64(len(vals)))
+		for _, v := range vals {
+			dst = appendString(dst, v)
+		}
+	}
+	return dst
+}
+
+// DecodeRecord decodes an encoded record. Every length is checked against
+// the input, so corrupt input yields an error wrapping ErrCorrupt, never a
+// panic or an oversized allocation. The returned Body aliases b: callers pass
+// a buffer they no longer modify.
+func DecodeRecord(b []byte) (*Record, error) {
+	d := decoder{b: b}
+	if v := d.byte(); v != recordVersion {
+		return nil, d.fail(fmt.Sprintf("unknown version %d", v))
+	}
+	flags := d.byte()
+	if flags&^knownFlags != 0 {
+		return nil, d.fail(fmt.Sprintf("unknown flags %#x", flags))
+	}
+	rec := &Record{BodyOmitted: flags&flagBodyOmitted != 0}
+	status := d.uvarint()
+	if status > math.MaxInt32 {
+		return nil, d.fail("status out of range")
+	}
+	rec.Status = int(status)
+	copy(rec.Fingerprint[:], d.bytes(len(rec.Fingerprint)))
+	if flags&flagCreatedAt != 0 {
+		rec.CreatedAt = time.UnixMilli(d.varint()).UTC()
+	}
+	if body := d.bytes(d.length()); len(body) > 0 {
+		if rec.BodyOmitted {
+			return nil, d.fail("body present on a record with body omitted")
+		}
+		rec.Body = body[:len(body):len(body)]
+	}
+	if err := d.headers(rec); err != nil {
+		return nil, err
+	}
+	if d.err == nil && d.off != len(d.b) {
+		return nil, d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return rec, nil
+}
+
+func encodedBody(rec *Record) []byte {
+	if rec.BodyOmitted {
+		return nil
+	}
+	return rec.Body
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}

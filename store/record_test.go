@@ -1,0 +1,162 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func sampleRecords() map[string]*Record {
+	fp := Fingerprint{1, 2, 3, 31: 0xff}
+	return map[string]*Record{
+		"empty":  {},
+		"status": {Status: 201, Fingerprint: fp},
+		"binary body and repeated headers": {
+			Status: 200,
+			Header: map[string][]string{
+				"Content-Type": {"application/octet-stream"},
+				"Set-Cookie":   {"a=1", "b=2", ""},
+				"X-Empty":      {},
+			},
+			Body:        []byte{0, 0xff, 0, '\r', '\n', 0xfe},
+			Fingerprint: fp,
+			CreatedAt:   time.UnixMilli(1_700_000_000_123).UTC(),
+		},
+		"body omitted": {
+			Status: 200, BodyOmitted: true, Fingerprint: fp,
+			Header:    map[string][]string{"Content-Length": {"99999999"}},
+			CreatedAt: time.UnixMilli(-5).UTC(),
+		},
+		"large status": {Status: 1 << 30},
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	for name, rec := range sampleRecords() {
+		t.Run(name, func(t *testing.T) {
+			b := AppendRecord(nil, rec)
+			if got, want := len(b), EncodedSize(rec); got != want {
+				t.Fatalf("len(encoding) = %d, EncodedSize = %d", got, want)
+			}
+			got, err := DecodeRecord(b)
+			if err != nil {
+				t.Fatalf("DecodeRecord: %v", err)
+			}
+			if !recordsEqual(got, rec) {
+				t.Fatalf("round trip:\n got  %+v\n want %+v", got, rec)
+			}
+		})
+	}
+}
+
+func TestAppendRecordOmitsBody(t *testing.T) {
+	rec := &Record{Status: 200, Body: []byte("dropped"), BodyOmitted: true}
+	got, err := DecodeRecord(AppendRecord(nil, rec))
+	if err != nil {
+		t.Fatalf("DecodeRecord: %v", err)
+	}
+	if len(got.Body) != 0 || !got.BodyOmitted {
+		t.Fatalf("got body %q omitted %v, want empty body omitted", got.Body, got.BodyOmitted)
+	}
+}
+
+func TestDecodeRecordRejectsCorruption(t *testing.T) {
+	valid := AppendRecord(nil, sampleRecords()["binary body and repeated headers"])
+	tests := map[string][]byte{
+		"empty input":     {},
+		"unknown version": append([]byte{2}, valid[1:]...),
+		"unknown flag":    append([]byte{1, 0x80}, valid[2:]...),
+		"trailing bytes":  append(append([]byte{}, valid...), 0),
+	}
+	// A record claiming its body was omitted while carrying one.
+	withBody := AppendRecord(nil, &Record{Body: []byte("x")})
+	withBody[1] |= flagBodyOmitted
+	tests["omitted with body"] = withBody
+	for i := range valid {
+		tests[fmt.Sprintf("truncated at %d", i)] = valid[:i]
+	}
+	for name, b := range tests {
+		t.Run(name, func(t *testing.T) {
+			if rec, err := DecodeRecord(b); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeRecord = %+v, %v; want ErrCorrupt", rec, err)
+			}
+		})
+	}
+}
+
+func TestAppendRecordAllocs(t *testing.T) {
+	rec := sampleRecords()["binary body and repeated headers"]
+	buf := make([]byte, 0, EncodedSize(rec))
+	allocs := testing.AllocsPerRun(100, func() { buf = AppendRecord(buf[:0], rec) })
+	if allocs != 0 {
+		t.Fatalf("AppendRecord into a sized buffer: %v allocs, want 0", allocs)
+	}
+}
+
+func FuzzRecordRoundTrip(f *testing.F) {
+	f.Add(200, "Content-Type", "text/plain", "X", []byte("body"), false, int64(1700000000000))
+	f.Add(0, "", "", "", []byte{0, 0xff}, true, int64(-1))
+	f.Fuzz(func(t *testing.T, status int, name, v1, v2 string, body []byte, omitted bool, ms int64) {
+		if status < 0 || status > 1<<31-1 {
+			t.Skip()
+		}
+		rec := &Record{
+			Status:      status,
+			Header:      map[string][]string{name: {v1, v2}, name + "-2": {v2}},
+			Body:        body,
+			BodyOmitted: omitted,
+			Fingerprint: Fingerprint{byte(ms), 7},
+			CreatedAt:   time.UnixMilli(ms).UTC(),
+		}
+		if omitted {
+			rec.Body = nil
+		}
+		b := AppendRecord(nil, rec)
+		got, err := DecodeRecord(b)
+		if err != nil {
+			t.Fatalf("DecodeRecord(AppendRecord(%+v)): %v", rec, err)
+		}
+		if !recordsEqual(got, rec) {
+			t.Fatalf("round trip:\n got  %+v\n want %+v", got, rec)
+		}
+	})
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, rec := range sampleRecords() {
+		f.Add(AppendRecord(nil, rec))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := DecodeRecord(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must re-encode to something that decodes equal.
+		again, err := DecodeRecord(AppendRecord(nil, rec))
+		if err != nil || !recordsEqual(again, rec) {
+			t.Fatalf("re-encode of %+v: %+v, %v", rec, again, err)
+		}
+	})
+}
+
+// recordsEqual compares records treating nil and empty slices and maps alike.
+func recordsEqual(a, b *Record) bool {
+	if a.Status != b.Status || a.BodyOmitted != b.BodyOmitted || a.Fingerprint != b.Fingerprint ||
+		!a.CreatedAt.Equal(b.CreatedAt) || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
+		return false
+	}
+	for k, av := range a.Header {
+		bv, ok := b.Header[k]
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if av[i] != bv[i] {
+				return false
+			}
+		}
+	}
+	return true
+}

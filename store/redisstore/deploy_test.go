@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
+)
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, Options{Addrs: cl.Addrs()})
+	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s} })
+	// The suite's ManyKeys case must have reached every master.
+	for _, n := range cl.Nodes {
+		if got, err := n.Client(t).DBSize(context.Background()).Result(); err != nil || got == 0 {
+			t.Errorf("node %s holds %d keys (%v), want some", n.Addr(), got, err)
+		}
+	}
+}
+
+// TestSentinelFailover runs the suite through Sentinel, forces a failover,
+// and checks that the same Store keeps working against the new master.
+// Between the promotion and the client switching over, operations fail with
+// ErrUnavailable (READONLY from the demoted master, or connection errors):
+// about a second here, the sentinel's reconfiguration time in production.
+func TestSentinelFailover(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName()})
+	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s} })
+
+	ctx := context.Background()
+	b, err := s.Begin(ctx, "before", store.Fingerprint{1}, time.Minute)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	rec := &store.Record{Status: 201, Body: []byte("kept"), Fingerprint: store.Fingerprint{1}}
+	if err := s.Complete(ctx, "before", b.Token, rec, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	// Replication is asynchronous: wait until the replica has the record so
+	// that the test checks the store, not replication lag.
+	if n, err := sn.Master.Client(t).Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+
+	newMaster := sn.Failover(t)
+	start := time.Now()
+	deadline := start.Add(15 * time.Second)
+	for {
+		_, err = s.Begin(ctx, "after", store.Fingerprint{2}, time.Minute)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("Begin during failover = %v, want ErrUnavailable", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store still failing 15s after failover to %s: %v", newMaster, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("unavailable for %v after failover to %s", time.Since(start).Round(time.Millisecond), newMaster)
+	got, err := s.Get(ctx, "before")
+	if err != nil || string(got.Body) != "kept" {
+		t.Fatalf("Get after failover = %+v, %v; want the record from before", got, err)
+	}
+}

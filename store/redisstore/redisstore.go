@@ -1,0 +1,178 @@
+// Package redisstore is the idempotency store on Redis: a single node, a
+// Sentinel-managed master, or a Cluster, through redis.UniversalClient.
+//
+// # Key layout
+//
+// One Redis key per idempotency key: KeyPrefix + "{" + key + "}". The braces
+// make the whole idempotency key the Cluster hash tag, so any companion key
+// added later lands in the same slot and scripts may touch both. The value
+// starts with a one-byte kind:
+//
+//	'L' fingerprint(32 bytes) token    an in-flight lease, with PX = lease
+//	'R' encoded store.Record           a completed record, with PX = ttl
+//
+// # Round trips
+//
+// Begin is one SET NX PX GET (Redis 7.0+): it takes the lease or returns
+// what was there. Extend, Complete and Release are token-checked Lua scripts
+// run with EVALSHA (EVAL once per node after a restart). Get is one GET.
+//
+// # Failures
+//
+// Every operation runs under Options.Timeout. Any failure to get an answer
+// (network errors, timeouts, LOADING, CLUSTERDOWN, READONLY from a master
+// demoted by a failover) is returned wrapping store.ErrUnavailable; an
+// out-of-memory refusal wraps store.ErrFull. redis.Nil never leaves this
+// package.
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+const (
+	// DefaultKeyPrefix namespaces the store's keys.
+	DefaultKeyPrefix = "idem:"
+	// DefaultTimeout bounds each store operation.
+	DefaultTimeout = 250 * time.Millisecond
+)
+
+// Options select and tune the Redis deployment. Set URL for a single node,
+// Addrs with MasterName for Sentinel, or several Addrs for a Cluster.
+type Options struct {
+	// URL is redis://[user:password@]host:port/db or rediss:// for TLS.
+	URL string
+	// Addrs are Sentinel addresses (with MasterName) or Cluster seed nodes.
+	Addrs []string
+	// MasterName is the master's name in Sentinel.
+	MasterName string
+	// Username, Password and TLSConfig apply to Addrs deployments; a URL
+	// carries its own.
+	Username, Password string
+	TLSConfig          *tls.Config
+	// KeyPrefix is prepended to every key; empty means DefaultKeyPrefix.
+	KeyPrefix string
+	// Timeout bounds every operation, dial included; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// PoolSize is the connection pool size (per node for a Cluster); 0 means
+	// the go-redis default of 10 per CPU.
+	PoolSize int
+}
+
+// Store is the Redis store. It is safe for concurrent use.
+type Store struct {
+	c       redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+}
+
+// New builds the client the options describe. It does not contact Redis;
+// use Ping to check reachability.
+func New(opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	var c redis.UniversalClient
+	switch {
+	case opts.URL != "":
+		o, err := redis.ParseURL(opts.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis store: %w", err)
+		}
+		tuneSimple(o, opts)
+		c = redis.NewClient(o)
+	case len(opts.Addrs) > 0:
+		u := &redis.UniversalOptions{
+			Addrs:         opts.Addrs,
+			MasterName:    opts.MasterName,
+			Username:      opts.Username,
+			Password:      opts.Password,
+			TLSConfig:     opts.TLSConfig,
+			IsClusterMode: opts.MasterName == "" && len(opts.Addrs) > 1,
+		}
+		tuneUniversal(u, opts)
+		c = redis.NewUniversalClient(u)
+	default:
+		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
+	}
+	return NewFromClient(c, opts.KeyPrefix, opts.Timeout), nil
+}
+
+// NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,
+// timeout 0 means DefaultTimeout. Close closes c.
+func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration) *Store {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Store{c: c, prefix: prefix, timeout: timeout}
+}
+
+// The client must fail fast: a slow answer is as bad as none, since the
+// proxy then applies its on_store_error policy. One retry absorbs a pooled
+// connection the server closed meanwhile. Retries are safe even when the
+// first attempt was executed and only its reply lost: Begin recognises its
+// own token in the value a retried SET NX GET returns, Complete accepts a
+// key that already holds exactly its record, and Extend and Release are
+// idempotent.
+const maxRetries = 1
+
+func tuneSimple(o *redis.Options, opts Options) {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	o.PoolTimeout = opts.Timeout
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = maxRetries
+	o.PoolSize = opts.PoolSize
+	// No CLIENT SETINFO nor CLIENT MAINT_NOTIFICATIONS handshake on every
+	// new connection: fewer round trips when reconnecting after a failure.
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+func tuneUniversal(u *redis.UniversalOptions, opts Options) {
+	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	u.PoolTimeout = opts.Timeout
+	u.ContextTimeoutEnabled = true
+	u.MaxRetries = maxRetries
+	u.PoolSize = opts.PoolSize
+	u.DisableIdentity = true
+	u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// Ping checks that Redis answers within the timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return translate("ping", s.c.Ping(ctx).Err())
+}
+
+// Close closes the client.
+func (s *Store) Close() error { return s.c.Close() }
+
+func (s *Store) redisKey(key string) string {
+	return s.prefix + "{" + key + "}"
+}
+
+// translate maps a client error to the store's sentinel errors. The original
+// error stays in the chain for logs.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "OOM ") {
+		return fmt.Errorf("redis %s: %w: %w", op, store.ErrFull, err)
+	}
+	return fmt.Errorf("redis %s: %w: %w", op, store.ErrUnavailable, err)
+}

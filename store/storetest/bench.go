@@ -1,0 +1,80 @@
+package storetest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Benchmark measures the hot paths of s: Begin on a fresh key, Complete of
+// an owned lease, and Begin on a completed key (the replay read), with a
+// typical small JSON response.
+func Benchmark(b *testing.B, s Store) {
+	ctx := context.Background()
+	rec := &store.Record{
+		Status: 201,
+		Header: map[string][]string{
+			"Content-Type": {"application/json"},
+			"Location":     {"/v1/charges/ch_123"},
+		},
+		Body:        []byte(`{"id":"ch_123","amount":1000,"currency":"eur","status":"succeeded"}`),
+		Fingerprint: fingerprint(1),
+		CreatedAt:   time.UnixMilli(1_700_000_000_000),
+	}
+	keys := func(b *testing.B, name string) []string {
+		k := make([]string, b.N)
+		for i := range k {
+			k[i] = name + "/" + strconv.Itoa(i) + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		}
+		return k
+	}
+	b.Run("BeginMiss", func(b *testing.B) {
+		ks := keys(b, "miss")
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := s.Begin(ctx, ks[i], rec.Fingerprint, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Complete", func(b *testing.B) {
+		ks := keys(b, "complete")
+		tokens := make([]string, b.N)
+		for i := range ks {
+			bg, err := s.Begin(ctx, ks[i], rec.Fingerprint, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokens[i] = bg.Token
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if err := s.Complete(ctx, ks[i], tokens[i], rec, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("BeginCompleted", func(b *testing.B) {
+		key := "replay/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		bg, err := s.Begin(ctx, key, rec.Fingerprint, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, bg.Token, rec, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			got, err := s.Begin(ctx, key, rec.Fingerprint, time.Minute)
+			if err != nil || got.State != store.Completed {
+				b.Fatalf("Begin = %v, %v; want completed", got.State, err)
+			}
+		}
+	})
+}
