@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -30,11 +28,10 @@ type capture struct {
 	clientGone  bool
 	written     int64
 
-	// Set by the reverse proxy's error handler.
+	// Set by the reverse proxy's error handler. sent is false only when
+	// the upstream could not be dialled: nothing reached it.
 	upstreamErr error
-	// sent is set from the transport's goroutine once the whole request
-	// was written to the upstream connection.
-	sent atomic.Bool
+	sent        bool
 }
 
 var _ http.ResponseWriter = (*capture)(nil)
@@ -133,14 +130,13 @@ func recordableHeader(h http.Header) http.Header {
 	return out
 }
 
-func (c *capture) wroteRequest(info httptrace.WroteRequestInfo) {
-	if info.Err == nil {
-		c.sent.Store(true)
-	}
-}
-
-// record returns the captured response as a store record.
+// record returns the captured response as a store record. Its header
+// carries the Content-Length a replay sends (0 for an omitted body), so a
+// replay does not format it again.
 func (c *capture) record(fp store.Fingerprint) *store.Record {
+	if bodyAllowed(c.status) {
+		c.header["Content-Length"] = []string{strconv.Itoa(len(c.body))}
+	}
 	return &store.Record{
 		Status:      c.status,
 		Header:      c.header,

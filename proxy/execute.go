@@ -4,60 +4,70 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptrace"
 	"sync"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// settleTimeout bounds recording or releasing a key after the upstream
-// answered, retries included. It runs on a context detached from the
-// client, which may be long gone.
-const settleTimeout = 5 * time.Second
+// completeAttempts bounds the retries of recording a response while the
+// store is briefly unavailable (50ms, then 100ms apart).
+const completeAttempts = 3
 
 // execute forwards the first request of a key, whose lease this handler
 // holds, and settles the key — records the response or releases the lease —
 // in a defer, so that settling also happens when the reverse proxy aborts
 // the response with http.ErrAbortHandler.
+//
+// The upstream call runs on a context detached from the client: a client
+// that gives up must not leave an outcome nobody records (SPEC §5). It is
+// bounded by upstream.timeout, and by Abort.
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte) {
 	rt := x.route
-	c := &capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt}
-	notify := h.owners.add(key)
-	l := h.startLease(r.Context(), x, key, token)
+	detached := context.WithoutCancel(r.Context())
+	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
+	f := &flight{capture: capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt}}
+	done := h.owners.add(key, cancel)
+	if h.aborted.Load() {
+		cancel()
+	}
+	h.startLease(detached, f, rt, x.keyHash, key, token)
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.upstreamTimeout)
-	stopAbort := context.AfterFunc(h.stop, cancel)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: c.wroteRequest})
 	out := r.WithContext(ctx)
 	setBody(out, body)
-
 	start := time.Now()
 	defer func() {
 		p := recover()
-		stopAbort()
 		cancel()
 		h.metrics.observeUpstream(rt.label, time.Since(start))
-		lost := l.stop()
-		h.settle(r, x, key, token, fp, c, p != nil, lost)
-		h.owners.remove(key, notify)
+		lost := f.lease.stop()
+		h.settle(detached, x, key, token, fp, &f.capture, p != nil, lost)
+		h.owners.remove(key, done)
 		if p != nil {
 			panic(p)
 		}
 	}()
-	h.rp.ServeHTTP(c, out)
+	h.rp.ServeHTTP(&f.capture, out)
+}
+
+// flight is the state of one executed request, allocated once.
+type flight struct {
+	capture capture
+	lease   lease
 }
 
 // settle records the outcome of an executed request in the store.
-func (h *Handler) settle(r *http.Request, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool) {
+//
+// ctx is detached from the client, which may be long gone; every store
+// operation is bounded by the store's own timeout, and record retries a
+// bounded number of times.
+func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool) {
 	pol := &x.route.policy
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
-	defer cancel()
 	x.status = c.status
 
 	var rec *store.Record
 	switch {
-	case c.upstreamErr != nil && !c.sent.Load():
+	case c.upstreamErr != nil && !c.sent:
 		// Nothing reached the upstream: a retry executes safely.
 		x.outcome = OutcomeUpstreamError
 	case c.upstreamErr != nil || aborted || !c.wroteHeader:
@@ -102,10 +112,10 @@ func (h *Handler) record(ctx context.Context, x *exchange, key, token string, re
 			return
 		case errors.Is(err, store.ErrLockLost):
 			if !leaseLost {
-				h.lockLost(x, "complete")
+				h.lockLost(x.route, x.keyHash, "complete")
 			}
 			return
-		case attempt == 3 || ctx.Err() != nil:
+		case attempt == completeAttempts || ctx.Err() != nil:
 			h.log.Warn("could not record response; the key stays locked until lock_ttl expires, then a retry executes again",
 				"route", x.route.label, "key_hash", x.keyHash, "error", err)
 			return
@@ -120,10 +130,10 @@ func (h *Handler) record(ctx context.Context, x *exchange, key, token string, re
 	}
 }
 
-func (h *Handler) lockLost(x *exchange, during string) {
+func (h *Handler) lockLost(rt *route, keyHash, during string) {
 	h.metrics.lockLost.Inc()
 	h.log.Warn("lease on key lost: it expired while the upstream ran and another request may have executed it; this response was delivered but not recorded",
-		"route", x.route.label, "key_hash", x.keyHash, "during", during, "lock_ttl", x.route.policy.LockTTL.String())
+		"route", rt.label, "key_hash", keyHash, "during", during, "lock_ttl", rt.policy.LockTTL.String())
 }
 
 // lease renews the store lease on a key while its upstream call runs. The
@@ -136,14 +146,13 @@ type lease struct {
 	lost    bool
 }
 
-func (h *Handler) startLease(parent context.Context, x *exchange, key, token string) *lease {
-	ttl := x.route.policy.LockTTL
+func (h *Handler) startLease(ctx context.Context, f *flight, rt *route, keyHash, key, token string) {
+	ttl := rt.policy.LockTTL
 	every := ttl / 3
-	l := &lease{}
-	parent = context.WithoutCancel(parent)
+	l := &f.lease
 	renew := func() {
-		ctx, cancel := context.WithTimeout(parent, every)
-		err := h.extend(ctx, key, token, ttl)
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := h.extend(rctx, key, token, ttl)
 		cancel()
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -153,17 +162,16 @@ func (h *Handler) startLease(parent context.Context, x *exchange, key, token str
 			l.timer.Reset(every)
 		case errors.Is(err, store.ErrLockLost):
 			l.lost = true
-			h.lockLost(x, "renewal")
+			h.lockLost(rt, keyHash, "renewal")
 		default:
 			// The store may come back before the lease runs out.
-			h.log.Warn("could not renew lease", "route", x.route.label, "key_hash", x.keyHash, "error", err)
+			h.log.Warn("could not renew lease", "route", rt.label, "key_hash", keyHash, "error", err)
 			l.timer.Reset(every / 4)
 		}
 	}
 	l.mu.Lock()
 	l.timer = time.AfterFunc(every, renew)
 	l.mu.Unlock()
-	return l
 }
 
 // stop ends renewals and reports whether the lease was found lost.

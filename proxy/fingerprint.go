@@ -11,62 +11,80 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-var hashPool = sync.Pool{New: func() any { return sha256.New() }}
+// hasher is a reusable SHA-256 with a scratch buffer for the small parts of
+// a request, so hashing allocates nothing.
+type hasher struct {
+	h   hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New(), buf: make([]byte, 0, 512)} }}
+
+func getHasher() *hasher {
+	hs := hashers.Get().(*hasher)
+	hs.h.Reset()
+	hs.buf = hs.buf[:0]
+	return hs
+}
+
+func (hs *hasher) field(s string) {
+	hs.length(len(s))
+	hs.buf = append(hs.buf, s...)
+}
+
+func (hs *hasher) length(n int) {
+	hs.buf = binary.BigEndian.AppendUint64(hs.buf, uint64(n))
+}
+
+// finish hashes the buffered parts followed by tail and returns the pooled
+// hasher; the digest is in the returned array.
+func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
+	hs.h.Write(hs.buf)
+	hs.h.Write(tail)
+	hs.h.Sum(hs.sum[:0])
+	sum := hs.sum
+	if cap(hs.buf) <= 64<<10 { // do not pool a buffer a huge header grew
+		hashers.Put(hs)
+	}
+	return sum
+}
 
 // fingerprint is the SHA-256 of the parts of a request that must be equal
 // for a retry to be the same operation: method, path, query, the configured
 // headers and the body. Every part is length-prefixed so that no two
 // different requests hash the same bytes.
 func fingerprint(r *http.Request, body []byte, headers []string) store.Fingerprint {
-	h := hashPool.Get().(hash.Hash)
-	h.Reset()
-	writeField(h, r.Method)
-	writeField(h, r.URL.EscapedPath())
-	writeField(h, r.URL.RawQuery)
+	hs := getHasher()
+	hs.field(r.Method)
+	hs.field(r.URL.EscapedPath())
+	hs.field(r.URL.RawQuery)
 	for _, name := range headers {
-		writeField(h, name)
+		hs.field(name)
 		values := r.Header[name]
-		writeLen(h, len(values))
+		hs.length(len(values))
 		for _, v := range values {
-			writeField(h, v)
+			hs.field(v)
 		}
 	}
-	writeLen(h, len(body))
-	h.Write(body)
-	var fp store.Fingerprint
-	h.Sum(fp[:0])
-	hashPool.Put(h)
-	return fp
+	hs.length(len(body))
+	return hs.finish(body)
 }
 
 // storageKey names a key in the store: a hash of the scope header values and
 // the idempotency key, so one client can never be replayed another's
 // response and neither Authorization values nor raw keys are stored.
 func storageKey(r *http.Request, key string, scope []string) string {
-	h := hashPool.Get().(hash.Hash)
-	h.Reset()
+	hs := getHasher()
 	for _, name := range scope {
 		values := r.Header[name]
-		writeLen(h, len(values))
+		hs.length(len(values))
 		for _, v := range values {
-			writeField(h, v)
+			hs.field(v)
 		}
 	}
-	writeField(h, key)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	hashPool.Put(h)
+	hs.field(key)
+	sum := hs.finish(nil)
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
 	return hex.EncodeToString(sum[:16])
-}
-
-func writeField(h hash.Hash, s string) {
-	writeLen(h, len(s))
-	h.Write([]byte(s))
-}
-
-func writeLen(h hash.Hash, n int) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(n))
-	h.Write(b[:])
 }

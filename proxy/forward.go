@@ -86,12 +86,12 @@ func toLower(s string) string {
 // on_upstream_error; the client gets a 502 either way.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	p, detail := probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key."
-	sent := true
+	// Only a failed dial proves nothing was sent. A connection that broke
+	// while the request was being written counts as sent: the upstream may
+	// have started on it, so on_upstream_error must decide.
+	sent := !isDialError(err)
 	if c, ok := w.(*capture); ok {
-		c.upstreamErr = err
-		sent = c.sent.Load()
-	} else {
-		sent = !isDialError(err)
+		c.upstreamErr, c.sent = err, sent
 	}
 	if sent {
 		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."
@@ -117,11 +117,20 @@ func setBody(r *http.Request, body []byte) {
 		r.Body, r.GetBody = http.NoBody, nil
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.Body = newBodyReader(body)
+	r.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 }
 
-func newBodyReader(body []byte) io.Reader { return bytes.NewReader(body) }
+// bodyReader is a request body read from memory.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+func newBodyReader(body []byte) *bodyReader {
+	b := &bodyReader{}
+	b.Reset(body)
+	return b
+}
 
 var errBodyTooLarge = errors.New("request body too large")
 

@@ -7,7 +7,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -28,10 +27,9 @@ type Handler struct {
 	log             *slog.Logger
 	metrics         *Metrics
 	owners          owners
-	// stop is cancelled by Abort; upstream calls are detached from their
-	// clients but not from a shutdown that has run out of time.
-	stop  context.Context
-	abort context.CancelFunc
+	// aborted is set by Abort: upstream calls are detached from their
+	// clients, but not from a shutdown that has run out of time.
+	aborted atomic.Bool
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -63,7 +61,6 @@ func New(opts Options) (*Handler, error) {
 	if transport == nil {
 		transport = NewTransport()
 	}
-	h.stop, h.abort = context.WithCancel(context.Background())
 	h.owners.init()
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
@@ -94,7 +91,10 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 // grace period has run out. Each one then settles like any upstream failure
 // after the request was sent: on_upstream_error decides whether its key is
 // released or its 502 recorded.
-func (h *Handler) Abort() { h.abort() }
+func (h *Handler) Abort() {
+	h.aborted.Store(true)
+	h.owners.cancelAll()
+}
 
 // exchange is the bookkeeping of one request, for metrics and the log line.
 type exchange struct {
@@ -187,7 +187,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, x *ex
 		x.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", x.route.label, "key_hash", x.keyHash, "error", err)
-		r.Body = io.NopCloser(newBodyReader(body))
+		r.Body = newBodyReader(body)
 		h.rp.ServeHTTP(w, r)
 		return
 	}

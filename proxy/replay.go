@@ -13,7 +13,8 @@ import (
 // Header values the proxy sets; shared because header maps only read them.
 var headerTrue = []string{"true"}
 
-// replay writes a recorded response, marked Idempotent-Replayed.
+// replay writes a recorded response, marked Idempotent-Replayed. Records
+// made by capture carry their Content-Length.
 func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string) {
 	dst := w.Header()
 	for k, v := range rec.Header {
@@ -28,7 +29,7 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 	if rec.BodyOmitted {
 		dst["Idempotent-Body-Omitted"] = headerTrue
 	}
-	if bodyAllowed(rec.Status) {
+	if _, ok := rec.Header["Content-Length"]; !ok && bodyAllowed(rec.Status) {
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
 	w.WriteHeader(rec.Status)
@@ -49,8 +50,9 @@ func problemRecord(p problem, detail string, fp store.Fingerprint) *store.Record
 	return &store.Record{
 		Status: p.Status,
 		Header: map[string][]string{
-			"Content-Type":  {"application/problem+json"},
-			"Cache-Control": {"no-store"},
+			"Content-Type":   {"application/problem+json"},
+			"Cache-Control":  {"no-store"},
+			"Content-Length": {strconv.Itoa(len(body))},
 		},
 		Body:        body,
 		Fingerprint: fp,

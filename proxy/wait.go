@@ -17,13 +17,18 @@ type owners struct {
 
 type ownerShard struct {
 	mu sync.Mutex
-	m  map[string]chan struct{}
+	m  map[string]owner
+}
+
+type owner struct {
+	done   chan struct{}
+	cancel context.CancelFunc // cancels the upstream call, for Abort
 }
 
 func (o *owners) init() {
 	o.seed = maphash.MakeSeed()
 	for i := range o.shards {
-		o.shards[i].m = make(map[string]chan struct{})
+		o.shards[i].m = make(map[string]owner)
 	}
 }
 
@@ -32,11 +37,11 @@ func (o *owners) shard(key string) *ownerShard {
 }
 
 // add notes that this process executes key; the channel closes when it settles.
-func (o *owners) add(key string) chan struct{} {
+func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
 	ch := make(chan struct{})
 	s := o.shard(key)
 	s.mu.Lock()
-	s.m[key] = ch
+	s.m[key] = owner{done: ch, cancel: cancel}
 	s.mu.Unlock()
 	return ch
 }
@@ -44,11 +49,23 @@ func (o *owners) add(key string) chan struct{} {
 func (o *owners) remove(key string, ch chan struct{}) {
 	s := o.shard(key)
 	s.mu.Lock()
-	if s.m[key] == ch {
+	if s.m[key].done == ch {
 		delete(s.m, key)
 	}
 	s.mu.Unlock()
 	close(ch)
+}
+
+// cancelAll cancels every upstream call in flight.
+func (o *owners) cancelAll() {
+	for i := range o.shards {
+		s := &o.shards[i]
+		s.mu.Lock()
+		for _, ow := range s.m {
+			ow.cancel()
+		}
+		s.mu.Unlock()
+	}
 }
 
 // done returns the channel that closes when this process settles key, or
@@ -56,7 +73,7 @@ func (o *owners) remove(key string, ch chan struct{}) {
 func (o *owners) done(key string) <-chan struct{} {
 	s := o.shard(key)
 	s.mu.Lock()
-	ch := s.m[key]
+	ch := s.m[key].done
 	s.mu.Unlock()
 	return ch
 }
