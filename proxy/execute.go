@@ -10,10 +10,6 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// completeAttempts bounds the retries of recording a response while the
-// store is briefly unavailable (50ms, then 100ms apart).
-const completeAttempts = 3
-
 // execute forwards the first request of a key, whose lease this handler
 // holds, and settles the key — records the response or releases the lease —
 // in a defer, so that settling also happens when the reverse proxy aborts
@@ -40,9 +36,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, k
 		p := recover()
 		cancel()
 		h.metrics.observeUpstream(rt.label, time.Since(start))
-		lost := f.lease.stop()
-		h.settle(detached, x, key, token, fp, &f.capture, p != nil, lost)
-		h.owners.remove(key, done)
+		lost, until := f.lease.stop()
+		h.settle(detached, x, key, token, fp, &f.capture, p != nil, lost, until, done)
 		if p != nil {
 			panic(p)
 		}
@@ -59,9 +54,9 @@ type flight struct {
 // settle records the outcome of an executed request in the store.
 //
 // ctx is detached from the client, which may be long gone; every store
-// operation is bounded by the store's own timeout, and record retries a
-// bounded number of times.
-func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool) {
+// operation is bounded by the store's own timeout. done is closed once the
+// key is settled, waking local waiters.
+func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool, until time.Time, done chan struct{}) {
 	pol := &x.route.policy
 	x.status = c.status
 
@@ -95,39 +90,54 @@ func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp
 			h.log.Warn("could not release key; it stays locked until lock_ttl expires",
 				"route", x.route.label, "key_hash", x.keyHash, "error", err)
 		}
+		h.owners.remove(key, done)
 		return
 	}
-	h.record(ctx, x, key, token, rec, leaseLost)
+	h.record(ctx, x.route, x.keyHash, key, token, rec, leaseLost, until, done)
 }
 
-// record completes the key, retrying a store that is briefly unavailable:
-// a response that is not recorded is executed again by a retry after its
-// lease expires.
-func (h *Handler) record(ctx context.Context, x *exchange, key, token string, rec *store.Record, leaseLost bool) {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := h.complete(ctx, key, token, rec, x.route.policy.TTL)
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, store.ErrLockLost):
-			if !leaseLost {
-				h.lockLost(x.route, x.keyHash, "complete")
-			}
-			return
-		case attempt == completeAttempts || ctx.Err() != nil:
-			h.log.Warn("could not record response; the key stays locked until lock_ttl expires, then a retry executes again",
-				"route", x.route.label, "key_hash", x.keyHash, "error", err)
-			return
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		backoff *= 2
+// record completes the key. When the store is briefly unavailable it keeps
+// trying in the background — the client already has its response — until
+// the lease would have expired: a response that is not recorded by then is
+// executed again by the next retry.
+func (h *Handler) record(ctx context.Context, rt *route, keyHash, key, token string, rec *store.Record, leaseLost bool, until time.Time, done chan struct{}) {
+	if h.tryComplete(ctx, rt, keyHash, key, token, rec, leaseLost) {
+		h.owners.remove(key, done)
+		return
 	}
+	h.settling.Add(1)
+	go func() {
+		defer h.settling.Done()
+		defer h.owners.remove(key, done)
+		backoff := 50 * time.Millisecond
+		for time.Until(until) > backoff {
+			t := time.NewTimer(backoff)
+			<-t.C
+			if h.tryComplete(ctx, rt, keyHash, key, token, rec, leaseLost) {
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+		h.log.Warn("could not record response before its lease expired; a retry with its key will execute again",
+			"route", rt.label, "key_hash", keyHash)
+	}()
+}
+
+// tryComplete stores rec and reports whether the key is settled: recorded,
+// or lost to another owner. false means the store was unavailable.
+func (h *Handler) tryComplete(ctx context.Context, rt *route, keyHash, key, token string, rec *store.Record, leaseLost bool) bool {
+	err := h.complete(ctx, key, token, rec, rt.policy.TTL)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, store.ErrLockLost):
+		if !leaseLost {
+			h.lockLost(rt, keyHash, "complete")
+		}
+		return true
+	}
+	h.log.Warn("could not record response yet; retrying until its lease expires", "route", rt.label, "key_hash", keyHash, "error", err)
+	return false
 }
 
 func (h *Handler) lockLost(rt *route, keyHash, during string) {
@@ -144,13 +154,16 @@ type lease struct {
 	timer   *time.Timer
 	stopped bool
 	lost    bool
+	until   time.Time // when the lease expires, as far as this process knows
 }
 
 func (h *Handler) startLease(ctx context.Context, f *flight, rt *route, keyHash, key, token string) {
 	ttl := rt.policy.LockTTL
 	every := ttl / 3
 	l := &f.lease
+	l.until = time.Now().Add(ttl) // Begin took it a moment ago: a safe underestimate
 	renew := func() {
+		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
 		err := h.extend(rctx, key, token, ttl)
 		cancel()
@@ -159,6 +172,7 @@ func (h *Handler) startLease(ctx context.Context, f *flight, rt *route, keyHash,
 		switch {
 		case l.stopped:
 		case err == nil:
+			l.until = sent.Add(ttl)
 			l.timer.Reset(every)
 		case errors.Is(err, store.ErrLockLost):
 			l.lost = true
@@ -174,11 +188,12 @@ func (h *Handler) startLease(ctx context.Context, f *flight, rt *route, keyHash,
 	l.mu.Unlock()
 }
 
-// stop ends renewals and reports whether the lease was found lost.
-func (l *lease) stop() (lost bool) {
+// stop ends renewals and reports whether the lease was found lost, and
+// until when it holds otherwise.
+func (l *lease) stop() (lost bool, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
 	l.timer.Stop()
-	return l.lost
+	return l.lost, l.until
 }

@@ -25,6 +25,8 @@ type flakyStore struct {
 	down atomic.Bool
 	// lostAfterBegin makes Extend and Complete report a lost lease.
 	lostAfterBegin atomic.Bool
+	// completeFailures is how many Complete calls fail as unavailable.
+	completeFailures atomic.Int64
 }
 
 func (f *flakyStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
@@ -44,6 +46,9 @@ func (f *flakyStore) Extend(ctx context.Context, key, token string, lease time.D
 func (f *flakyStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	if f.lostAfterBegin.Load() {
 		return store.ErrLockLost
+	}
+	if f.completeFailures.Add(-1) >= 0 {
+		return store.ErrUnavailable
 	}
 	return f.Store.Complete(ctx, key, token, rec, ttl)
 }
@@ -398,5 +403,29 @@ func TestResponseCutShortIsNotRecorded(t *testing.T) {
 	})
 	if r.body != "complete" || r.replayed() {
 		t.Fatalf("retry: %q replayed=%v, want a fresh execution (release)", r.body, r.replayed())
+	}
+}
+
+// A store that is down when the response comes back is retried in the
+// background until the lease would expire: the retry is a replay, not a
+// second execution.
+func TestRecordingRetriedWhileStoreRecovers(t *testing.T) {
+	st := newFlaky(t)
+	st.completeFailures.Store(4) // about 50+100+200+400ms of outage
+	e := newEnv(t, nil, withStore(st))
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
+	}
+	var r *response
+	eventually(t, "the record written", func() bool {
+		r = e.do(t, "POST", "/x", "k", "{}")
+		return r.StatusCode != http.StatusConflict
+	})
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry: %d replayed=%v executions=%d, want the replay of the one execution", r.StatusCode, r.replayed(), e.up.calls.Load())
+	}
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,8 @@ type Handler struct {
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
 	aborted atomic.Bool
+	// settling counts background retries of recording a response.
+	settling sync.WaitGroup
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -94,6 +97,19 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 func (h *Handler) Abort() {
 	h.aborted.Store(true)
 	h.owners.cancelAll()
+}
+
+// Wait blocks until responses still being recorded in the background are
+// settled, or ctx is done. A shutdown calls it after the server drained.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { h.settling.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // exchange is the bookkeeping of one request, for metrics and the log line.

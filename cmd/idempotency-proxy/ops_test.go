@@ -141,3 +141,56 @@ func TestSIGTERMWithNothingInFlightExitsZero(t *testing.T) {
 		t.Fatalf("exit %d, want 0", code)
 	}
 }
+
+// A request still running at shutdown_timeout is aborted and its key
+// released (on_upstream_error: release), so another proxy on the same Redis
+// can execute the retry at once instead of answering 409 until lock_ttl.
+func TestShutdownTimeoutReleasesUnfinishedKeys(t *testing.T) {
+	redis := redistest.Start(t)
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	var execs atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if execs.Add(1) == 1 {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done(): // the proxy aborted the call
+			}
+			return
+		}
+		w.Write([]byte("second"))
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) }) // before up.Close, which waits for handlers
+	env := []string{"IDEMPOTENCY_PROXY_SHUTDOWN_TIMEOUT=300ms", "IDEMPOTENCY_PROXY_DEFAULTS_LOCK_TTL=1h", "IDEMPOTENCY_PROXY_DEFAULTS_TTL=2h"}
+	a := start(t, env, "--upstream", up.URL, "--redis-url", redis.URL())
+	b := start(t, env, "--upstream", up.URL, "--redis-url", redis.URL())
+
+	firstDone := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+a.listen+"/x", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			firstDone <- 0
+			return
+		}
+		res.Body.Close()
+		firstDone <- res.StatusCode
+	}()
+	<-arrived
+	a.signal(t, syscall.SIGTERM)
+	if code := a.exitCode(t); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if got := <-firstDone; got != http.StatusBadGateway {
+		t.Errorf("aborted request got %d, want 502", got)
+	}
+	res, body := b.post(t, "/x", "k", "{}")
+	if res.StatusCode != http.StatusOK || body != "second" {
+		t.Fatalf("retry on the other proxy: %d %q, want a fresh execution (key released)", res.StatusCode, body)
+	}
+	if !strings.Contains(a.logs.String(), "shutdown_timeout reached") {
+		t.Error("the abort was not logged")
+	}
+}

@@ -103,14 +103,19 @@ func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := srv.Shutdown(ctx)
+	// One grace period after shutdown_timeout, shared by aborted requests
+	// settling their keys and responses whose recording is being retried.
+	grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
+	defer cancelGrace()
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("shutdown_timeout reached: aborting the requests still in flight")
 		h.Abort()
-		grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
-		defer cancelGrace()
 		if err = srv.Shutdown(grace); err != nil {
 			srv.Close()
 		}
+	}
+	if err := h.Wait(grace); err != nil {
+		log.Warn("some responses could not be recorded before exit; their keys unlock when lock_ttl expires")
 	}
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), time.Second)
 	defer cancelAdmin()
