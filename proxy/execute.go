@@ -35,7 +35,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, k
 	defer func() {
 		p := recover()
 		cancel()
-		h.metrics.observeUpstream(rt.label, time.Since(start))
+		rt.metrics.upstream.Observe(time.Since(start).Seconds())
 		lost, until := f.lease.stop()
 		h.settle(detached, x, key, token, fp, &f.capture, p != nil, lost, until, done)
 		if p != nil {

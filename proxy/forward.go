@@ -46,7 +46,7 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError fun
 			pr.SetXForwarded()
 			hideIdempotencyKey(pr.Out.Header)
 			// The body is already in memory: no reason to wait for a 100.
-			pr.Out.Header.Del("Expect")
+			delete(pr.Out.Header, "Expect")
 		},
 		Transport:    transport,
 		ErrorHandler: onError,

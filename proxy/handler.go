@@ -79,12 +79,9 @@ func New(opts Options) (*Handler, error) {
 // SetRoutes replaces the default policy and the routes. Requests already
 // being served keep the policy they started with.
 func (h *Handler) SetRoutes(def Policy, routes []Route) error {
-	t, err := newRouteTable(def, routes)
+	t, err := newRouteTable(def, routes, h.metrics)
 	if err != nil {
 		return err
-	}
-	for _, r := range routes {
-		h.metrics.InitRoute(r.Pattern)
 	}
 	h.routes.Store(t)
 	return nil
@@ -220,12 +217,12 @@ func (h *Handler) refuse(w http.ResponseWriter, x *exchange, o Outcome, p proble
 // so it also runs when the reverse proxy aborts a half-written response.
 func (h *Handler) finish(r *http.Request, x *exchange) {
 	h.metrics.inflight.Dec()
-	label := DefaultRoute
-	if x.route != nil {
-		label = x.route.label
+	if x.route == nil { // a panic before the route was known
+		return
 	}
+	label := x.route.label
 	d := time.Since(x.start)
-	h.metrics.observeRequest(label, x.outcome, d)
+	x.route.metrics.observe(x.outcome, d)
 	if x.outcome != OutcomePassthrough && h.log.Enabled(r.Context(), slog.LevelDebug) {
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 			slog.String("route", label), slog.String("method", r.Method),

@@ -67,6 +67,22 @@ type Metrics struct {
 	storeErrors      *prometheus.CounterVec
 	inflight         prometheus.Gauge
 	lockLost         prometheus.Counter
+
+	// Children resolved once: a label lookup per request costs more than
+	// the replay it measures.
+	ops map[string]opMetrics
+}
+
+type opMetrics struct {
+	duration prometheus.Observer
+	errors   prometheus.Counter
+}
+
+// routeMetrics are one route's series, resolved when its table is built.
+type routeMetrics struct {
+	requests map[Outcome]prometheus.Counter
+	duration map[Outcome]prometheus.Observer
+	upstream prometheus.Observer
 }
 
 // NewMetrics creates the proxy's collectors and registers them, plus
@@ -113,37 +129,39 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, buildInfo)
+	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
-		m.storeDuration.WithLabelValues(op)
-		m.storeErrors.WithLabelValues(op)
+		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
 	}
-	m.InitRoute(DefaultRoute)
+	m.route(DefaultRoute)
 	return m
 }
 
-// InitRoute creates a route's series at zero, so rates and alerts work
-// before the first request of each outcome.
-func (m *Metrics) InitRoute(route string) {
-	for _, o := range Outcomes {
-		m.requests.WithLabelValues(route, string(o))
-		m.requestDuration.WithLabelValues(route, string(o))
+// route creates a route's series at zero, so rates and alerts work before
+// the first request of each outcome, and returns them.
+func (m *Metrics) route(label string) *routeMetrics {
+	rm := &routeMetrics{
+		requests: make(map[Outcome]prometheus.Counter, len(Outcomes)),
+		duration: make(map[Outcome]prometheus.Observer, len(Outcomes)),
+		upstream: m.upstreamDuration.WithLabelValues(label),
 	}
-	m.upstreamDuration.WithLabelValues(route)
+	for _, o := range Outcomes {
+		rm.requests[o] = m.requests.WithLabelValues(label, string(o))
+		rm.duration[o] = m.requestDuration.WithLabelValues(label, string(o))
+	}
+	return rm
 }
 
-func (m *Metrics) observeRequest(route string, o Outcome, d time.Duration) {
-	m.requests.WithLabelValues(route, string(o)).Inc()
-	m.requestDuration.WithLabelValues(route, string(o)).Observe(d.Seconds())
-}
-
-func (m *Metrics) observeUpstream(route string, d time.Duration) {
-	m.upstreamDuration.WithLabelValues(route).Observe(d.Seconds())
+func (rm *routeMetrics) observe(o Outcome, d time.Duration) {
+	rm.requests[o].Inc()
+	rm.duration[o].Observe(d.Seconds())
 }
 
 func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
-	m.storeDuration.WithLabelValues(op).Observe(d.Seconds())
+	om := m.ops[op]
+	om.duration.Observe(d.Seconds())
 	if failed {
-		m.storeErrors.WithLabelValues(op).Inc()
+		om.errors.Inc()
 	}
 }
 

@@ -11,6 +11,7 @@ type route struct {
 	label    string
 	disabled bool
 	policy   Policy
+	metrics  *routeMetrics
 }
 
 func (rt *route) protects(method string) bool {
@@ -29,10 +30,10 @@ type routeTable struct {
 	fallback  *route
 }
 
-func newRouteTable(def Policy, routes []Route) (t *routeTable, err error) {
+func newRouteTable(def Policy, routes []Route, m *Metrics) (t *routeTable, err error) {
 	t = &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
-		fallback:  &route{label: DefaultRoute, policy: def},
+		fallback:  &route{label: DefaultRoute, policy: def, metrics: m.route(DefaultRoute)},
 	}
 	if len(routes) == 0 {
 		return t, nil
@@ -50,7 +51,7 @@ func newRouteTable(def Policy, routes []Route) (t *routeTable, err error) {
 		if _, dup := t.byPattern[r.Pattern]; dup {
 			return nil, fmt.Errorf("invalid route: pattern %q appears twice", r.Pattern)
 		}
-		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy}
+		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy, metrics: m.route(r.Pattern)}
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
 	}
 	return t, nil

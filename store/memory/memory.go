@@ -22,8 +22,9 @@
 //     the record without its body (BodyOmitted set), so a duplicate request
 //     gets the recorded status and headers and never re-executes.
 //
-// Complete copies the record it is given. Records returned by Begin and Get
-// are shared between callers and must not be modified.
+// Complete keeps the record it is given, without a copy: the caller hands it
+// over. Records returned by Begin and Get are shared between callers and
+// must not be modified.
 package memory
 
 import (
@@ -158,8 +159,10 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	return nil
 }
 
-// Complete replaces the lease of token on key with a copy of rec, kept for
-// ttl. A record that would exceed MaxBytes is stored without its body.
+// Complete replaces the lease of token on key with rec, kept for ttl. The
+// store keeps rec itself, without copying it: the caller must not modify it
+// afterwards. A record that would exceed MaxBytes is stored without its
+// body.
 func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	sh := s.shard(key)
 	now := s.now()
@@ -169,10 +172,12 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	if e == nil {
 		return fmt.Errorf("complete: %w", store.ErrLockLost)
 	}
-	cp := cloneRecord(rec)
+	cp := rec
 	size := recordSize(key, cp)
 	if !cp.BodyOmitted && s.wouldOverflow(size-e.size) {
-		cp.Body, cp.BodyOmitted = nil, true
+		omitted := *rec
+		omitted.Body, omitted.BodyOmitted = nil, true
+		cp = &omitted
 		size = recordSize(key, cp)
 	}
 	s.used.Add(size - e.size)

@@ -55,33 +55,3 @@ func (s *Store) sweep(sh *shard, now time.Time, budget int) int {
 func recordSize(key string, rec *store.Record) int64 {
 	return int64(len(key)+store.EncodedSize(rec)) + entryOverhead
 }
-
-// cloneRecord copies rec so that the caller may reuse its buffers. Header
-// values share one backing array, as in http.Header.Clone.
-func cloneRecord(rec *store.Record) *store.Record {
-	cp := *rec
-	if len(rec.Body) > 0 && !rec.BodyOmitted {
-		cp.Body = append([]byte(nil), rec.Body...)
-	} else {
-		cp.Body = nil
-	}
-	if rec.Header == nil {
-		return &cp
-	}
-	n := 0
-	for _, vv := range rec.Header {
-		n += len(vv)
-	}
-	vals := make([]string, n)
-	cp.Header = make(map[string][]string, len(rec.Header))
-	for k, vv := range rec.Header {
-		if vv == nil {
-			cp.Header[k] = nil
-			continue
-		}
-		n = copy(vals, vv)
-		cp.Header[k] = vals[:n:n]
-		vals = vals[n:]
-	}
-	return &cp
-}

@@ -139,6 +139,9 @@ func tuneSimple(o *redis.Options, opts Options) {
 	// new connection: fewer round trips when reconnecting after a failure.
 	o.DisableIdentity = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// RESP2: the store needs no push notifications, and under RESP3 the
+	// client looks for them on every reply and sends HELLO on every dial.
+	o.Protocol = 2
 }
 
 func tuneUniversal(u *redis.UniversalOptions, opts Options) {
@@ -149,6 +152,7 @@ func tuneUniversal(u *redis.UniversalOptions, opts Options) {
 	u.PoolSize = opts.PoolSize
 	u.DisableIdentity = true
 	u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	u.Protocol = 2
 }
 
 // Ping checks that Redis answers within the timeout.

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// children starts the processes under test and kills every one of them, by
+// PID, when the benchmark ends — normally, on an error or on a signal.
+type children struct {
+	dir  string // logs and the built proxy binary
+	mu   sync.Mutex
+	cmds []*exec.Cmd
+	logs map[int]string // PID → log file
+}
+
+func newChildren() (*children, error) {
+	dir, err := os.MkdirTemp("", "loadbench-")
+	if err != nil {
+		return nil, err
+	}
+	return &children{dir: dir, logs: map[int]string{}}, nil
+}
+
+// start launches name with args, its output in a log file. The kernel kills
+// it when this process dies (Pdeathsig), so even a SIGKILLed benchmark
+// leaves nothing behind.
+func (c *children) start(label, name string, args []string, env []string) (*exec.Cmd, error) {
+	logPath := filepath.Join(c.dir, label+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", label, err)
+	}
+	c.mu.Lock()
+	c.cmds = append(c.cmds, cmd)
+	c.logs[cmd.Process.Pid] = logPath
+	c.mu.Unlock()
+	return cmd, nil
+}
+
+// killAll kills every child by PID and waits for it; it is safe to call twice.
+func (c *children) killAll() {
+	c.mu.Lock()
+	cmds := c.cmds
+	c.cmds = nil
+	c.mu.Unlock()
+	for _, cmd := range cmds {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// logTail returns the end of a child's log, for error messages.
+func (c *children) logTail(pid int) string {
+	c.mu.Lock()
+	path := c.logs[pid]
+	c.mu.Unlock()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// buildProxy builds ./cmd/idempotency-proxy of the module this benchmark
+// belongs to, once per run.
+func (c *children) buildProxy(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := filepath.Join(c.dir, "idempotency-proxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idempotency-proxy")
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/idempotency-proxy: %w\n%s", err, msg)
+	}
+	return bin, nil
+}
+
+// startSelf re-executes this benchmark in a helper mode (upstream or plain
+// proxy), so that its CPU time is its own and can be read from /proc.
+func (c *children) startSelf(ctx context.Context, label string, args ...string) (pid int, addr string, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, "", err
+	}
+	addr, err = freeAddr()
+	if err != nil {
+		return 0, "", err
+	}
+	cmd, err := c.start(label, self, append([]string{"--serve-" + label, addr}, args...), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	pid = cmd.Process.Pid
+	if err := waitHTTP(ctx, "http://"+addr+"/ready", cmd); err != nil {
+		return 0, "", fmt.Errorf("%s: %w\n%s", label, err, c.logTail(pid))
+	}
+	return pid, addr, nil
+}
+
+// startProxy starts the idempotency-proxy binary in front of upstream;
+// redisURL selects the Redis store, empty the memory store.
+func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string) (pid int, addr string, err error) {
+	addr, err = freeAddr()
+	if err != nil {
+		return 0, "", err
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return 0, "", err
+	}
+	args := []string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin, "--log-level", "warn"}
+	if redisURL != "" {
+		args = append(args, "--redis-url", redisURL)
+	}
+	// A full run records a few hundred thousand responses; the default
+	// 256 MiB bound would start refusing new keys part-way through.
+	env := []string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}
+	cmd, err := c.start(label, bin, args, env)
+	if err != nil {
+		return 0, "", err
+	}
+	pid = cmd.Process.Pid
+	if err := waitHTTP(ctx, "http://"+admin+"/readyz", cmd); err != nil {
+		return 0, "", fmt.Errorf("%s: %w\n%s", label, err, c.logTail(pid))
+	}
+	return pid, addr, nil
+}
+
+// startRedis starts a redis-server of the benchmark's own, without
+// persistence, on a free loopback port. The shared Redis on 6379 is never used.
+func (c *children) startRedis(ctx context.Context) (pid int, addr string, err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return 0, "", fmt.Errorf("redis-server not found: %w", err)
+	}
+	addr, err = freeAddr()
+	if err != nil {
+		return 0, "", err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", c.dir}
+	cmd, err := c.start("redis", bin, args, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	pid = cmd.Process.Pid
+	if err := waitPing(ctx, addr); err != nil {
+		return 0, "", fmt.Errorf("redis-server: %w\n%s", err, c.logTail(pid))
+	}
+	return pid, addr, nil
+}
+
+// waitHTTP polls url until it answers 200, the process exits or 20 s pass.
+func waitHTTP(ctx context.Context, url string, cmd *exec.Cmd) error {
+	client := &http.Client{Timeout: time.Second}
+	return poll(ctx, 20*time.Second, func() (bool, error) {
+		if alive(cmd.Process.Pid) != nil {
+			return false, errors.New("exited during start-up")
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func waitPing(ctx context.Context, addr string) error {
+	return poll(ctx, 10*time.Second, func() (bool, error) {
+		reply, err := redisCommand(addr, "PING")
+		return err == nil && reply == "+PONG", nil
+	})
+}
+
+// poll calls check every 20 ms until it reports done, fails, or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, check func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready after %s", timeout)
+}
+
+// alive reports an error when pid is gone or a zombie.
+func alive(pid int) error {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return err
+	}
+	if i := strings.LastIndexByte(string(b), ')'); i > 0 && len(b) > i+2 && b[i+2] == 'Z' {
+		return errors.New("process exited")
+	}
+	return nil
+}
+
+// redisCommand sends one inline command on a fresh connection and returns
+// the first line of the reply.
+func redisCommand(addr, command string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(conn, command+"\r\n"); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}

@@ -1,0 +1,356 @@
+// Command loadbench measures idempotency-proxy against a plain
+// httputil.ReverseProxy in the same run, on loopback:
+//
+//	go run ./bench/loadbench          # full run, a few minutes
+//	go run ./bench/loadbench --quick  # under 30 s, what CI runs
+//
+// It starts an upstream and the plain proxy (this program re-executed in a
+// helper mode, so each has its own CPU counters), the idempotency-proxy
+// binary on the memory store and on a redis-server of its own, drives
+// closed-loop load at each concurrency, alternating targets round by round
+// so drift hits all of them, and prints one table of medians with their
+// spread. It exits non-zero only when a request fails, never because a
+// figure misses its goal. docs/performance.md explains the columns.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// settings are the knobs of a run.
+type settings struct {
+	concs    []int
+	scens    []scenario
+	rounds   int
+	duration time.Duration // one target, one scenario, one round
+	warmup   time.Duration
+	proxyBin string
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "short run (under 30 s) that checks the benchmark works; its figures are noisy")
+	concList := fs.String("concurrency", "1,32", "comma-separated numbers of concurrent clients")
+	rounds := fs.Int("rounds", 8, "rounds per concurrency; each runs every scenario against every target")
+	duration := fs.Duration("duration", time.Second, "length of one measurement")
+	scenList := fs.String("scenarios", "miss,hit,mixed,no-key", "comma-separated scenarios to run")
+	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
+	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
+	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
+	upstream := fs.String("upstream", "", "internal: upstream URL of --serve-plain")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	switch {
+	case *serveUp != "":
+		err = serveUpstream(*serveUp)
+	case *servePl != "":
+		err = servePlain(*servePl, *upstream)
+	default:
+		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin}
+		if *quick {
+			s.rounds, s.duration, s.warmup = 2, 200*time.Millisecond, 100*time.Millisecond
+		}
+		s.concs, err = parseConcs(*concList)
+		if err == nil {
+			s.scens, err = parseScenarios(*scenList)
+		}
+		if err != nil || s.rounds < 1 || s.duration <= 0 {
+			fmt.Fprintln(stderr, "loadbench: --concurrency needs positive integers, --scenarios names from miss,hit,mixed,no-key, --rounds and --duration positive values")
+			return 2
+		}
+		err = bench(s, stdout, stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadbench:", err)
+		return 1
+	}
+	return 0
+}
+
+func parseScenarios(s string) ([]scenario, error) {
+	var out []scenario
+	for f := range strings.SplitSeq(s, ",") {
+		i := slices.IndexFunc(scenarios, func(sc scenario) bool { return sc.String() == strings.TrimSpace(f) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q", f)
+		}
+		out = append(out, scenarios[i])
+	}
+	return out, nil
+}
+
+func parseConcs(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("bad concurrency %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// target is one process under load.
+type target struct {
+	name      string
+	base      string // http://127.0.0.1:N
+	pid       int
+	storePID  int    // redis-server, or 0
+	storeAddr string // redis-server host:port, or ""
+	isProxy   bool
+}
+
+func bench(s settings, stdout, stderr io.Writer) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer func() {
+		// A signal closes the connections in use; say so rather than
+		// report the resulting read error.
+		if err != nil && ctx.Err() != nil {
+			err = errors.New("interrupted")
+		}
+	}()
+	kids, err := newChildren()
+	if err != nil {
+		return err
+	}
+	defer kids.killAll()
+
+	started, load := time.Now(), loadAverage()
+	targets, upstreamBase, err := startAll(ctx, kids, s.proxyBin)
+	if err != nil {
+		return err
+	}
+	runID := randomID()
+	l := &loader{runID: runID}
+	for _, t := range targets {
+		if err := l.warmHits(ctx, t.base, t.isProxy); err != nil {
+			return err
+		}
+	}
+	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}}
+	for _, t := range targets {
+		rep.targets = append(rep.targets, t.name)
+	}
+	fmt.Fprintf(stderr, "loadbench: counting Redis round trips\n")
+	if rep.trips, err = countTrips(ctx, l, targets[2], s.scens, s.warmup); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "loadbench: unloaded latency\n")
+	if err := unloaded(ctx, l, rep, upstreamBase, targets[1], s); err != nil {
+		return err
+	}
+	for _, c := range s.concs {
+		fmt.Fprintf(stderr, "loadbench: concurrency %d\n", c)
+		if err := loadRounds(ctx, l, rep, targets, c, s); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after\n\n",
+		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, s.concs, time.Since(started).Round(time.Second), load, loadAverage())
+	rep.write(stdout)
+	return nil
+}
+
+// startAll starts the upstream, the plain proxy, redis-server and both
+// idempotency-proxy instances; targets come back as plain, memory, redis.
+func startAll(ctx context.Context, kids *children, bin string) ([]target, string, error) {
+	if bin == "" {
+		var err error
+		if bin, err = kids.buildProxy(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	_, upAddr, err := kids.startSelf(ctx, "upstream")
+	if err != nil {
+		return nil, "", err
+	}
+	plainPID, plainAddr, err := kids.startSelf(ctx, "plain", "--upstream", "http://"+upAddr)
+	if err != nil {
+		return nil, "", err
+	}
+	redisPID, redisAddr, err := kids.startRedis(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	memPID, memAddr, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "")
+	if err != nil {
+		return nil, "", err
+	}
+	rdPID, rdAddr, err := kids.startProxy(ctx, "proxy-redis", bin, upAddr, "redis://"+redisAddr+"/0")
+	if err != nil {
+		return nil, "", err
+	}
+	return []target{
+		{name: "plain", base: "http://" + plainAddr, pid: plainPID},
+		{name: "memory", base: "http://" + memAddr, pid: memPID, isProxy: true},
+		{name: "redis", base: "http://" + rdAddr, pid: rdPID, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+	}, "http://" + upAddr, nil
+}
+
+// loadRounds measures every scenario against every target, rounds times,
+// reversing the order of the targets every other round.
+func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, conc int, s settings) error {
+	for _, scen := range s.scens {
+		for _, t := range targets {
+			if _, err := l.run(ctx, t.base, t.isProxy, scen, conc, s.warmup); err != nil {
+				return err
+			}
+		}
+	}
+	for r := range s.rounds {
+		for _, scen := range s.scens {
+			byName := map[string]round{}
+			for i := range targets {
+				t := targets[i]
+				if r%2 == 1 {
+					t = targets[len(targets)-1-i]
+				}
+				res, err := measure(ctx, l, t, scen, conc, s.duration)
+				if err != nil {
+					return err
+				}
+				byName[t.name] = res
+			}
+			plain := byName["plain"]
+			for name, res := range byName {
+				res.rateX, res.cpuX = res.rate/plain.rate, res.cpu/plain.cpu
+				k := cellKey{conc, scen, name}
+				rep.rounds[k] = append(rep.rounds[k], res)
+			}
+		}
+	}
+	return nil
+}
+
+// measure runs one scenario against one target and reads the CPU its
+// process (and its redis-server) used meanwhile.
+func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, d time.Duration) (round, error) {
+	cpu0, err := cpuTime(t.pid)
+	if err != nil {
+		return round{}, fmt.Errorf("%s: %w", t.name, err)
+	}
+	var store0 time.Duration
+	if t.storePID != 0 {
+		if store0, err = cpuTime(t.storePID); err != nil {
+			return round{}, err
+		}
+	}
+	smp, err := l.run(ctx, t.base, t.isProxy, scen, conc, d)
+	if err != nil {
+		return round{}, fmt.Errorf("%s: %w", t.name, err)
+	}
+	if smp.requests == 0 {
+		return round{}, fmt.Errorf("%s %s: no request completed", t.name, scen)
+	}
+	cpu1, err := cpuTime(t.pid)
+	if err != nil {
+		return round{}, err
+	}
+	n := float64(smp.requests)
+	res := round{
+		rate:     smp.rate(),
+		p50:      percentile(smp.latencies, 0.50),
+		p99:      percentile(smp.latencies, 0.99),
+		cpu:      float64(cpu1-cpu0) / 1e3 / n,
+		storeCPU: math.NaN(),
+	}
+	if t.storePID != 0 {
+		store1, err := cpuTime(t.storePID)
+		if err != nil {
+			return round{}, err
+		}
+		res.storeCPU = float64(store1-store0) / 1e3 / n
+	}
+	return res, nil
+}
+
+// countTrips measures Redis commands per request for each scenario in a
+// calibration pass with MONITOR on (see monitor).
+func countTrips(ctx context.Context, l *loader, t target, scens []scenario, d time.Duration) (map[scenario]float64, error) {
+	m, err := startMonitor(t.storeAddr)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	trips := map[scenario]float64{}
+	const conc = 4
+	for _, scen := range scens {
+		// A warm-up fills the store's connection pool first.
+		if _, err := l.run(ctx, t.base, t.isProxy, scen, conc, d/2); err != nil {
+			return nil, err
+		}
+		if _, err := m.count(); err != nil {
+			return nil, err
+		}
+		smp, err := l.run(ctx, t.base, t.isProxy, scen, conc, d)
+		if err != nil {
+			return nil, err
+		}
+		n, err := m.count()
+		if err != nil {
+			return nil, err
+		}
+		trips[scen] = float64(n) / float64(max(smp.requests, 1))
+	}
+	return trips, nil
+}
+
+// unloaded compares, one request at a time, a replay from the memory store
+// with a request sent straight to the upstream.
+func unloaded(ctx context.Context, l *loader, rep *report, upstream string, mem target, s settings) error {
+	for range s.rounds {
+		direct, err := l.run(ctx, upstream, false, hit, 1, s.duration/2)
+		if err != nil {
+			return err
+		}
+		replay, err := l.run(ctx, mem.base, true, hit, 1, s.duration/2)
+		if err != nil {
+			return err
+		}
+		rep.direct = append(rep.direct, percentile(direct.latencies, 0.5))
+		rep.hitP50 = append(rep.hitP50, percentile(replay.latencies, 0.5))
+	}
+	return nil
+}
+
+// loadAverage returns the 1-minute load average: other work on the machine
+// widens the spread of every figure.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

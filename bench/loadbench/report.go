@@ -1,0 +1,195 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// round is what one run of one scenario against one target measured.
+type round struct {
+	rate     float64 // requests per second
+	p50, p99 time.Duration
+	cpu      float64 // proxy CPU µs per request
+	storeCPU float64 // redis-server CPU µs per request; NaN without Redis
+	rateX    float64 // rate / the plain proxy's rate in the same round
+	cpuX     float64 // cpu / the plain proxy's cpu in the same round
+}
+
+// cellKey names one row of the table.
+type cellKey struct {
+	conc   int
+	scen   scenario
+	target string
+}
+
+// goal is a target of the issue for one row: the median throughput ratio
+// to the plain proxy, and the store round trips per request.
+type goal struct {
+	minRateX float64
+	trips    float64 // NaN: no requirement
+}
+
+var goals = map[[2]string]goal{
+	{"memory", "miss"}:   {0.90, math.NaN()},
+	{"memory", "hit"}:    {4, math.NaN()},
+	{"memory", "no-key"}: {0.97, math.NaN()},
+	{"redis", "miss"}:    {0.60, 2},
+	{"redis", "hit"}:     {1.8, 1},
+	{"redis", "no-key"}:  {0.97, 0},
+}
+
+// stat is a median with its spread over the rounds.
+type stat struct{ med, lo, hi float64 }
+
+func summarize(xs []float64) stat {
+	s := slices.Clone(xs)
+	s = slices.DeleteFunc(s, math.IsNaN)
+	if len(s) == 0 {
+		return stat{math.NaN(), math.NaN(), math.NaN()}
+	}
+	slices.Sort(s)
+	n := len(s)
+	med := s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return stat{med, s[0], s[n-1]}
+}
+
+func field(rs []round, f func(round) float64) stat {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return summarize(xs)
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 1) of ds, which it sorts.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	return ds[max(i, 0)]
+}
+
+// report is everything a run measured.
+type report struct {
+	concs   []int
+	targets []string
+	rounds  map[cellKey][]round
+	trips   map[scenario]float64 // Redis commands per request, by scenario
+	direct  []time.Duration      // unloaded p50 going direct to the upstream, per round
+	hitP50  []time.Duration      // unloaded p50 of a memory-store replay, per round
+}
+
+// write prints the table. Targets are judged at the highest concurrency,
+// the loaded case the issue's ratios describe; they never change the
+// exit status.
+func (rep *report) write(w io.Writer) {
+	loaded := slices.Max(rep.concs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tproxy CPU µs/req\tredis CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
+	for _, c := range rep.concs {
+		for _, s := range scenarios {
+			for _, t := range rep.targets {
+				rs := rep.rounds[cellKey{c, s, t}]
+				if len(rs) == 0 {
+					continue
+				}
+				rate := field(rs, func(r round) float64 { return r.rate })
+				p50 := field(rs, func(r round) float64 { return float64(r.p50) })
+				p99 := field(rs, func(r round) float64 { return float64(r.p99) })
+				cpu := field(rs, func(r round) float64 { return r.cpu })
+				storeCPU := field(rs, func(r round) float64 { return r.storeCPU })
+				trips := rep.tripsOf(t, s)
+				rateX, cpuX, goalText, met := "", "", "", ""
+				if t != "plain" {
+					rx := field(rs, func(r round) float64 { return r.rateX })
+					rateX = fmt.Sprintf("%.2f× (%.2f–%.2f)", rx.med, rx.lo, rx.hi)
+					cx := field(rs, func(r round) float64 { return r.cpuX })
+					cpuX = fmt.Sprintf("%.2f× (%.2f–%.2f)", cx.med, cx.lo, cx.hi)
+					if g, ok := goals[[2]string{t, s.String()}]; ok {
+						goalText, met = g.text(), "—"
+						if c == loaded {
+							met = yesNo(rx.med >= g.minRateX && (math.IsNaN(g.trips) || trips == g.trips))
+						}
+					}
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+					c, s, t, rate.med, rate.lo, rate.hi,
+					fmtDur(p50.med), fmtDur(p99.med),
+					cpu.med, cpu.lo, cpu.hi, fmtOpt(storeCPU.med, "%.1f"), fmtOpt(trips, "%.2f"),
+					rateX, cpuX, goalText, met)
+			}
+		}
+	}
+	tw.Flush()
+	if len(rep.direct) > 0 {
+		d := durStat(rep.direct)
+		h := durStat(rep.hitP50)
+		diff := time.Duration(h.med - d.med)
+		fmt.Fprintf(w, "\nunloaded p50 (concurrency 1): direct to upstream %s (%s–%s), memory-store replay %s (%s–%s); replay − direct = %s, goal ≤ 100µs: %s\n",
+			fmtDur(d.med), fmtDur(d.lo), fmtDur(d.hi), fmtDur(h.med), fmtDur(h.lo), fmtDur(h.hi),
+			diff.Round(time.Microsecond), yesNo(diff <= 100*time.Microsecond))
+	}
+}
+
+// tripsOf returns the store round trips per request: measured for Redis,
+// zero by construction for the in-process store and the plain proxy.
+func (rep *report) tripsOf(target string, s scenario) float64 {
+	if target != "redis" {
+		return math.NaN()
+	}
+	if v, ok := rep.trips[s]; ok {
+		return v
+	}
+	return math.NaN()
+}
+
+func (g goal) text() string {
+	s := fmt.Sprintf("≥ %.2f×", g.minRateX)
+	if !math.IsNaN(g.trips) {
+		s += fmt.Sprintf(", %g RT", g.trips)
+	}
+	return s
+}
+
+func durStat(ds []time.Duration) stat {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return summarize(xs)
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
+
+func fmtOpt(v float64, format string) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// fmtDur prints a duration in µs below 10 ms, in ms above.
+func fmtDur(ns float64) string {
+	if math.IsNaN(ns) {
+		return "–"
+	}
+	d := time.Duration(ns)
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
+	return fmt.Sprintf("%.1fms", float64(d)/1e6)
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// upstreamBody is what the benchmark's upstream answers to every POST: a
+// typical small JSON API response of about 200 bytes.
+var upstreamBody = []byte(`{"id":"ch_3PqL8e2eZvKYlo2C1xkQ9s7b","object":"charge","amount":2000,` +
+	`"currency":"eur","status":"succeeded","captured":true,"description":"load benchmark charge",` +
+	`"created":1718000000,"livemode":false}` + "\n")
+
+// serveUpstream runs the benchmark's upstream until SIGTERM or SIGKILL.
+func serveUpstream(addr string) error {
+	contentLength := strconv.Itoa(len(upstreamBody))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = []string{contentLength}
+		_, _ = w.Write(upstreamBody)
+	})
+	return serve(addr, mux)
+}
+
+// servePlain runs the baseline: a plain httputil.ReverseProxy with the same
+// transport the product uses, so a ratio compares idempotency work only,
+// not transport tuning.
+func servePlain(addr, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: proxy.NewTransport(),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	mux.Handle("/", rp)
+	return serve(addr, mux)
+}
+
+func serve(addr string, h http.Handler) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// chaosLog records every reply every client got, by key.
+type chaosLog struct {
+	mu    sync.Mutex
+	keys  map[string]*keyLog
+	names []string
+}
+
+type keyLog struct{ replies []reply }
+
+func (cl *chaosLog) add(key string, replies []reply) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	k := cl.keys[key]
+	if k == nil {
+		k = &keyLog{}
+		cl.keys[key] = k
+		cl.names = append(cl.names, key)
+	}
+	k.replies = append(k.replies, replies...)
+}
+
+// pick returns a key used before, or "" when there is none yet.
+func (cl *chaosLog) pick(rng *rand.Rand) string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.names) == 0 {
+		return ""
+	}
+	return cl.names[rng.IntN(len(cl.names))]
+}
+
+func (cl *chaosLog) keyNames() []string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return slices.Clone(cl.names)
+}
+
+// ambiguous reports whether a reply leaves the client unsure whether the
+// upstream ran: SPEC §5 then permits one more execution on retry. A 502
+// upstream-failed is on_upstream_error: release; a connection cut by a
+// killed proxy is the "proxy killed mid-request" case. A refused
+// connection reached no one.
+func ambiguous(r reply) bool {
+	if r.Err != nil {
+		return !errors.Is(r.Err, syscall.ECONNREFUSED)
+	}
+	return r.Problem() == "upstream-failed"
+}
+
+// leaseBudget is what the replicas counted over the run: extra executions
+// that no single key's replies explain must be covered by these.
+type leaseBudget struct {
+	lockLost   int // leases found lost (idempotency_proxy_lock_lost_total)
+	unrecorded int // responses the store was down to record
+}
+
+// check verifies the chaos invariants:
+//   - per key, every execution beyond the first is explained: by an
+//     ambiguous reply of that key, else by a counted lost lease or an
+//     unrecorded response (a global budget);
+//   - every 2xx a client saw is the body of one of the key's executions,
+//     and every replay of a key is the same recorded body;
+//   - after the faults and lock_ttl, every key is replayed or executed,
+//     never 409.
+func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final map[string]reply) {
+	t.Helper()
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	left := budget.lockLost + budget.unrecorded
+	var requests, executions, replays, byAmbiguity, byBudget int
+	for _, key := range cl.names {
+		replies := append(slices.Clone(cl.keys[key].replies), final[key])
+		ex := up.Execs(key)
+		executions += len(ex)
+		requests += len(replies)
+		unsure := 0
+		for _, r := range replies {
+			if ambiguous(r) {
+				unsure++
+			}
+		}
+		if extra := len(ex) - 1; extra > 0 {
+			covered := min(extra, unsure)
+			byAmbiguity += covered
+			if rest := extra - covered; rest > 0 {
+				if rest > left {
+					t.Errorf("key %s: %d executions, %d ambiguous replies, and only %d counted lease losses or unrecorded responses left to explain the rest\n%s",
+						key, len(ex), unsure, left, history(ex, replies))
+				}
+				left -= min(rest, left)
+				byBudget += rest
+			}
+		}
+		var recorded string
+		for _, r := range replies {
+			if r.Err != nil || r.Status/100 != 2 {
+				continue
+			}
+			if !bodyOf(ex, r.Body) {
+				t.Errorf("key %s: a client got %d %q, the body of none of its %d executions", key, r.Status, r.Body, len(ex))
+			}
+			if r.Replayed() {
+				replays++
+				if recorded == "" {
+					recorded = r.Body
+				} else if r.Body != recorded {
+					t.Errorf("key %s: replays differ: %q and %q", key, recorded, r.Body)
+				}
+			}
+		}
+		switch f := final[key]; {
+		case f.Err != nil || f.Status/100 != 2:
+			t.Errorf("key %s after the faults stopped and lock_ttl passed: %s, want a replay or an execution", key, f)
+		}
+	}
+	t.Logf("chaos check: %d keys, %d requests, %d executions, %d replays; extra executions allowed: %d by ambiguous replies, %d by the budget of %d lost leases + %d unrecorded responses",
+		len(cl.names), requests, executions, replays, byAmbiguity, byBudget, budget.lockLost, budget.unrecorded)
+}
+
+// metricTally keeps the counters of replicas across restarts, which reset them.
+type metricTally struct {
+	ps    []*proxyProc
+	saved leaseBudget
+}
+
+func newMetricTally(ps []*proxyProc) *metricTally { return &metricTally{ps: ps} }
+
+// save adds p's counters before it is killed.
+func (m *metricTally) save(t *testing.T, p *proxyProc) {
+	t.Helper()
+	m.saved.lockLost += int(metricSum(t, mLockLost, nil, p))
+}
+
+// total is the run's budget: lost leases saved before kills plus the live
+// counters (a counter bumped between a save and its kill is still in the
+// process's log, so the log count is a floor), and the responses the proxy
+// logged it could not record because the store was down. The log has one
+// line per response, where store_errors_total counts every attempt.
+func (m *metricTally) total(t *testing.T) leaseBudget {
+	t.Helper()
+	b := m.saved
+	var logLost int
+	for _, p := range m.ps {
+		b.lockLost += int(metricSum(t, mLockLost, nil, p))
+		logs := p.Logs()
+		logLost += strings.Count(logs, "lease on key lost")
+		b.unrecorded += strings.Count(logs, "could not record response before its lease expired")
+	}
+	b.lockLost = max(b.lockLost, logLost)
+	return b
+}
+
+// pidSet remembers every process a test started.
+type pidSet struct{ pids []int }
+
+func newPIDSet(pids ...int) *pidSet { return &pidSet{pids: pids} }
+
+func (s *pidSet) add(pid int) { s.pids = append(s.pids, pid) }
+
+// checkGone fails the test if any recorded process still exists.
+func (s *pidSet) checkGone(t *testing.T) {
+	t.Helper()
+	for _, pid := range s.pids {
+		if pid != 0 && syscall.Kill(pid, 0) == nil {
+			t.Errorf("process %d still running after the run", pid)
+		}
+	}
+}
+
+func runtimeGoroutines() int { return runtime.NumGoroutine() }
+
+// checkGoroutines polls until the goroutine count is back near base, and
+// dumps every stack if it does not get there.
+func checkGoroutines(t *testing.T, base int) {
+	t.Helper()
+	const slack = 3
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base+slack {
+		if time.Now().After(deadline) {
+			var b bytes.Buffer
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Errorf("%d goroutines after the run, %d before:\n%s", runtime.NumGoroutine(), base, b.String())
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// history renders a key's executions and replies in time order, to read a
+// failure against the fault timeline.
+func history(ex []execution, replies []reply) string {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var lines []line
+	for _, e := range ex {
+		lines = append(lines, line{e.At, fmt.Sprintf("execution %d", e.Seq)})
+	}
+	for _, r := range replies {
+		lines = append(lines, line{r.At, fmt.Sprintf("request to %s: %s after %v", r.Base, r, r.Took.Round(time.Millisecond))})
+	}
+	slices.SortFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %s %s\n", l.at.Format("15:04:05.000"), l.text)
+	}
+	return b.String()
+}

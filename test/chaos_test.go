@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+)
+
+// Defaults of the chaos run; CHAOS_SECONDS and CHAOS_SEED override them.
+const (
+	chaosSeconds = 45
+	chaosSeed    = 20260505
+)
+
+// faultNames are the faults the chaos run picks from, by index.
+var faultNames = []string{"redis killed", "upstream killed", "proxy SIGKILLed", "proxy SIGTERMed"}
+
+// TestChaos runs retrying clients against two replicas on one Redis while
+// Redis, the upstream and the replicas are killed and restarted at random,
+// then checks the invariants of SPEC §5 (see chaosLog.check). A failing
+// run is replayed with the printed CHAOS_SEED.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	seconds, seed := envInt(t, "CHAOS_SECONDS", chaosSeconds), envInt(t, "CHAOS_SEED", chaosSeed)
+	t.Logf("chaos run: CHAOS_SECONDS=%d CHAOS_SEED=%d", seconds, seed)
+	goroutines := runtimeGoroutines()
+
+	// Append-only with fsync on every write: a killed Redis keeps what it
+	// acknowledged, as a production store must.
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	up := startUpstream(t)
+	cfg := baseConfig(up, srv.URL())
+	cfg.UpstreamTimeout = 3 * time.Second
+	cfg.ShutdownTimeout = 5 * time.Second
+	ps := startReplicas(t, 2, cfg)
+	pids := newPIDSet(srv.PID(), ps[0].PID(), ps[1].PID())
+	cl := &chaosLog{keys: map[string]*keyLog{}}
+	metrics := newMetricTally(ps)
+
+	ctx, stopClients := context.WithCancel(context.Background())
+	c := newClient(t, 10*time.Second)
+	var clients sync.WaitGroup
+	for w := range 8 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			runChaosClient(ctx, c, ps, cl, uint64(seed)*31+uint64(w), w)
+		}()
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	faults := map[string]int{}
+	for end := time.Now().Add(time.Duration(seconds) * time.Second); time.Now().Before(end); {
+		pause(rng, 500*time.Millisecond, 2*time.Second)
+		n := rng.IntN(len(faultNames))
+		t.Logf("%s %s", time.Now().Format("15:04:05.000"), faultNames[n])
+		faults[faultNames[n]]++
+		switch n {
+		case 0:
+			srv.Kill()
+			pause(rng, 300*time.Millisecond, 2*time.Second)
+			srv.Restart()
+			pids.add(srv.PID())
+		case 1:
+			up.Kill()
+			pause(rng, 200*time.Millisecond, 1500*time.Millisecond)
+			up.Restart()
+		case 2, 3:
+			p := ps[rng.IntN(len(ps))]
+			metrics.save(t, p)
+			if n == 2 {
+				p.Kill()
+				pause(rng, 100*time.Millisecond, time.Second)
+			} else {
+				p.Signal(syscall.SIGTERM)
+				if code, ok := p.Wait(cfg.ShutdownTimeout + 3*time.Second); !ok || code != 0 {
+					t.Errorf("proxy %s after SIGTERM: exited %v, code %d; want exit 0", p.name, ok, code)
+				}
+			}
+			p.Restart()
+			pids.add(p.PID())
+		}
+	}
+	t.Logf("faults injected: %v", faults)
+
+	// Faults stop: let clients finish, let every in-flight request settle,
+	// then wait out lock_ttl; no key may stay locked beyond it.
+	stopClients()
+	clients.Wait()
+	waitIdle(t, ps)
+	time.Sleep(lockTTL + 500*time.Millisecond) // leases of killed owners run out by the clock
+	final := finalChaosPass(t, c, ps, cl)
+	extra := metrics.total(t)
+	cl.check(t, up, extra, final)
+
+	// No process or goroutine outlives the run.
+	for _, p := range ps {
+		p.Kill()
+	}
+	srv.Kill()
+	up.Kill()
+	c.CloseIdleConnections()
+	pids.checkGone(t)
+	checkGoroutines(t, goroutines)
+}
+
+// runChaosClient sends requests until ctx ends: half with a new key, half
+// re-sending an earlier key, each retried like a real client.
+func runChaosClient(ctx context.Context, c *http.Client, ps []*proxyProc, cl *chaosLog, seed uint64, w int) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	rt := retrier{Client: c, Bases: rotate(bases(ps), w), MaxAttempts: 8, MaxWait: 2 * time.Second, Rand: rng}
+	for i := 0; i < 100000 && ctx.Err() == nil; i++ {
+		key := cl.pick(rng)
+		if key == "" || rng.IntN(2) == 0 {
+			key = fmt.Sprintf("chaos-%d-%d", w, i)
+		}
+		work := strconv.Itoa(rng.IntN(300)) + "ms"
+		got := rt.Do(ctx, request{Key: key, Body: key, Header: map[string]string{hdrSleep: work}})
+		cl.add(key, got)
+	}
+}
+
+// finalChaosPass sends every key once, with no retry: each must be
+// replayed or executed, never refused.
+func finalChaosPass(t *testing.T, c *http.Client, ps []*proxyProc, cl *chaosLog) map[string]reply {
+	t.Helper()
+	final := map[string]reply{}
+	for i, key := range cl.keyNames() {
+		final[key] = send(context.Background(), c, ps[i%len(ps)].URL(), request{Key: key, Body: key})
+	}
+	return final
+}
+
+// waitIdle polls until no replica has a request in flight.
+func waitIdle(t *testing.T, ps []*proxyProc) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("requests still in flight 10s after the clients stopped")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// pause waits a random duration in [lo, hi): the rhythm of the faults.
+func pause(rng *rand.Rand, lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo))))
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}

@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+)
+
+// TestSlowUpstreamLeaseRenewed: an upstream slower than lock_ttl keeps its
+// lease by renewal, so duplicates arriving after lock_ttl still get 409 on
+// every replica and the key runs once.
+func TestSlowUpstreamLeaseRenewed(t *testing.T) {
+	srv := redistest.Start(t)
+	up := startUpstream(t)
+	ps := startReplicas(t, 2, withPolicy(baseConfig(up, srv.URL()), "lock_ttl", "1s"))
+	c := newClient(t, 10*time.Second)
+	const key = "slow-upstream"
+
+	done := make(chan reply, 1)
+	go func() {
+		done <- send(context.Background(), c, ps[0].URL(), request{Key: key, Header: map[string]string{hdrSleep: "2500ms"}})
+	}()
+	up.WaitCount(key, 1, 5*time.Second)
+	conflicts := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		r := mustSend(t, c, ps[conflicts%2].URL(), request{Key: key})
+		if r.Status != http.StatusConflict {
+			t.Fatalf("duplicate %v into a 2.5s upstream call with lock_ttl 1s: %s, want 409", time.Since(up.Execs(key)[0].At), r)
+		}
+		conflicts++
+		time.Sleep(100 * time.Millisecond) // spacing of the duplicates
+	}
+	first := <-done
+	ex := up.onlyExecution(t, key)
+	if first.Status != http.StatusCreated || first.Body != ex.Body {
+		t.Fatalf("first: %s, want 201 %q", first, ex.Body)
+	}
+	if r := mustSend(t, c, ps[1].URL(), request{Key: key}); !r.Replayed() || r.Body != ex.Body {
+		t.Errorf("after completion: %s, want the replay of %q", r, ex.Body)
+	}
+}
+
+// TestLeaseLostIsFenced cuts the store off from the proxy running a key for
+// longer than lock_ttl, so its lease expires and another replica executes
+// the key. The first owner's late completion must be refused (fencing),
+// logged and counted in idempotency_proxy_lock_lost_total, and the newer
+// record must be the one replayed.
+func TestLeaseLostIsFenced(t *testing.T) {
+	srv := redistest.Start(t)
+	fp := startFaultProxy(t, srv.Addr())
+	up := startUpstream(t)
+	cfg := withPolicy(baseConfig(up, ""), "lock_ttl", "1s")
+	cfg.RedisURL = "redis://" + fp.Addr() + "/0"
+	owner := startProxy(t, "owner", cfg)
+	cfg.RedisURL = srv.URL()
+	other := startProxy(t, "other", cfg)
+	c := newClient(t, 10*time.Second)
+	const key = "lease-lost"
+
+	done := make(chan reply, 1)
+	go func() {
+		done <- send(context.Background(), c, owner.URL(), request{Key: key, Header: map[string]string{hdrSleep: "2500ms"}})
+	}()
+	up.WaitCount(key, 1, 5*time.Second)
+	fp.Refuse(true)
+	fp.ResetAll()
+	// Once the lease has expired in Redis, the other replica takes the key.
+	var second reply
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		second = mustSend(t, c, other.URL(), request{Key: key})
+		if second.Status != http.StatusConflict || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	fp.Refuse(false)
+	first := <-done
+	ex := up.Execs(key)
+	if len(ex) != 2 {
+		t.Fatalf("executions = %d, want 2 (the lease expired while the store was unreachable)", len(ex))
+	}
+	if second.Status != http.StatusCreated || second.Body != ex[1].Body {
+		t.Fatalf("second owner: %s, want 201 %q", second, ex[1].Body)
+	}
+	if first.Status != http.StatusCreated || first.Body != ex[0].Body {
+		t.Errorf("first owner's client: %s, want its own response delivered (201 %q)", first, ex[0].Body)
+	}
+	waitMetric(t, owner, mLockLost, 1)
+	for _, p := range []*proxyProc{owner, other} {
+		if r := mustSend(t, c, p.URL(), request{Key: key}); !r.Replayed() || r.Body != ex[1].Body {
+			t.Errorf("replay via %s: %s %q, want the second owner's record %q", p.name, r, r.Body, ex[1].Body)
+		}
+	}
+}
+
+// waitMetric polls p's metric until it reaches at least want.
+func waitMetric(t *testing.T, p *proxyProc, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := metricSum(t, name, nil, p)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s = %v, want >= %v", name, p.name, got, want)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}

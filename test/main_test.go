@@ -1,0 +1,113 @@
+// Package e2e holds the black-box end-to-end and fault tests of
+// idempotency-proxy: the built binary, real redis-server processes, real
+// kills. TestMain builds the binary once; every test starts its own proxy
+// processes, Redis servers and upstream on free loopback ports.
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// proxyBin is the path of the binary built by TestMain.
+var proxyBin string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "idempotency-proxy-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	proxyBin, err = buildProxy(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	code := m.Run()
+	if leaked := childProcesses(); len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: processes still running after the tests: %s\n", strings.Join(leaked, "; "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// buildProxy builds ./cmd/idempotency-proxy from the module root into dir.
+func buildProxy(dir string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module (GOMOD=%q)", gomod)
+	}
+	bin := filepath.Join(dir, "idempotency-proxy")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/idempotency-proxy")
+	cmd.Dir = filepath.Dir(gomod)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/idempotency-proxy: %w\n%s", err, stderr.Bytes())
+	}
+	return bin, nil
+}
+
+// childProcesses lists the live children of this test binary (Linux only:
+// elsewhere it reports none). Every proxy and redis-server a test starts is
+// killed in t.Cleanup, so any child left here is a leak. Zombies are
+// ignored: they hold no port and no memory. A child may still be exiting
+// when the last cleanup returns, so the check polls briefly.
+func childProcesses() []string {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		kids := scanChildren(os.Getpid())
+		if len(kids) == 0 || time.Now().After(deadline) {
+			return kids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func scanChildren(parent int) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Format: pid (comm) state ppid ...; comm may contain spaces.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == parent {
+			kids = append(kids, fmt.Sprintf("pid %d %s", pid, s[strings.IndexByte(s, '(')+1:i]))
+		}
+	}
+	return kids
+}
