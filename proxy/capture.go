@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -28,10 +30,16 @@ type capture struct {
 	clientGone  bool
 	written     int64
 
-	// Set by the reverse proxy's error handler. sent is false only when
-	// the upstream could not be dialled: nothing reached it.
+	// declared is the upstream's Content-Length, -1 when it sent none.
+	declared int64
+
+	// upstreamErr is set by the reverse proxy's error handler.
 	upstreamErr error
-	sent        bool
+	// sent is set, from the transport's goroutine, once the request's
+	// headers were written to an upstream connection: from then on the
+	// upstream may have acted on it. Until then a failure (a dial error, a
+	// timeout or an abort while connecting) left the upstream untouched.
+	sent atomic.Bool
 }
 
 var _ http.ResponseWriter = (*capture)(nil)
@@ -53,9 +61,13 @@ func (c *capture) WriteHeader(code int) {
 	c.status = code
 	h := c.rw.Header()
 	c.recording = !c.route.releases(code)
+	c.declared = -1
+	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+		c.declared = n
+	}
 	if c.recording {
 		c.header = recordableHeader(h)
-		if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+		if n := c.declared; n >= 0 {
 			if n > c.limit {
 				c.omitted = true
 			} else if n > 0 {
@@ -128,6 +140,20 @@ func recordableHeader(h http.Header) http.Header {
 		out[k], values = values[:n:n], values[n:]
 	}
 	return out
+}
+
+func (c *capture) wroteHeaders() { c.sent.Store(true) }
+
+// cutShort reports whether fewer body bytes arrived than the upstream
+// declared. Under net/http's server the reverse proxy panics on a broken
+// body copy; this catches the same failure where it cannot.
+func (c *capture) cutShort(method string) bool {
+	return c.declared >= 0 && c.written != c.declared && method != http.MethodHead && bodyAllowed(c.status)
+}
+
+// trace reports to the capture when the request starts reaching the upstream.
+func (c *capture) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{WroteHeaders: c.wroteHeaders}
 }
 
 // record returns the captured response as a store record. Its header

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 // bounded by upstream.timeout, and by Abort.
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte) {
 	rt := x.route
+	h.settling.Add(1) // until the key is settled, in settleKey
 	detached := context.WithoutCancel(r.Context())
 	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
 	f := &flight{capture: capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt}}
@@ -29,7 +31,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, k
 	}
 	h.startLease(detached, f, rt, x.keyHash, key, token)
 
-	out := r.WithContext(ctx)
+	out := r.WithContext(httptrace.WithClientTrace(ctx, f.capture.trace()))
 	setBody(out, body)
 	start := time.Now()
 	defer func() {
@@ -37,7 +39,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, k
 		cancel()
 		rt.metrics.upstream.Observe(time.Since(start).Seconds())
 		lost, until := f.lease.stop()
-		h.settle(detached, x, key, token, fp, &f.capture, p != nil, lost, until, done)
+		h.settle(detached, x, r.Method, key, token, fp, &f.capture, p != nil, lost, until, done)
 		if p != nil {
 			panic(p)
 		}
@@ -56,16 +58,16 @@ type flight struct {
 // ctx is detached from the client, which may be long gone; every store
 // operation is bounded by the store's own timeout. done is closed once the
 // key is settled, waking local waiters.
-func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool, until time.Time, done chan struct{}) {
+func (h *Handler) settle(ctx context.Context, x *exchange, method, key, token string, fp store.Fingerprint, c *capture, aborted, leaseLost bool, until time.Time, done chan struct{}) {
 	pol := &x.route.policy
 	x.status = c.status
 
 	var rec *store.Record
 	switch {
-	case c.upstreamErr != nil && !c.sent:
+	case c.upstreamErr != nil && !c.sent.Load():
 		// Nothing reached the upstream: a retry executes safely.
 		x.outcome = OutcomeUpstreamError
-	case c.upstreamErr != nil || aborted || !c.wroteHeader:
+	case c.upstreamErr != nil || aborted || !c.wroteHeader || c.cutShort(method):
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
 		// at-most-once.
@@ -85,41 +87,40 @@ func (h *Handler) settle(ctx context.Context, x *exchange, key, token string, fp
 		rec = c.record(fp)
 	}
 
+	rt, keyHash := x.route, x.keyHash
 	if rec == nil {
-		if err := h.release(ctx, key, token); err != nil {
-			h.log.Warn("could not release key; it stays locked until lock_ttl expires",
-				"route", x.route.label, "key_hash", x.keyHash, "error", err)
-		}
-		h.owners.remove(key, done)
+		h.settleKey(key, until, done, "could not release key before its lease expired; it unlocks at lock_ttl", rt, keyHash,
+			func() bool { return h.tryRelease(ctx, rt, keyHash, key, token) })
 		return
 	}
-	h.record(ctx, x.route, x.keyHash, key, token, rec, leaseLost, until, done)
+	h.settleKey(key, until, done, "could not record response before its lease expired; a retry with its key will execute again", rt, keyHash,
+		func() bool { return h.tryComplete(ctx, rt, keyHash, key, token, rec, leaseLost) })
 }
 
-// record completes the key. When the store is briefly unavailable it keeps
-// trying in the background — the client already has its response — until
-// the lease would have expired: a response that is not recorded by then is
-// executed again by the next retry.
-func (h *Handler) record(ctx context.Context, rt *route, keyHash, key, token string, rec *store.Record, leaseLost bool, until time.Time, done chan struct{}) {
-	if h.tryComplete(ctx, rt, keyHash, key, token, rec, leaseLost) {
+// settleKey runs try — record or release — until it succeeds. When the
+// store is briefly unavailable it keeps trying in the background (the
+// client already has its response) until the lease would have expired,
+// after which the store settles the key on its own. done is closed at the
+// end, waking local waiters.
+func (h *Handler) settleKey(key string, until time.Time, done chan struct{}, giveUp string, rt *route, keyHash string, try func() bool) {
+	if try() {
 		h.owners.remove(key, done)
+		h.settling.Add(-1)
 		return
 	}
-	h.settling.Add(1)
 	go func() {
-		defer h.settling.Done()
+		defer h.settling.Add(-1)
 		defer h.owners.remove(key, done)
 		backoff := 50 * time.Millisecond
 		for time.Until(until) > backoff {
 			t := time.NewTimer(backoff)
 			<-t.C
-			if h.tryComplete(ctx, rt, keyHash, key, token, rec, leaseLost) {
+			if try() {
 				return
 			}
 			backoff = min(2*backoff, time.Second)
 		}
-		h.log.Warn("could not record response before its lease expired; a retry with its key will execute again",
-			"route", rt.label, "key_hash", keyHash)
+		h.log.Warn(giveUp, "route", rt.label, "key_hash", keyHash)
 	}()
 }
 
@@ -137,6 +138,16 @@ func (h *Handler) tryComplete(ctx context.Context, rt *route, keyHash, key, toke
 		return true
 	}
 	h.log.Warn("could not record response yet; retrying until its lease expires", "route", rt.label, "key_hash", keyHash, "error", err)
+	return false
+}
+
+// tryRelease releases the key and reports whether it is settled.
+func (h *Handler) tryRelease(ctx context.Context, rt *route, keyHash, key, token string) bool {
+	err := h.release(ctx, key, token)
+	if err == nil {
+		return true
+	}
+	h.log.Warn("could not release key yet; retrying until its lease expires", "route", rt.label, "key_hash", keyHash, "error", err)
 	return false
 }
 
@@ -159,7 +170,7 @@ type lease struct {
 
 func (h *Handler) startLease(ctx context.Context, f *flight, rt *route, keyHash, key, token string) {
 	ttl := rt.policy.LockTTL
-	every := ttl / 3
+	every := max(ttl/3, time.Millisecond)
 	l := &f.lease
 	l.until = time.Now().Add(ttl) // Begin took it a moment ago: a safe underestimate
 	renew := func() {

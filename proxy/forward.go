@@ -86,12 +86,16 @@ func toLower(s string) string {
 // on_upstream_error; the client gets a 502 either way.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	p, detail := probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key."
-	// Only a failed dial proves nothing was sent. A connection that broke
-	// while the request was being written counts as sent: the upstream may
-	// have started on it, so on_upstream_error must decide.
-	sent := !isDialError(err)
+	// A connection that broke while the request was being written counts
+	// as sent: the upstream may have started on it, so on_upstream_error
+	// decides. Pass-through requests carry no trace: only a failed dial
+	// proves nothing was sent.
+	var sent bool
 	if c, ok := w.(*capture); ok {
-		c.upstreamErr, c.sent = err, sent
+		c.upstreamErr = err
+		sent = c.sent.Load()
+	} else {
+		sent = !isDialError(err)
 	}
 	if sent {
 		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."

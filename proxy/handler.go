@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,8 +30,9 @@ type Handler struct {
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
 	aborted atomic.Bool
-	// settling counts background retries of recording a response.
-	settling sync.WaitGroup
+	// settling counts executed requests whose key is not settled yet,
+	// including those retried in the background.
+	settling atomic.Int64
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -96,17 +96,20 @@ func (h *Handler) Abort() {
 	h.owners.cancelAll()
 }
 
-// Wait blocks until responses still being recorded in the background are
-// settled, or ctx is done. A shutdown calls it after the server drained.
+// Wait blocks until every executed request has settled its key — recorded
+// or released, in the background too — or ctx is done. A shutdown calls it
+// after the server stopped. It polls: it runs once, at exit.
 func (h *Handler) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { h.settling.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for h.settling.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
 // exchange is the bookkeeping of one request, for metrics and the log line.
@@ -128,7 +131,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	x.route = h.routes.Load().match(r)
 	pol := &x.route.policy
-	if !x.route.protects(r.Method) {
+	// Protocol upgrades (WebSocket…) hand the connection over: there is no
+	// response to record.
+	if !x.route.protects(r.Method) || r.Header["Upgrade"] != nil {
 		h.rp.ServeHTTP(w, r)
 		return
 	}
@@ -166,7 +171,9 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 
 	var w8 waiter
 	for {
-		res, err := h.begin(r.Context(), skey, fp, pol.LockTTL)
+		// Detached from the client: a Begin cut short could leave a lease
+		// nobody holds the token of. The store bounds it with its timeout.
+		res, err := h.begin(context.WithoutCancel(r.Context()), skey, fp, pol.LockTTL)
 		if err != nil {
 			h.storeUnavailable(w, r, x, body, err)
 			return

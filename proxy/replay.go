@@ -11,7 +11,10 @@ import (
 )
 
 // Header values the proxy sets; shared because header maps only read them.
-var headerTrue = []string{"true"}
+var (
+	headerTrue = []string{"true"}
+	headerZero = []string{"0"}
+)
 
 // replay writes a recorded response, marked Idempotent-Replayed. Records
 // made by capture carry their Content-Length.
@@ -26,10 +29,13 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 		dst[k] = v[:len(v):len(v)]
 	}
 	dst["Idempotent-Replayed"] = headerTrue
-	if rec.BodyOmitted {
+	switch {
+	case !bodyAllowed(rec.Status):
+	case rec.BodyOmitted:
+		// Whatever length the upstream announced, none of it is sent.
 		dst["Idempotent-Body-Omitted"] = headerTrue
-	}
-	if _, ok := rec.Header["Content-Length"]; !ok && bodyAllowed(rec.Status) {
+		dst["Content-Length"] = headerZero
+	case len(rec.Header["Content-Length"]) == 0:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
 	w.WriteHeader(rec.Status)

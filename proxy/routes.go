@@ -31,6 +31,14 @@ type routeTable struct {
 }
 
 func newRouteTable(def Policy, routes []Route, m *Metrics) (t *routeTable, err error) {
+	if err := checkPolicy(DefaultRoute, def); err != nil {
+		return nil, err
+	}
+	for _, r := range routes {
+		if err := checkPolicy(r.Pattern, r.Policy); err != nil {
+			return nil, err
+		}
+	}
 	t = &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
 		fallback:  &route{label: DefaultRoute, policy: def, metrics: m.route(DefaultRoute)},
@@ -68,4 +76,20 @@ func (t *routeTable) match(r *http.Request) *route {
 		return rt
 	}
 	return t.fallback
+}
+
+// checkPolicy rejects policies the handler cannot run. Package config
+// reports these with their key paths; this guards other callers.
+func checkPolicy(label string, p Policy) error {
+	switch {
+	case p.Header == "":
+		return fmt.Errorf("route %s: no key header", label)
+	case p.TTL <= 0 || p.LockTTL <= 0:
+		return fmt.Errorf("route %s: ttl and lock_ttl must be positive", label)
+	case p.LockTTL > p.TTL:
+		return fmt.Errorf("route %s: lock_ttl exceeds ttl", label)
+	case p.Concurrent == Wait && p.WaitTimeout <= 0:
+		return fmt.Errorf("route %s: wait_timeout must be positive", label)
+	}
+	return nil
 }
