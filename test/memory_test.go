@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+)
+
+// A hundred concurrent 1 MiB responses are recorded, and a hundred 4 MiB
+// ones streamed past the recording limit, without the proxy's resident
+// memory passing a few hundred MiB: recording holds at most
+// max_response_body per request, and bodies over it are never buffered.
+func TestMemoryBoundedUnderLargeResponses(t *testing.T) {
+	redis := redistest.Start(t)
+	up := startUpstream(t)
+	cfg := baseConfig(up, redis.URL())
+	cfg.Defaults["max_response_body"] = "1MiB"
+	// A hundred 1 MiB records at once queue for the connection pool: give
+	// them more than the default 250ms (the README says so too).
+	cfg.RedisTimeout = 2 * time.Second
+	p := startProxy(t, "rss", cfg)
+	c := newClient(t, 60*time.Second)
+
+	const concurrent = 100
+	for _, tc := range []struct {
+		name    string
+		pad     int
+		omitted bool
+	}{
+		{"recorded", 1<<20 - 256, false}, // body just under 1 MiB with its JSON head
+		{"over the limit", 4 << 20, true},
+	} {
+		var wg sync.WaitGroup
+		errs := make(chan string, concurrent)
+		for i := range concurrent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rq := request{Key: fmt.Sprintf("%s-%d", tc.name, i), Body: "{}",
+					Header: map[string]string{hdrPad: strconv.Itoa(tc.pad), hdrSleep: "200ms"}}
+				r := send(context.Background(), c, p.URL(), rq)
+				if r.Err != nil || r.Status != http.StatusCreated || len(r.Body) < tc.pad {
+					errs <- fmt.Sprintf("%s %d: status %d, %d bytes, %v", tc.name, i, r.Status, len(r.Body), r.Err)
+					return
+				}
+				again := send(context.Background(), c, p.URL(), rq)
+				if !again.Replayed() || (again.Header.Get("Idempotent-Body-Omitted") == "true") != tc.omitted {
+					errs <- fmt.Sprintf("%s %d: replay %s, omitted %q", tc.name, i, again, again.Header.Get("Idempotent-Body-Omitted"))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+	}
+	peak := peakRSS(t, p.PID())
+	t.Logf("proxy peak RSS: %d MiB after %d concurrent 1 MiB and %d concurrent 4 MiB responses", peak>>20, concurrent, concurrent)
+	if limit := int64(512 << 20); peak > limit {
+		t.Fatalf("proxy peak RSS %d MiB, want under %d MiB", peak>>20, limit>>20)
+	}
+}
+
+// peakRSS is the process's resident-set high-water mark (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
