@@ -23,6 +23,10 @@ type ownerShard struct {
 type owner struct {
 	done   chan struct{}
 	cancel context.CancelFunc // cancels the upstream call, for Abort
+	// prev is an earlier owner of the same key in this process, still
+	// running after its lease expired and the key was taken again: rare,
+	// but Abort must still reach it.
+	prev *owner
 }
 
 func (o *owners) init() {
@@ -41,7 +45,11 @@ func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
 	ch := make(chan struct{})
 	s := o.shard(key)
 	s.mu.Lock()
-	s.m[key] = owner{done: ch, cancel: cancel}
+	next := owner{done: ch, cancel: cancel}
+	if prev, ok := s.m[key]; ok {
+		next.prev = &prev
+	}
+	s.m[key] = next
 	s.mu.Unlock()
 	return ch
 }
@@ -49,8 +57,21 @@ func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
 func (o *owners) remove(key string, ch chan struct{}) {
 	s := o.shard(key)
 	s.mu.Lock()
-	if s.m[key].done == ch {
-		delete(s.m, key)
+	if top, ok := s.m[key]; ok {
+		switch {
+		case top.done == ch && top.prev == nil:
+			delete(s.m, key)
+		case top.done == ch:
+			s.m[key] = *top.prev
+		default:
+			for p := &top; p.prev != nil; p = p.prev {
+				if p.prev.done == ch {
+					p.prev = p.prev.prev
+					break
+				}
+			}
+			s.m[key] = top
+		}
 	}
 	s.mu.Unlock()
 	close(ch)
@@ -62,7 +83,9 @@ func (o *owners) cancelAll() {
 		s := &o.shards[i]
 		s.mu.Lock()
 		for _, ow := range s.m {
-			ow.cancel()
+			for p := &ow; p != nil; p = p.prev {
+				p.cancel()
+			}
 		}
 		s.mu.Unlock()
 	}
