@@ -31,6 +31,10 @@ type reloader struct {
 	level   *slog.LevelVar
 	log     *slog.Logger
 
+	// started is the configuration the process started with: listeners,
+	// upstream and store keep its values until a restart.
+	started *config.Config
+
 	mu      sync.Mutex
 	current *config.Config
 }
@@ -100,9 +104,6 @@ func (r *reloader) reload(trigger string) {
 			"trigger", trigger, "file", r.file, "problems", err.Error())
 		return
 	}
-	r.mu.Lock()
-	prev := r.current
-	r.mu.Unlock()
 	def, routes := policies(next)
 	if err := r.handler.SetRoutes(def, routes); err != nil {
 		r.log.Error("config reload rejected; the previous configuration stays in force",
@@ -110,7 +111,7 @@ func (r *reloader) reload(trigger string) {
 		return
 	}
 	r.level.Set(next.LogLevel)
-	if keys := next.RestartNeeded(prev); len(keys) > 0 {
+	if keys := next.RestartNeeded(r.started); len(keys) > 0 {
 		r.log.Warn("config changes that need a restart were not applied", "keys", keys)
 	}
 	r.mu.Lock()

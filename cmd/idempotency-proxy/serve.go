@@ -78,7 +78,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	go func() { failed <- srv.Serve(ln) }()
 	go func() { failed <- admin.Serve(adminLn) }()
 
-	r := &reloader{src: src, file: cfg.File, current: cfg, handler: h, level: level, log: log}
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, level: level, log: log}
 	go r.run(ctx)
 
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
