@@ -63,22 +63,15 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError fun
 // Header names are case-insensitive on the wire, and the map key is
 // written as-is.
 func hideIdempotencyKey(h http.Header) {
-	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
-		if v, ok := h[name]; ok {
-			delete(h, name)
-			h[toLower(name)] = v
+	for _, name := range [...][2]string{
+		{"Idempotency-Key", "idempotency-key"},
+		{"X-Idempotency-Key", "x-idempotency-key"},
+	} {
+		if v, ok := h[name[0]]; ok {
+			delete(h, name[0])
+			h[name[1]] = v
 		}
 	}
-}
-
-func toLower(s string) string {
-	switch s {
-	case "Idempotency-Key":
-		return "idempotency-key"
-	case "X-Idempotency-Key":
-		return "x-idempotency-key"
-	}
-	return s
 }
 
 // upstreamError is the reverse proxy's one error path. For a request being
