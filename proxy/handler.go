@@ -173,6 +173,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 	for {
 		// Detached from the client: a Begin cut short could leave a lease
 		// nobody holds the token of. The store bounds it with its timeout.
+		began := time.Now()
 		res, err := h.begin(context.WithoutCancel(r.Context()), skey, fp, pol.LockTTL)
 		if err != nil {
 			h.storeUnavailable(w, r, x, body, err)
@@ -180,7 +181,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 		}
 		switch {
 		case res.State == store.Acquired:
-			h.execute(w, r, x, skey, res.Token, fp, body)
+			h.execute(w, r, x, skey, res.Token, fp, body, began)
 			return
 		case res.Fingerprint != fp:
 			h.refuse(w, x, OutcomeMismatch, probMismatch, "This idempotency key was first used with a different request (method, path, query, headers or body). Use a new key for a new operation.")
