@@ -30,13 +30,12 @@ type flight struct {
 // the lease — in a defer, so that settling also happens when the reverse
 // proxy aborts the response with http.ErrAbortHandler.
 //
-// The upstream call runs on a context detached from the client: a client
-// that gives up must not leave an outcome nobody records (SPEC §5). It is
-// bounded by upstream.timeout, and by Abort.
-func (h *Handler) execute(w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte, began time.Time) {
+// The upstream call runs on detached, a context without the client's
+// cancellation: a client that gives up must not leave an outcome nobody
+// records (SPEC §5). It is bounded by upstream.timeout, and by Abort.
+func (h *Handler) execute(detached context.Context, w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte, began time.Time) {
 	rt := x.route
 	h.settling.Add(1) // until the key is settled, in settleKey
-	detached := context.WithoutCancel(r.Context())
 	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
 	f := &flight{
 		capture: capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt},

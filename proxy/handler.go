@@ -169,19 +169,22 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 	skey := storageKey(r, key, pol.ScopeHeaders)
 	x.keyHash = skey[:12]
 
+	// Store calls and the upstream call run detached from the client: a
+	// Begin cut short could leave a lease nobody holds the token of, and a
+	// client that gives up must not cancel the work (SPEC §5). The store
+	// bounds each call with its own timeout.
+	detached := context.WithoutCancel(r.Context())
 	var w8 waiter
 	for {
-		// Detached from the client: a Begin cut short could leave a lease
-		// nobody holds the token of. The store bounds it with its timeout.
 		began := time.Now()
-		res, err := h.begin(context.WithoutCancel(r.Context()), skey, fp, pol.LockTTL)
+		res, err := h.begin(detached, skey, fp, pol.LockTTL)
 		if err != nil {
 			h.storeUnavailable(w, r, x, body, err)
 			return
 		}
 		switch {
 		case res.State == store.Acquired:
-			h.execute(w, r, x, skey, res.Token, fp, body, began)
+			h.execute(detached, w, r, x, skey, res.Token, fp, body, began)
 			return
 		case res.Fingerprint != fp:
 			h.refuse(w, x, OutcomeMismatch, probMismatch, "This idempotency key was first used with a different request (method, path, query, headers or body). Use a new key for a new operation.")
