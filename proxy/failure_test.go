@@ -25,8 +25,17 @@ type flakyStore struct {
 	down atomic.Bool
 	// lostAfterBegin makes Extend and Complete report a lost lease.
 	lostAfterBegin atomic.Bool
-	// completeFailures is how many Complete calls fail as unavailable.
+	// completeFailures and releaseFailures are how many Complete and
+	// Release calls fail as unavailable.
 	completeFailures atomic.Int64
+	releaseFailures  atomic.Int64
+}
+
+func (f *flakyStore) Release(ctx context.Context, key, token string) error {
+	if f.releaseFailures.Add(-1) >= 0 {
+		return store.ErrUnavailable
+	}
+	return f.Store.Release(ctx, key, token)
 }
 
 func (f *flakyStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
@@ -455,5 +464,65 @@ func TestTransportNeverResendsAfterWriting(t *testing.T) {
 	}
 	if got := calls.Load(); got != 1 {
 		t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
+	}
+}
+
+// A release that fails while the store blips is retried in the background:
+// the key frees up well before lock_ttl, so the retry executes instead of
+// getting 409 for the whole lease.
+func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
+	st := newFlaky(t)
+	st.releaseFailures.Store(2)
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // a release status
+			return
+		}
+		w.Write([]byte("done"))
+	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = time.Hour }))
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d, want the upstream's 503", r.StatusCode)
+	}
+	var r *response
+	eventually(t, "the key released", func() bool {
+		r = e.do(t, "POST", "/x", "k", "{}")
+		return r.StatusCode != http.StatusConflict
+	})
+	if r.StatusCode != http.StatusOK || r.body != "done" || r.replayed() {
+		t.Fatalf("retry: %d %q replayed=%v, want a fresh execution", r.StatusCode, r.body, r.replayed())
+	}
+}
+
+// A protocol upgrade hands the connection over: it is passed through, not
+// locked or recorded, even on a protected method with a key.
+func TestUpgradeIsPassedThrough(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do(t, "POST", "/ws", "k", "{}", "Connection", "Upgrade", "Upgrade", "websocket")
+	r := e.do(t, "POST", "/ws", "k", "{}", "Connection", "Upgrade", "Upgrade", "websocket")
+	if r.replayed() || e.up.calls.Load() != 2 {
+		t.Fatalf("upgrade requests: replayed=%v executions=%d, want 2 plain executions", r.replayed(), e.up.calls.Load())
+	}
+	if got := e.outcomes(DefaultRoute, OutcomePassthrough); got != 2 {
+		t.Errorf("passthrough = %v, want 2", got)
+	}
+}
+
+func TestNewRejectsImpossiblePolicies(t *testing.T) {
+	st := newFlaky(t)
+	up := newUpstream(t, nil)
+	for name, change := range map[string]func(*Policy){
+		"zero lock_ttl":      func(p *Policy) { p.LockTTL = 0 },
+		"lock_ttl over ttl":  func(p *Policy) { p.LockTTL = 2 * p.TTL },
+		"wait without bound": func(p *Policy) { p.Concurrent, p.WaitTimeout = Wait, 0 },
+		"no header":          func(p *Policy) { p.Header = "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := DefaultPolicy()
+			change(&p)
+			if _, err := New(Options{Upstream: up.url(t), Store: st, Default: DefaultPolicy(), Routes: []Route{{Pattern: "/x/", Policy: p}}}); err == nil {
+				t.Fatal("New accepted the policy")
+			}
+		})
 	}
 }
