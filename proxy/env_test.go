@@ -146,6 +146,19 @@ func (e *env) doCtx(t *testing.T, ctx context.Context, method, path, key, body s
 	return &response{Response: res, body: string(b)}
 }
 
+// request builds a keyed JSON POST to the proxy, for tests that read the
+// response themselves.
+func (e *env) request(t *testing.T, ctx context.Context, path, key string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+path, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
 type response struct {
 	*http.Response
 	body string

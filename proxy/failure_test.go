@@ -286,10 +286,7 @@ func TestClientDisconnectDoesNotCancelUpstream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
 	go func() {
-		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/x", strings.NewReader("{}"))
-		req.Header.Set("Idempotency-Key", "k")
-		req.Header.Set("Content-Type", "application/json")
-		_, err := e.srv.Client().Do(req)
+		_, err := e.srv.Client().Do(e.request(t, ctx, "/x", "k"))
 		gone <- err
 	}()
 	<-arrived
@@ -358,10 +355,7 @@ func TestResponseIsStreamed(t *testing.T) {
 		<-release
 		w.Write([]byte("second chunk\n"))
 	})
-	req, _ := http.NewRequest("POST", e.srv.URL+"/x", strings.NewReader("{}"))
-	req.Header.Set("Idempotency-Key", "k")
-	req.Header.Set("Content-Type", "application/json")
-	res, err := e.srv.Client().Do(req)
+	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,10 +389,7 @@ func TestResponseCutShortIsNotRecorded(t *testing.T) {
 		}
 		w.Write([]byte("complete"))
 	})
-	req, _ := http.NewRequest("POST", e.srv.URL+"/x", strings.NewReader("{}"))
-	req.Header.Set("Idempotency-Key", "k")
-	req.Header.Set("Content-Type", "application/json")
-	if res, err := e.srv.Client().Do(req); err == nil {
+	if res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k")); err == nil {
 		_, err = io.ReadAll(res.Body)
 		res.Body.Close()
 		if err == nil {

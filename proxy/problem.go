@@ -38,10 +38,15 @@ type problemBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
+// problemJSON is the application/problem+json body of p.
+func problemJSON(p problem, detail string) []byte {
+	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
+	return append(body, '\n')
+}
+
 // writeProblem answers with an application/problem+json body.
 func writeProblem(w http.ResponseWriter, p problem, detail string) {
-	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
-	body = append(body, '\n')
+	body := problemJSON(p, detail)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

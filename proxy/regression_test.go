@@ -31,10 +31,7 @@ func TestRegressionFullMemoryStoreReplaysStaleContentLength(t *testing.T) {
 		t.Fatalf("first: got %d bytes, want %d", len(first.body), len(big))
 	}
 
-	req, _ := http.NewRequest("POST", e.srv.URL+"/x", strings.NewReader("{}"))
-	req.Header.Set("Idempotency-Key", "k")
-	req.Header.Set("Content-Type", "application/json")
-	res, err := e.srv.Client().Do(req)
+	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}

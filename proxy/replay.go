@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -51,8 +50,7 @@ func bodyAllowed(status int) bool {
 // problemRecord is a problem response to record and replay, for an upstream
 // failure kept under on_upstream_error: keep.
 func problemRecord(p problem, detail string, fp store.Fingerprint) *store.Record {
-	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
-	body = append(body, '\n')
+	body := problemJSON(p, detail)
 	return &store.Record{
 		Status: p.Status,
 		Header: map[string][]string{

@@ -129,6 +129,8 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 // idempotent.
 const maxRetries = 1
 
+// tuneSimple and tuneUniversal set the same fields on go-redis's two option
+// types, which share no interface: keep them in step.
 func tuneSimple(o *redis.Options, opts Options) {
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = opts.Timeout, opts.Timeout, opts.Timeout
 	o.PoolTimeout = opts.Timeout
