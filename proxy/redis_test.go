@@ -17,7 +17,10 @@ import (
 func TestCoreCasesOnRedis(t *testing.T) {
 	t.Run("miniredis", func(t *testing.T) {
 		mr := miniredis.RunT(t)
-		st := redisstore.NewFromClient(redis.NewClient(&redis.Options{Addr: mr.Addr()}), "", 0)
+		st, err := redisstore.NewFromClient(redis.NewClient(&redis.Options{Addr: mr.Addr()}), "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() { st.Close() })
 		coreCases(t, st, mr.Close)
 	})

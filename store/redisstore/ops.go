@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,7 +26,7 @@ const (
 // The scripts check that the key holds a lease whose token (the value from
 // byte leaseHeader+1 on, in Lua's 1-based indexing) is ARGV[1].
 var (
-	completeScript = redis.NewScript(`
+	completeScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -34,13 +35,13 @@ end
 -- A retry whose first attempt stored this very record succeeded.
 if v == ARGV[2] then return 1 end
 return 0`)
-	extendScript = redis.NewScript(`
+	extendScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0`)
-	releaseScript = redis.NewScript(`
+	releaseScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -62,14 +63,14 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 	token := string(val[leaseHeader:])
 
 	cmd := redis.NewStringCmd(ctx, "set", s.redisKey(key), val, "px", millis(lease), "nx", "get")
-	_ = s.c.Process(ctx, cmd)
-	old, err := cmd.Bytes()
+	err := s.do(ctx, cmd, false)
 	switch {
 	case errors.Is(err, redis.Nil):
 		return store.Begin{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 	case err != nil:
 		return store.Begin{}, translate("begin", err)
 	}
+	old, _ := cmd.Bytes()
 	return decodeExisting(old, token)
 }
 
@@ -104,7 +105,7 @@ func decodeExisting(old []byte, token string) (store.Begin, error) {
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	n, err := extendScript.Run(ctx, s.c, []string{s.redisKey(key)}, token, millis(lease)).Int()
+	n, err := s.run(ctx, extendScript, false, s.redisKey(key), token, millis(lease))
 	if err != nil {
 		return translate("extend", err)
 	}
@@ -121,7 +122,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	val := make([]byte, 1, 1+store.EncodedSize(rec))
 	val[0] = kindRecord
 	val = store.AppendRecord(val, rec)
-	n, err := completeScript.Run(ctx, s.c, []string{s.redisKey(key)}, token, val, millis(ttl)).Int()
+	n, err := s.run(ctx, completeScript, len(val) > maxPipelined, s.redisKey(key), token, val, millis(ttl))
 	if err != nil {
 		return translate("complete", err)
 	}
@@ -136,7 +137,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return translate("release", releaseScript.Run(ctx, s.c, []string{s.redisKey(key)}, token).Err())
+	_, err := s.run(ctx, releaseScript, false, s.redisKey(key), token)
+	return translate("release", err)
 }
 
 // Get returns the completed record under key, or store.ErrNotFound when the
@@ -144,13 +146,15 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	b, err := s.c.Get(ctx, s.redisKey(key)).Bytes()
-	switch {
+	cmd := redis.NewStringCmd(ctx, "get", s.redisKey(key))
+	switch err := s.do(ctx, cmd, false); {
 	case errors.Is(err, redis.Nil):
 		return nil, store.ErrNotFound
 	case err != nil:
 		return nil, translate("get", err)
-	case len(b) == 0 || b[0] != kindRecord:
+	}
+	b, _ := cmd.Bytes()
+	if len(b) == 0 || b[0] != kindRecord {
 		return nil, store.ErrNotFound
 	}
 	rec, err := store.DecodeRecord(b[1:])
@@ -163,4 +167,47 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 // millis converts d to whole milliseconds, at least 1: PX rejects 0.
 func millis(d time.Duration) int64 {
 	return max(d.Milliseconds(), 1)
+}
+
+// do runs cmd and waits for its reply until ctx is done. It returns the
+// command's error, or ctx's; in the second case cmd must not be read.
+//
+// Commands go through the auto-pipeliner, which writes the commands of
+// concurrent requests to Redis together and reads their replies together:
+// a syscall, and a wake-up of Redis, per batch instead of per command. Its
+// commands do not honour their context once queued, so a command whose
+// caller gave up may still run when Redis answers again, as a command whose
+// reply was lost would; every operation of this store is safe under that
+// (see maxRetries). A direct command runs on a connection of its own and
+// is dropped with its context.
+func (s *Store) do(ctx context.Context, cmd redis.Cmder, direct bool) error {
+	if direct {
+		return s.c.Process(ctx, cmd)
+	}
+	return s.ap.Submit(ctx, cmd).WaitContext(ctx)
+}
+
+// script is a Lua script run by its SHA-1, and by its source when Redis does
+// not have it cached (after a restart, or on a new Cluster node).
+type script struct{ src, sha string }
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// run runs sc on key and returns its integer result.
+func (s *Store) run(ctx context.Context, sc script, direct bool, key string, args ...any) (int64, error) {
+	a := append([]any{"evalsha", sc.sha, 1, key}, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	err := s.do(ctx, cmd, direct)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		a[0], a[1] = "eval", sc.src
+		cmd = redis.NewCmd(ctx, a...)
+		err = s.do(ctx, cmd, direct)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return cmd.Int64()
 }

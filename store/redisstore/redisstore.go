@@ -17,9 +17,21 @@
 // what was there. Extend, Complete and Release are token-checked Lua scripts
 // run with EVALSHA (EVAL once per node after a restart). Get is one GET.
 //
+// Commands are auto-pipelined: those of concurrent requests are written to
+// Redis in one batch and their replies read in one go, which under load
+// saves most of the syscalls and Redis wake-ups a command costs (on a
+// replay, about a quarter of the proxy's CPU and most of Redis's). A
+// completion whose record is larger than maxPipelined is sent on its own
+// connection instead, so that the commands queued while Redis is slow stay
+// small; maxQueued bounds how many there may be.
+//
 // # Failures
 //
-// Every operation runs under Options.Timeout. Any failure to get an answer
+// Every operation runs under Options.Timeout: its caller gets an answer or
+// an error by then. A pipelined command the caller gave up on may still run
+// once Redis answers again, as a command whose reply was lost would; a Begin
+// run that way leaves a lease nobody holds, and its key answers "in flight"
+// until the lease expires. Any failure to get an answer
 // (network errors, timeouts, LOADING, CLUSTERDOWN, READONLY from a master
 // demoted by a failover) is returned wrapping store.ErrUnavailable; an
 // out-of-memory refusal wraps store.ErrFull. redis.Nil never leaves this
@@ -72,6 +84,7 @@ type Options struct {
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
 	c       redis.UniversalClient
+	ap      *redis.AutoPipeliner // c's
 	prefix  string
 	timeout time.Duration
 }
@@ -105,19 +118,26 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
 	}
-	return NewFromClient(c, opts.KeyPrefix, opts.Timeout), nil
+	return NewFromClient(c, opts.KeyPrefix, opts.Timeout)
 }
 
 // NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,
-// timeout 0 means DefaultTimeout. Close closes c.
-func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration) *Store {
+// timeout 0 means DefaultTimeout. Close closes c. It fails for a client
+// that cannot auto-pipeline (a Ring).
+func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration) (*Store, error) {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Store{c: c, prefix: prefix, timeout: timeout}
+	cfg := redis.DefaultAutoPipelineOptions()
+	cfg.MaxQueuedCommands = maxQueued
+	ap, err := c.AsyncAutoPipelineWithOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	return &Store{c: c, ap: ap, prefix: prefix, timeout: timeout}, nil
 }
 
 // The client must fail fast: a slow answer is as bad as none, since the
@@ -128,6 +148,16 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 // key that already holds exactly its record, and Extend and Release are
 // idempotent.
 const maxRetries = 1
+
+// maxPipelined is the largest record, encoded, that a completion sends
+// through the auto-pipeliner; a larger one is sent on its own connection.
+// maxQueued bounds the commands the auto-pipeliner holds: past it a command
+// fails at once with ErrUnavailable. Together they bound what commands
+// queued behind a slow Redis can hold to about 32 MiB.
+const (
+	maxPipelined = 8 << 10
+	maxQueued    = 4096
+)
 
 // tuneSimple and tuneUniversal set the same fields on go-redis's two option
 // types, which share no interface: keep them in step.

@@ -79,6 +79,13 @@ func records() map[string]*store.Record {
 			Body:        []byte{0, 0xff, 'a', 0, '\n', 0xfe, 0},
 			Fingerprint: fingerprint(9), CreatedAt: created,
 		},
+		// Large enough for a store to treat it apart (the Redis store sends
+		// it outside its pipeline).
+		"1 MiB body": {
+			Status: 200, Header: map[string][]string{"Content-Type": {"application/octet-stream"}},
+			Body:        bytes.Repeat([]byte{0, 1, 0xff, 'x'}, 256<<10),
+			Fingerprint: fingerprint(9), CreatedAt: created,
+		},
 		"empty body": {Status: 204, Header: map[string][]string{"X-A": {""}}, Fingerprint: fingerprint(9), CreatedAt: created},
 		"body omitted": {
 			Status: 200, BodyOmitted: true, Header: map[string][]string{"Content-Length": {"5000000"}},
