@@ -1,10 +1,14 @@
+//go:build linux
+
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -32,11 +36,12 @@ const hitKeys = 64
 // fingerprint.
 var requestBody = []byte(`{"amount":2000,"currency":"eur","customer":"cus_9s6XKzkNRiz8i3","description":"load benchmark"}`)
 
-// maxRequestsPerWorker bounds a run in count as well as in time.
+// maxRequestsPerWorker bounds a run in count as well as in time: no
+// connection sends more.
 const maxRequestsPerWorker = 5_000_000
 
-// loader drives closed-loop load: each of its workers sends a request on
-// its own connection, waits for the whole response, and sends the next.
+// loader drives closed-loop load: each of its connections sends a request,
+// waits for the whole response, and sends the next.
 type loader struct {
 	runID string
 	seq   int // distinguishes the keys of successive runs
@@ -61,81 +66,63 @@ const (
 	replayed
 )
 
-// run sends scen traffic to base with conc workers for d. The first error —
-// a failed request, a non-2xx status, or a replay where an execution was
-// due (or the reverse) — stops the run and is returned.
+// run sends scen traffic to base over conc connections for d. The first
+// error — a failed request, a non-2xx status, or a replay where an
+// execution was due (or the reverse) — stops the run and is returned.
 func (l *loader) run(ctx context.Context, base string, isProxy bool, scen scenario, conc int, d time.Duration) (sample, error) {
 	l.seq++
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		firstErr error
-		total    sample
-		wg       sync.WaitGroup
-	)
+	sources := make([]*keySource, conc)
+	for w := range sources {
+		sources[w] = &keySource{
+			scen: scen, isProxy: isProxy, runID: l.runID, w: w,
+			prefix: l.runID + "-" + strconv.Itoa(l.seq) + "-" + strconv.Itoa(w) + "-",
+		}
+	}
+	drv, err := newDriver(base, sources)
+	if err != nil {
+		return sample{}, err
+	}
+	defer drv.close()
 	start := time.Now()
-	end := start.Add(d)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lat, err := l.worker(ctx, base, isProxy, scen, w, end)
-			mu.Lock()
-			defer mu.Unlock()
-			total.requests += len(lat)
-			total.latencies = append(total.latencies, lat...)
-			if err != nil && firstErr == nil {
-				firstErr = err
-				cancel()
-			}
-		}()
+	lat, err := drv.run(ctx, start.Add(d))
+	smp := sample{requests: len(lat), elapsed: time.Since(start), latencies: lat}
+	if err != nil {
+		return smp, fmt.Errorf("%s via %s: %w", scen, base, err)
 	}
-	wg.Wait()
-	total.elapsed = time.Since(start)
-	if firstErr != nil {
-		return total, fmt.Errorf("%s via %s: %w", scen, base, firstErr)
-	}
-	return total, ctx.Err()
+	return smp, nil
 }
 
-func (l *loader) worker(ctx context.Context, base string, isProxy bool, scen scenario, w int, end time.Time) ([]time.Duration, error) {
-	c, err := newClient(base)
-	if err != nil {
-		return nil, err
+// keySource yields the keys one connection sends, and whether each answer
+// must be a replay.
+type keySource struct {
+	scen    scenario
+	isProxy bool // the plain proxy marks nothing either way
+	runID   string
+	prefix  string // of new keys: unique to the run, the measurement and the connection
+	w, i    int
+	recent  [16]string
+	nRecent int
+}
+
+func (k *keySource) next() (key string, want expect) {
+	i := k.i
+	k.i++
+	want = fresh
+	switch {
+	case k.scen == noKey:
+	case k.scen == hit:
+		key, want = hitKey(k.runID, k.w*7+i), replayed
+	case k.scen == mixed && i%10 == 9 && k.nRecent > 0:
+		key, want = k.recent[(i/10)%min(k.nRecent, len(k.recent))], replayed
+	default:
+		key = k.prefix + strconv.Itoa(i)
+		k.recent[k.nRecent%len(k.recent)] = key
+		k.nRecent++
 	}
-	defer c.close()
-	prefix := l.runID + "-" + strconv.Itoa(l.seq) + "-" + strconv.Itoa(w) + "-"
-	lat := make([]time.Duration, 0, 4096)
-	var recent [16]string
-	var nRecent int
-	for i := 0; i < maxRequestsPerWorker && ctx.Err() == nil; i++ {
-		key, want := "", fresh
-		switch {
-		case scen == noKey:
-		case scen == hit:
-			key, want = hitKey(l.runID, w*7+i), replayed
-		case scen == mixed && i%10 == 9 && nRecent > 0:
-			key, want = recent[(i/10)%min(nRecent, len(recent))], replayed
-		default:
-			key = prefix + strconv.Itoa(i)
-			recent[nRecent%len(recent)] = key
-			nRecent++
-		}
-		if !isProxy {
-			want = anyReplay
-		}
-		t := time.Now()
-		if err := c.do(ctx, key, want); err != nil {
-			return lat, err
-		}
-		done := time.Now()
-		lat = append(lat, done.Sub(t))
-		if done.After(end) {
-			break
-		}
+	if !k.isProxy {
+		want = anyReplay
 	}
-	return lat, nil
+	return key, want
 }
 
 func hitKey(runID string, i int) string {
@@ -149,14 +136,25 @@ func (l *loader) warmHits(ctx context.Context, base string, isProxy bool) error 
 	if !isProxy {
 		second = anyReplay
 	}
-	c, err := newClient(base)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	client := &http.Client{Timeout: responseTimeout}
+	defer client.CloseIdleConnections()
 	for _, want := range []expect{anyReplay, second} {
 		for i := range hitKeys {
-			if err := c.do(ctx, hitKey(l.runID, i), want); err != nil {
+			key := hitKey(l.runID, i)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(requestBody))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := client.Do(req)
+			if err != nil {
+				return fmt.Errorf("recording hit keys via %s: %w", base, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			r := response{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+			if err := check(r, key, want); err != nil {
 				return fmt.Errorf("recording hit keys via %s: %w", base, err)
 			}
 		}

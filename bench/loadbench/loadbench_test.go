@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -8,7 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -124,10 +126,73 @@ func TestParseConcs(t *testing.T) {
 	}
 }
 
-// TestClientChecksResponses runs the raw client against a server that
-// answers like the proxy: it must count a replay where an execution was
-// due, and a non-2xx, as errors.
-func TestClientChecksResponses(t *testing.T) {
+func TestParseResponse(t *testing.T) {
+	const ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nIdempotent-Replayed: true\r\nContent-Length: 5\r\n\r\nhello"
+	tests := []struct {
+		name    string
+		in      string
+		want    response
+		size    int
+		wantErr bool
+	}{
+		{"whole", ok, response{status: 200, replayed: true}, len(ok), false},
+		{"head only", ok[:len(ok)-5], response{}, 0, false},
+		{"part of the body", ok[:len(ok)-1], response{}, 0, false},
+		{"part of the head", ok[:20], response{}, 0, false},
+		{"case-insensitive names, close", "HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", response{status: 201, close: true}, 62, false},
+		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", response{status: 204}, 27, false},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", response{}, 0, true},
+		{"no length", "HTTP/1.1 200 OK\r\n\r\nhello", response{}, 0, true},
+		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", response{}, 0, true},
+		{"bad status line", "HTTP/1.1 2xx OK\r\nContent-Length: 0\r\n\r\n", response{}, 0, true},
+		{"interim", "HTTP/1.1 100 Continue\r\n\r\n", response{}, 0, true},
+		{"not HTTP", "SSH-2.0-OpenSSH\r\n\r\n", response{}, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, size, err := parseResponse([]byte(tc.in))
+			if gotErr := err != nil; gotErr != tc.wantErr {
+				t.Fatalf("parseResponse: error %v, want error: %v", err, tc.wantErr)
+			}
+			if err == nil && (got != tc.want || size != tc.size) {
+				t.Errorf("parseResponse = %+v, %d; want %+v, %d", got, size, tc.want, tc.size)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		r       response
+		want    expect
+		wantErr error
+	}{
+		{response{status: 200}, fresh, nil},
+		{response{status: 201, replayed: true}, replayed, nil},
+		{response{status: 200, replayed: true}, anyReplay, nil},
+		{response{status: 200}, anyReplay, nil},
+		{response{status: 200}, replayed, errReplay},
+		{response{status: 200, replayed: true}, fresh, errReplay},
+	}
+	for _, tc := range tests {
+		if err := check(tc.r, "k", tc.want); !errors.Is(err, tc.wantErr) {
+			t.Errorf("check(%+v, %v) = %v, want %v", tc.r, tc.want, err, tc.wantErr)
+		}
+	}
+	if err := check(response{status: 409}, "k", anyReplay); err == nil {
+		t.Error("check(409): no error")
+	}
+}
+
+// fakeProxy answers like the proxy would: a key seen before is a replay,
+// unless replays is false. It answers 400 to a body that is not the
+// benchmark's, status to the rest, and closes every connection after its
+// response when closeEach.
+func fakeProxy(t *testing.T, status int, replays, closeEach bool) string {
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body bytes.Buffer
 		_, _ = body.ReadFrom(r.Body)
@@ -135,60 +200,76 @@ func TestClientChecksResponses(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		switch key := r.Header.Get("Idempotency-Key"); {
-		case key == "fail":
-			w.WriteHeader(http.StatusConflict)
-		case strings.HasPrefix(key, "old"):
-			w.Header().Set("Idempotent-Replayed", "true")
+		if key := r.Header.Get("Idempotency-Key"); key != "" {
+			mu.Lock()
+			if seen[key] && replays {
+				w.Header().Set("Idempotent-Replayed", "true")
+			}
+			seen[key] = true
+			mu.Unlock()
 		}
+		if closeEach {
+			w.Header().Set("Connection", "close")
+		}
+		w.WriteHeader(status)
 		_, _ = w.Write(upstreamBody)
 	}))
 	t.Cleanup(srv.Close)
-
-	tests := []struct {
-		key     string
-		want    expect
-		wantErr bool
-	}{
-		{"new-1", fresh, false},
-		{"old-1", replayed, false},
-		{"", fresh, false},
-		{"old-2", anyReplay, false},
-		{"new-2", replayed, true},
-		{"old-3", fresh, true},
-		{"fail", anyReplay, true},
-	}
-	c, err := newClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
-	for _, tc := range tests {
-		err := c.do(context.Background(), tc.key, tc.want)
-		if gotErr := err != nil; gotErr != tc.wantErr {
-			t.Errorf("do(%q, %v) = %v, want error: %v", tc.key, tc.want, err, tc.wantErr)
-		}
-		if tc.key == "new-2" && !errors.Is(err, errReplay) {
-			t.Errorf("do(new-2) = %v, want errReplay", err)
-		}
-	}
+	return srv.URL
 }
 
 func TestLoaderRun(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write(upstreamBody)
-	}))
-	t.Cleanup(srv.Close)
+	ctx := context.Background()
 	l := &loader{runID: "test"}
-	got, err := l.run(context.Background(), srv.URL, false, mixed, 4, 50*time.Millisecond)
+	for _, closeEach := range []bool{false, true} {
+		base := fakeProxy(t, http.StatusOK, true, closeEach)
+		if err := l.warmHits(ctx, base, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, scen := range scenarios {
+			got, err := l.run(ctx, base, true, scen, 4, 50*time.Millisecond)
+			if err != nil {
+				t.Fatalf("%s (close each: %v): %v", scen, closeEach, err)
+			}
+			if got.requests == 0 || len(got.latencies) != got.requests {
+				t.Errorf("%s: %d requests, %d latencies; want the same, more than 0", scen, got.requests, len(got.latencies))
+			}
+		}
+	}
+	// The mixed scenario expects a replay of its retries; this server
+	// replays nothing.
+	base := fakeProxy(t, http.StatusOK, false, false)
+	if _, err := l.run(ctx, base, true, mixed, 2, 50*time.Millisecond); !errors.Is(err, errReplay) {
+		t.Errorf("mixed run against a server that never replays a retry: %v, want errReplay", err)
+	}
+	if _, err := l.run(ctx, base, false, mixed, 2, 50*time.Millisecond); err != nil {
+		t.Errorf("mixed run against the plain proxy, which marks nothing: %v", err)
+	}
+	if _, err := l.run(ctx, fakeProxy(t, http.StatusConflict, true, false), true, noKey, 2, 50*time.Millisecond); err == nil {
+		t.Error("run against a server answering 409: no error")
+	}
+}
+
+func TestLoaderRunStopsOnCancel(t *testing.T) {
+	base := fakeProxy(t, http.StatusOK, true, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := (&loader{runID: "test"}).run(ctx, base, true, noKey, 2, time.Hour)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("run after cancel: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("run took %s after its context was cancelled", d)
+	}
+}
+
+func TestLoaderRunRefusedConnection(t *testing.T) {
+	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.requests == 0 || len(got.latencies) != got.requests {
-		t.Errorf("run: %d requests, %d latencies; want the same, more than 0", got.requests, len(got.latencies))
-	}
-	// A proxy target must replay hits; this server never does.
-	if _, err := l.run(context.Background(), srv.URL, true, hit, 2, 50*time.Millisecond); !errors.Is(err, errReplay) {
-		t.Errorf("hit run against a server that never replays: %v, want errReplay", err)
+	if _, err := (&loader{runID: "test"}).run(context.Background(), "http://"+addr, true, noKey, 1, time.Second); err == nil {
+		t.Error("run against a closed port: no error")
 	}
 }

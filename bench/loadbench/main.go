@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command loadbench measures idempotency-proxy against a plain
 // httputil.ReverseProxy in the same run, on loopback:
 //
@@ -118,6 +120,7 @@ type target struct {
 	pid       int
 	storePID  int    // redis-server, or 0
 	storeAddr string // redis-server host:port, or ""
+	upPID     int    // the upstream every target forwards to
 	isProxy   bool
 }
 
@@ -182,7 +185,7 @@ func startAll(ctx context.Context, kids *children, bin string) ([]target, string
 			return nil, "", err
 		}
 	}
-	_, upAddr, err := kids.startSelf(ctx, "upstream")
+	upPID, upAddr, err := kids.startSelf(ctx, "upstream")
 	if err != nil {
 		return nil, "", err
 	}
@@ -203,9 +206,9 @@ func startAll(ctx context.Context, kids *children, bin string) ([]target, string
 		return nil, "", err
 	}
 	return []target{
-		{name: "plain", base: "http://" + plainAddr, pid: plainPID},
-		{name: "memory", base: "http://" + memAddr, pid: memPID, isProxy: true},
-		{name: "redis", base: "http://" + rdAddr, pid: rdPID, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID},
+		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, isProxy: true},
+		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
 	}, "http://" + upAddr, nil
 }
 
@@ -244,18 +247,14 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 	return nil
 }
 
-// measure runs one scenario against one target and reads the CPU its
-// process (and its redis-server) used meanwhile.
+// measure runs one scenario against one target and reads the CPU time
+// every process involved used meanwhile: the target, its redis-server, the
+// upstream and this load generator.
 func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, d time.Duration) (round, error) {
-	cpu0, err := cpuTime(t.pid)
+	pids := []int{t.pid, os.Getpid(), t.upPID, t.storePID}
+	before, err := cpuTimes(pids)
 	if err != nil {
 		return round{}, fmt.Errorf("%s: %w", t.name, err)
-	}
-	var store0 time.Duration
-	if t.storePID != 0 {
-		if store0, err = cpuTime(t.storePID); err != nil {
-			return round{}, err
-		}
 	}
 	smp, err := l.run(ctx, t.base, t.isProxy, scen, conc, d)
 	if err != nil {
@@ -264,26 +263,40 @@ func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, 
 	if smp.requests == 0 {
 		return round{}, fmt.Errorf("%s %s: no request completed", t.name, scen)
 	}
-	cpu1, err := cpuTime(t.pid)
+	after, err := cpuTimes(pids)
 	if err != nil {
-		return round{}, err
+		return round{}, fmt.Errorf("%s: %w", t.name, err)
 	}
-	n := float64(smp.requests)
-	res := round{
-		rate:     smp.rate(),
-		p50:      percentile(smp.latencies, 0.50),
-		p99:      percentile(smp.latencies, 0.99),
-		cpu:      float64(cpu1-cpu0) / 1e3 / n,
-		storeCPU: math.NaN(),
-	}
-	if t.storePID != 0 {
-		store1, err := cpuTime(t.storePID)
-		if err != nil {
-			return round{}, err
+	perReq := func(i int) float64 {
+		if pids[i] == 0 {
+			return math.NaN()
 		}
-		res.storeCPU = float64(store1-store0) / 1e3 / n
+		return float64(after[i]-before[i]) / 1e3 / float64(smp.requests)
 	}
-	return res, nil
+	return round{
+		rate:      smp.rate(),
+		p50:       percentile(smp.latencies, 0.50),
+		p99:       percentile(smp.latencies, 0.99),
+		cpu:       perReq(0),
+		clientCPU: perReq(1),
+		upCPU:     perReq(2),
+		storeCPU:  perReq(3),
+	}, nil
+}
+
+// cpuTimes reads the CPU time of each process; a zero PID reads as zero.
+func cpuTimes(pids []int) ([]time.Duration, error) {
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		if pid == 0 {
+			continue
+		}
+		var err error
+		if out[i], err = cpuTime(pid); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // countTrips measures Redis commands per request for each scenario in a

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -11,12 +13,14 @@ import (
 
 // round is what one run of one scenario against one target measured.
 type round struct {
-	rate     float64 // requests per second
-	p50, p99 time.Duration
-	cpu      float64 // proxy CPU µs per request
-	storeCPU float64 // redis-server CPU µs per request; NaN without Redis
-	rateX    float64 // rate / the plain proxy's rate in the same round
-	cpuX     float64 // cpu / the plain proxy's cpu in the same round
+	rate      float64 // requests per second
+	p50, p99  time.Duration
+	cpu       float64 // proxy CPU µs per request
+	storeCPU  float64 // redis-server CPU µs per request; NaN without Redis
+	upCPU     float64 // the upstream's CPU µs per request
+	clientCPU float64 // the load generator's CPU µs per request
+	rateX     float64 // rate / the plain proxy's rate in the same round
+	cpuX      float64 // cpu / the plain proxy's cpu in the same round
 }
 
 // cellKey names one row of the table.
@@ -94,7 +98,7 @@ type report struct {
 func (rep *report) write(w io.Writer) {
 	loaded := slices.Max(rep.concs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tproxy CPU µs/req\tredis CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
+	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tproxy CPU µs/req\tredis CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
 	for _, c := range rep.concs {
 		for _, s := range scenarios {
 			for _, t := range rep.targets {
@@ -107,6 +111,8 @@ func (rep *report) write(w io.Writer) {
 				p99 := field(rs, func(r round) float64 { return float64(r.p99) })
 				cpu := field(rs, func(r round) float64 { return r.cpu })
 				storeCPU := field(rs, func(r round) float64 { return r.storeCPU })
+				upCPU := field(rs, func(r round) float64 { return r.upCPU })
+				clientCPU := field(rs, func(r round) float64 { return r.clientCPU })
 				trips := rep.tripsOf(t, s)
 				rateX, cpuX, goalText, met := "", "", "", ""
 				if t != "plain" {
@@ -121,10 +127,10 @@ func (rep *report) write(w io.Writer) {
 						}
 					}
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
 					c, s, t, rate.med, rate.lo, rate.hi,
 					fmtDur(p50.med), fmtDur(p99.med),
-					cpu.med, cpu.lo, cpu.hi, fmtOpt(storeCPU.med, "%.1f"), fmtOpt(trips, "%.2f"),
+					cpu.med, cpu.lo, cpu.hi, fmtOpt(storeCPU.med, "%.1f"), upCPU.med, clientCPU.med, fmtOpt(trips, "%.2f"),
 					rateX, cpuX, goalText, met)
 			}
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -35,7 +37,7 @@ func serveUpstream(addr string) error {
 		h["Content-Length"] = []string{contentLength}
 		_, _ = w.Write(upstreamBody)
 	})
-	return serve(addr, mux)
+	return serve(addr, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 }
 
 // servePlain runs the baseline: a plain httputil.ReverseProxy with the same
@@ -57,15 +59,22 @@ func servePlain(addr, upstream string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
 	mux.Handle("/", rp)
-	return serve(addr, mux)
+	// The product's server timeouts (cmd/idempotency-proxy/serve.go): each
+	// sets a read deadline per request, a cost both sides should pay.
+	return serve(addr, &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	})
 }
 
-func serve(addr string, h http.Handler) error {
+// serve runs srv on addr until SIGTERM.
+func serve(addr string, srv *http.Server) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
