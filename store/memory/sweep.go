@@ -43,7 +43,7 @@ func (s *Store) sweep(sh *shard, now time.Time, budget int) int {
 			break
 		}
 		budget--
-		if !now.Before(e.expires) {
+		if now.UnixNano() >= e.expires {
 			s.remove(sh, key, e)
 			removed++
 		}
