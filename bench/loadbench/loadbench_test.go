@@ -273,3 +273,20 @@ func TestLoaderRunRefusedConnection(t *testing.T) {
 		t.Error("run against a closed port: no error")
 	}
 }
+
+// TestFloorAnswersLikeAReplay checks that the replay floor passes the hit
+// scenario's checks, and only those: it is measured on hits alone.
+func TestFloorAnswersLikeAReplay(t *testing.T) {
+	srv := httptest.NewServer(floorHandler())
+	t.Cleanup(srv.Close)
+	l := &loader{runID: "test"}
+	if _, err := l.run(context.Background(), srv.URL, true, hit, 2, 50*time.Millisecond); err != nil {
+		t.Errorf("hit run against the floor: %v", err)
+	}
+	if _, err := l.run(context.Background(), srv.URL, true, miss, 2, 50*time.Millisecond); !errors.Is(err, errReplay) {
+		t.Errorf("miss run against the floor: %v, want errReplay", err)
+	}
+	if (target{name: "floor"}).serves(miss) || !(target{name: "floor"}).serves(hit) || !(target{name: "memory"}).serves(miss) {
+		t.Error("serves: the floor must take part in the hit scenario only, the others in all")
+	}
+}

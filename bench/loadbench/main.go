@@ -57,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
 	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
 	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
+	serveFl := fs.String("serve-floor", "", "internal: run as the replay floor on this address")
 	upstream := fs.String("upstream", "", "internal: upstream URL of --serve-plain")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = serveUpstream(*serveUp)
 	case *servePl != "":
 		err = servePlain(*servePl, *upstream)
+	case *serveFl != "":
+		err = serveFloor(*serveFl)
 	default:
 		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin}
 		if *quick {
@@ -176,8 +179,9 @@ func bench(s settings, stdout, stderr io.Writer) (err error) {
 	return nil
 }
 
-// startAll starts the upstream, the plain proxy, redis-server and both
-// idempotency-proxy instances; targets come back as plain, memory, redis.
+// startAll starts the upstream, the plain proxy, redis-server, both
+// idempotency-proxy instances and the replay floor; targets come back as
+// plain, memory, redis, floor.
 func startAll(ctx context.Context, kids *children, bin string) ([]target, string, error) {
 	if bin == "" {
 		var err error
@@ -205,18 +209,29 @@ func startAll(ctx context.Context, kids *children, bin string) ([]target, string
 	if err != nil {
 		return nil, "", err
 	}
+	floorPID, floorAddr, err := kids.startSelf(ctx, "floor")
+	if err != nil {
+		return nil, "", err
+	}
 	return []target{
 		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID},
 		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, isProxy: true},
 		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, isProxy: true},
 	}, "http://" + upAddr, nil
 }
+
+// serves reports whether t answers scen: the floor only replays.
+func (t target) serves(scen scenario) bool { return t.name != "floor" || scen == hit }
 
 // loadRounds measures every scenario against every target, rounds times,
 // reversing the order of the targets every other round.
 func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, conc int, s settings) error {
 	for _, scen := range s.scens {
 		for _, t := range targets {
+			if !t.serves(scen) {
+				continue
+			}
 			if _, err := l.run(ctx, t.base, t.isProxy, scen, conc, s.warmup); err != nil {
 				return err
 			}
@@ -229,6 +244,9 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 				t := targets[i]
 				if r%2 == 1 {
 					t = targets[len(targets)-1-i]
+				}
+				if !t.serves(scen) {
+					continue
 				}
 				res, err := measure(ctx, l, t, scen, conc, s.duration)
 				if err != nil {

@@ -59,14 +59,19 @@ func servePlain(addr, upstream string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
 	mux.Handle("/", rp)
-	// The product's server timeouts (cmd/idempotency-proxy/serve.go): each
-	// sets a read deadline per request, a cost both sides should pay.
-	return serve(addr, &http.Server{
-		Handler:           mux,
+	return serve(addr, productServer(mux))
+}
+
+// productServer has the product's server timeouts
+// (cmd/idempotency-proxy/serve.go): each sets a read deadline per request,
+// a cost both sides of a comparison should pay.
+func productServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-	})
+	}
 }
 
 // serve runs srv on addr until SIGTERM.
@@ -85,4 +90,29 @@ func serve(addr string, srv *http.Server) error {
 		return err
 	}
 	return nil
+}
+
+// serveFloor runs the replay floor: the product's server, timeouts and all,
+// with a handler that does nothing but what any replay must — read the
+// request body, write a recorded-looking response. The distance from a
+// memory-store replay to it is the cost of the idempotency work; its own
+// ratio to the plain proxy bounds what any replay in a net/http server can
+// reach on the machine.
+func serveFloor(addr string) error {
+	return serve(addr, productServer(floorHandler()))
+}
+
+func floorHandler() http.Handler {
+	contentLength := strconv.Itoa(len(upstreamBody))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = []string{contentLength}
+		h["Idempotent-Replayed"] = []string{"true"}
+		_, _ = w.Write(upstreamBody)
+	})
+	return mux
 }
