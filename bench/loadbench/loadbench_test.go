@@ -277,7 +277,7 @@ func TestLoaderRunRefusedConnection(t *testing.T) {
 // TestFloorAnswersLikeAReplay checks that the replay floor passes the hit
 // scenario's checks, and only those: it is measured on hits alone.
 func TestFloorAnswersLikeAReplay(t *testing.T) {
-	srv := httptest.NewServer(floorHandler())
+	srv := httptest.NewServer(constantHandler(true))
 	t.Cleanup(srv.Close)
 	l := &loader{runID: "test"}
 	if _, err := l.run(context.Background(), srv.URL, true, hit, 2, 50*time.Millisecond); err != nil {

@@ -27,6 +27,12 @@ var upstreamBody = []byte(`{"id":"ch_3PqL8e2eZvKYlo2C1xkQ9s7b","object":"charge"
 
 // serveUpstream runs the benchmark's upstream until SIGTERM or SIGKILL.
 func serveUpstream(addr string) error {
+	return serve(addr, &http.Server{Handler: constantHandler(false), ReadHeaderTimeout: 10 * time.Second})
+}
+
+// constantHandler reads each request's body and answers upstreamBody,
+// marked as a replay when replayed is set.
+func constantHandler(replayed bool) http.Handler {
 	contentLength := strconv.Itoa(len(upstreamBody))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
@@ -35,9 +41,12 @@ func serveUpstream(addr string) error {
 		h := w.Header()
 		h["Content-Type"] = []string{"application/json"}
 		h["Content-Length"] = []string{contentLength}
+		if replayed {
+			h["Idempotent-Replayed"] = []string{"true"}
+		}
 		_, _ = w.Write(upstreamBody)
 	})
-	return serve(addr, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	return mux
 }
 
 // servePlain runs the baseline: a plain httputil.ReverseProxy with the same
@@ -99,20 +108,5 @@ func serve(addr string, srv *http.Server) error {
 // ratio to the plain proxy bounds what any replay in a net/http server can
 // reach on the machine.
 func serveFloor(addr string) error {
-	return serve(addr, productServer(floorHandler()))
-}
-
-func floorHandler() http.Handler {
-	contentLength := strconv.Itoa(len(upstreamBody))
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		h := w.Header()
-		h["Content-Type"] = []string{"application/json"}
-		h["Content-Length"] = []string{contentLength}
-		h["Idempotent-Replayed"] = []string{"true"}
-		_, _ = w.Write(upstreamBody)
-	})
-	return mux
+	return serve(addr, productServer(constantHandler(true)))
 }
