@@ -177,9 +177,9 @@ func millis(d time.Duration) int64 {
 // a syscall, and a wake-up of Redis, per batch instead of per command. Its
 // commands do not honour their context once queued, so a command whose
 // caller gave up may still run when Redis answers again, as a command whose
-// reply was lost would; every operation of this store is safe under that
-// (see maxRetries). A direct command runs on a connection of its own and
-// is dropped with its context.
+// reply was lost would (see the package documentation for what that does).
+// A direct command runs on a pooled connection of the client's own; its
+// context bounds the write and the wait for the reply.
 func (s *Store) do(ctx context.Context, cmd redis.Cmder, direct bool) error {
 	if direct {
 		return s.c.Process(ctx, cmd)
@@ -198,12 +198,10 @@ func newScript(src string) script {
 
 // run runs sc on key and returns its integer result.
 func (s *Store) run(ctx context.Context, sc script, direct bool, key string, args ...any) (int64, error) {
-	a := append([]any{"evalsha", sc.sha, 1, key}, args...)
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sc.sha, 1, key}, args...)...)
 	err := s.do(ctx, cmd, direct)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		a[0], a[1] = "eval", sc.src
-		cmd = redis.NewCmd(ctx, a...)
+		cmd = redis.NewCmd(ctx, append([]any{"eval", sc.src, 1, key}, args...)...)
 		err = s.do(ctx, cmd, direct)
 	}
 	if err != nil {

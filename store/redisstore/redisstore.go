@@ -28,10 +28,12 @@
 // # Failures
 //
 // Every operation runs under Options.Timeout: its caller gets an answer or
-// an error by then. A pipelined command the caller gave up on may still run
-// once Redis answers again, as a command whose reply was lost would; a Begin
-// run that way leaves a lease nobody holds, and its key answers "in flight"
-// until the lease expires. Any failure to get an answer
+// an error by then. A command the caller gave up on may still run once
+// Redis answers again, as a command whose reply was lost would: a pipelined
+// one stays queued until then, and a direct one may already be written. A
+// Begin run that way leaves a lease nobody holds, and its key answers "in
+// flight" until the lease expires; the other operations change nothing their
+// caller did not own. Any failure to get an answer
 // (network errors, timeouts, LOADING, CLUSTERDOWN, READONLY from a master
 // demoted by a failover) is returned wrapping store.ErrUnavailable; an
 // out-of-memory refusal wraps store.ErrFull. redis.Nil never leaves this
@@ -76,8 +78,10 @@ type Options struct {
 	KeyPrefix string
 	// Timeout bounds every operation, dial included; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// PoolSize is the connection pool size (per node for a Cluster); 0 means
-	// the go-redis default of 10 per CPU.
+	// PoolSize is the connection pool size (per node for a Cluster) for
+	// commands sent directly; 0 means the go-redis default of 10 per CPU.
+	// Pipelined batches use go-redis's pipeline pool (10 connections) and at
+	// most 4 of them at a time.
 	PoolSize int
 }
 
@@ -131,33 +135,52 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	cfg := redis.DefaultAutoPipelineOptions()
-	cfg.MaxQueuedCommands = maxQueued
-	ap, err := c.AsyncAutoPipelineWithOptions(cfg)
+	ap, err := c.AsyncAutoPipelineWithOptions(pipelineOptions())
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	// A client hands out one auto-pipeliner, made with the options of the
+	// first caller: refuse one whose queue bound is not ours.
+	if got := ap.Config(); got.MaxQueuedCommands != maxQueued || got.FullDuplex {
+		return nil, errors.New("redis store: the client already has an auto-pipeliner with other options")
 	}
 	return &Store{c: c, ap: ap, prefix: prefix, timeout: timeout}, nil
 }
 
 // The client must fail fast: a slow answer is as bad as none, since the
 // proxy then applies its on_store_error policy. One retry absorbs a pooled
-// connection the server closed meanwhile. Retries are safe even when the
+// connection the server closed meanwhile (a Cluster client also follows up
+// to three redirections). Retries are safe even when the
 // first attempt was executed and only its reply lost: Begin recognises its
 // own token in the value a retried SET NX GET returns, Complete accepts a
 // key that already holds exactly its record, and Extend and Release are
 // idempotent.
 const maxRetries = 1
 
-// maxPipelined is the largest record, encoded, that a completion sends
-// through the auto-pipeliner; a larger one is sent on its own connection.
+// maxPipelined is the largest value (an encoded record) that a completion
+// sends through the auto-pipeliner; a larger one goes directly.
 // maxQueued bounds the commands the auto-pipeliner holds: past it a command
-// fails at once with ErrUnavailable. Together they bound what commands
-// queued behind a slow Redis can hold to about 32 MiB.
+// fails at once with ErrUnavailable. Together they bound what the commands
+// queued behind a slow Redis hold to about 32 MiB.
 const (
 	maxPipelined = 8 << 10
 	maxQueued    = 4096
 )
+
+// pipelineOptions: batches of about 32 commands (a soft bound in go-redis),
+// up to 4 of them in flight on connections of their own. The replies of a
+// batch share one read deadline, and a replay's reply is a whole record:
+// small batches keep what must arrive by then small, and a batch slowed by
+// large records holds up only its own commands. Order between batches is
+// not needed: every caller waits for its own command.
+func pipelineOptions() *redis.AutoPipelineOptions {
+	cfg := redis.DefaultAutoPipelineOptions()
+	cfg.MaxQueuedCommands = maxQueued
+	cfg.MaxBatchSize = 32
+	cfg.MaxConcurrentBatches = 4
+	cfg.Unordered = true
+	return cfg
+}
 
 // tuneSimple and tuneUniversal set the same fields on go-redis's two option
 // types, which share no interface: keep them in step.
