@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -150,4 +151,41 @@ func stats(t *testing.T, admin *redis.Client) map[string]int {
 		}
 	}
 	return out
+}
+
+// TestLargeRecordsReplayedTogether checks that batches whose replies are
+// large records (a replay's SET … GET returns the whole record) give every
+// caller its own record, intact.
+func TestLargeRecordsReplayedTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 5 * time.Second})
+	ctx := context.Background()
+	const keys, callers = 16, 64
+	for k := range keys {
+		key := "big" + strconv.Itoa(k)
+		b, err := s.Begin(ctx, key, store.Fingerprint{byte(k)}, time.Minute)
+		if err != nil {
+			t.Fatalf("Begin: %v", err)
+		}
+		rec := &store.Record{Status: 200, Body: bytes.Repeat([]byte{byte(k)}, 512<<10), Fingerprint: store.Fingerprint{byte(k)}}
+		if err := s.Complete(ctx, key, b.Token, rec, time.Hour); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			k := c % keys
+			b, err := s.Begin(ctx, "big"+strconv.Itoa(k), store.Fingerprint{}, time.Minute)
+			switch {
+			case err != nil:
+				t.Errorf("Begin: %v", err)
+			case b.State != store.Completed || b.Record.Fingerprint != (store.Fingerprint{byte(k)}):
+				t.Errorf("Begin on big%d = state %v, fingerprint %x; want its record", k, b.State, b.Fingerprint[:1])
+			case len(b.Record.Body) != 512<<10 || bytes.Count(b.Record.Body, []byte{byte(k)}) != 512<<10:
+				t.Errorf("Begin on big%d: body of %d bytes, not the %d bytes of %d recorded", k, len(b.Record.Body), 512<<10, k)
+			}
+		})
+	}
+	wg.Wait()
 }
