@@ -58,7 +58,8 @@ type conn struct {
 	onOut bool // EPOLLOUT is watched: the request did not fit the socket buffer
 }
 
-// newDriver connects conns connections to base ("http://127.0.0.1:N").
+// newDriver connects one connection per key source to base
+// ("http://127.0.0.1:N").
 func newDriver(base string, sources []*keySource) (*driver, error) {
 	host, ok := strings.CutPrefix(base, "http://")
 	if !ok {

@@ -132,17 +132,19 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 	sh := s.shard(key)
 	now := s.now()
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if e, ok := s.live(sh, key, now); ok {
-		if e.enc != nil {
-			rec, err := store.DecodeRecord(e.enc)
-			if err != nil {
-				return store.Begin{}, fmt.Errorf("memory store: %w", err)
-			}
-			return store.Begin{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
+		// A stored encoding never changes: decode it without the lock.
+		sh.mu.Unlock()
+		if e.enc == nil {
+			return store.Begin{State: store.InFlight, Fingerprint: e.fp}, nil
 		}
-		return store.Begin{State: store.InFlight, Fingerprint: e.fp}, nil
+		rec, err := decode(e.enc)
+		if err != nil {
+			return store.Begin{}, err
+		}
+		return store.Begin{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	}
+	defer sh.mu.Unlock()
 	size := int64(len(key)) + entryOverhead
 	if s.wouldOverflow(size) {
 		// Reclaim what has expired in this shard before refusing.
@@ -214,12 +216,17 @@ func (s *Store) Get(_ context.Context, key string) (*store.Record, error) {
 	sh := s.shard(key)
 	now := s.now()
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	e, ok := s.live(sh, key, now)
+	sh.mu.Unlock()
 	if !ok || e.enc == nil {
 		return nil, store.ErrNotFound
 	}
-	rec, err := store.DecodeRecord(e.enc)
+	return decode(e.enc)
+}
+
+// decode decodes a stored record; the record's body aliases enc.
+func decode(enc []byte) (*store.Record, error) {
+	rec, err := store.DecodeRecord(enc)
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
