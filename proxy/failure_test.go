@@ -38,9 +38,9 @@ func (f *flakyStore) Release(ctx context.Context, key, token string) error {
 	return f.Store.Release(ctx, key, token)
 }
 
-func (f *flakyStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+func (f *flakyStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	if f.down.Load() {
-		return store.Begin{}, store.ErrUnavailable
+		return store.BeginResult{}, store.ErrUnavailable
 	}
 	return f.Store.Begin(ctx, key, fp, lease)
 }

@@ -243,7 +243,7 @@ func (h *Handler) finish(r *http.Request, x *exchange) {
 }
 
 // begin, extend, complete and release time the store and count its errors.
-func (h *Handler) begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+func (h *Handler) begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	t := time.Now()
 	res, err := h.store.Begin(ctx, key, fp, lease)
 	h.metrics.observeStore(OpBegin, time.Since(t), err != nil)

@@ -8,9 +8,9 @@ import (
 )
 
 // Store is what the handler needs from an idempotency store. The memory and
-// Redis stores in package store implement it; see store.Begin for the states.
+// Redis stores in package store implement it; see store.BeginResult for the states.
 type Store interface {
-	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error)
+	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error

@@ -24,14 +24,17 @@ var (
 	// ErrUnavailable means the store could not be reached or did not answer
 	// within its timeout. The outcome of a write is unknown.
 	ErrUnavailable = errors.New("store unavailable")
-	// ErrFull means the store refused a new key because it is at its size
-	// bound. It wraps ErrUnavailable so callers apply the same policy.
+	// ErrFull means the store has no room for a write: a new key (Begin) or
+	// a record (Complete). A Complete refused this way leaves the caller's
+	// lease in place, so the caller can keep it alive with Extend and try
+	// again, or store a smaller record. It wraps ErrUnavailable so callers
+	// that do not tell the two apart apply the same policy.
 	ErrFull = full{}
 	// ErrLockLost means the token no longer owns the key: its lease expired
 	// and the key was released, completed or taken by another owner.
 	ErrLockLost = errors.New("lock lost")
-	// ErrNotFound means there is no completed record under the key.
-	ErrNotFound = errors.New("record not found")
+	// ErrNotFound means there is nothing under the key: no lease, no record.
+	ErrNotFound = errors.New("key not found")
 )
 
 type full struct{}
@@ -69,8 +72,8 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Begin is the result of Store.Begin.
-type Begin struct {
+// BeginResult is what Store.Begin found.
+type BeginResult struct {
 	State State
 	// Token is the owner token, set when State is Acquired.
 	Token string

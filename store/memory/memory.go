@@ -128,7 +128,7 @@ func New(opts Options) *Store {
 }
 
 // Begin acquires a lease on key or reports what is there.
-func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	sh := s.shard(key)
 	now := s.now()
 	sh.mu.Lock()
@@ -136,13 +136,13 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		// A stored encoding never changes: decode it without the lock.
 		sh.mu.Unlock()
 		if e.enc == nil {
-			return store.Begin{State: store.InFlight, Fingerprint: e.fp}, nil
+			return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
 		}
 		rec, err := decode(e.enc)
 		if err != nil {
-			return store.Begin{}, err
+			return store.BeginResult{}, err
 		}
-		return store.Begin{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
+		return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	}
 	defer sh.mu.Unlock()
 	size := int64(len(key)) + entryOverhead
@@ -150,13 +150,13 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		// Reclaim what has expired in this shard before refusing.
 		s.sweep(sh, now, len(sh.m))
 		if s.wouldOverflow(size) {
-			return store.Begin{}, fmt.Errorf("memory store at %d bytes: %w", s.maxBytes, store.ErrFull)
+			return store.BeginResult{}, fmt.Errorf("memory store at %d bytes: %w", s.maxBytes, store.ErrFull)
 		}
 	}
 	token := newToken()
 	sh.m[key] = entry{token: token, fp: fp, expires: now.Add(lease).UnixNano(), size: size}
 	s.used.Add(size)
-	return store.Begin{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 }
 
 // Extend renews the lease of token on key.

@@ -51,7 +51,7 @@ return 0`)
 
 // Begin takes a lease on key with one SET NX PX GET, or reports the lease or
 // record already there.
-func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error) {
+func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	val := make([]byte, leaseHeader+tokenLen)
@@ -66,39 +66,39 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 	err := s.do(ctx, cmd, false)
 	switch {
 	case errors.Is(err, redis.Nil):
-		return store.Begin{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 	case err != nil:
-		return store.Begin{}, translate("begin", err)
+		return store.BeginResult{}, translate("begin", err)
 	}
 	old, _ := cmd.Bytes()
 	return decodeExisting(old, token)
 }
 
 // decodeExisting interprets the value SET NX GET found under the key.
-func decodeExisting(old []byte, token string) (store.Begin, error) {
+func decodeExisting(old []byte, token string) (store.BeginResult, error) {
 	if len(old) == 0 {
-		return store.Begin{}, fmt.Errorf("redis begin: empty value: %w", store.ErrCorrupt)
+		return store.BeginResult{}, fmt.Errorf("redis begin: empty value: %w", store.ErrCorrupt)
 	}
 	switch old[0] {
 	case kindLease:
 		if len(old) < leaseHeader {
-			return store.Begin{}, fmt.Errorf("redis begin: short lease: %w", store.ErrCorrupt)
+			return store.BeginResult{}, fmt.Errorf("redis begin: short lease: %w", store.ErrCorrupt)
 		}
 		var fp store.Fingerprint
 		copy(fp[:], old[1:leaseHeader])
 		if string(old[leaseHeader:]) == token {
 			// A retried SET whose first attempt took the lease.
-			return store.Begin{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+			return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 		}
-		return store.Begin{State: store.InFlight, Fingerprint: fp}, nil
+		return store.BeginResult{State: store.InFlight, Fingerprint: fp}, nil
 	case kindRecord:
 		rec, err := store.DecodeRecord(old[1:])
 		if err != nil {
-			return store.Begin{}, fmt.Errorf("redis begin: %w", err)
+			return store.BeginResult{}, fmt.Errorf("redis begin: %w", err)
 		}
-		return store.Begin{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
+		return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	}
-	return store.Begin{}, fmt.Errorf("redis begin: unknown kind %#x: %w", old[0], store.ErrCorrupt)
+	return store.BeginResult{}, fmt.Errorf("redis begin: unknown kind %#x: %w", old[0], store.ErrCorrupt)
 }
 
 // Extend renews the lease of token on key.

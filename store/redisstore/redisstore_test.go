@@ -138,7 +138,7 @@ func TestOutOfMemoryIsFull(t *testing.T) {
 	big := &store.Record{Status: 200, Body: make([]byte, 256<<10)}
 	var err error
 	for i := range 64 {
-		var b store.Begin
+		var b store.BeginResult
 		key := string(rune('a'+i%26)) + string(rune('a'+i/26))
 		if b, err = s.Begin(ctx, key, store.Fingerprint{}, time.Minute); err != nil {
 			break

@@ -37,7 +37,7 @@ func testRace(t *testing.T, h *harness) {
 	key := h.key("k")
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	results := make([]store.Begin, n)
+	results := make([]store.BeginResult, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {

@@ -13,7 +13,7 @@ import (
 
 // Store is the contract under test.
 type Store interface {
-	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.Begin, error)
+	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error
@@ -93,7 +93,7 @@ func (h *harness) pass(d time.Duration) {
 	time.Sleep(d)
 }
 
-func (h *harness) begin(key string, fp store.Fingerprint, lease time.Duration) store.Begin {
+func (h *harness) begin(key string, fp store.Fingerprint, lease time.Duration) store.BeginResult {
 	h.t.Helper()
 	b, err := h.Store.Begin(context.Background(), key, fp, lease)
 	if err != nil {

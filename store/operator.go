@@ -1,0 +1,40 @@
+package store
+
+import "time"
+
+// Entry is one key as an operator sees it: a lease on a request in flight,
+// or a completed record.
+type Entry struct {
+	// Key is the storage key as the proxy names it (its key_hash), without
+	// any prefix the store adds.
+	Key string
+	// State is InFlight or Completed.
+	State State
+	// ExpiresAt is when the store forgets the key: the end of the lease, or
+	// of the record's TTL.
+	ExpiresAt time.Time
+	// Fingerprint is the fingerprint of the request that owns the key or
+	// produced the record.
+	Fingerprint Fingerprint
+	// Record is the recorded response when State is Completed. Listings may
+	// leave its Body nil; BodyBytes always gives the recorded body's size.
+	Record *Record
+	// BodyBytes is the size of the recorded body (0 when omitted).
+	BodyBytes int
+}
+
+// Health is what a store reports of itself, for readiness checks and
+// --check. A store that answers but is in a dangerous state says so here
+// rather than failing the check.
+type Health struct {
+	// Server names the store and its version: "memory", "redis 7.0.15".
+	Server string
+	// EvictionPolicy is Redis' maxmemory-policy ("" for the memory store,
+	// "unknown" when the server would not say).
+	EvictionPolicy string
+	// EvictionUnsafe is true when the store may evict the proxy's keys on
+	// its own: an evicted lease or record means a second execution.
+	EvictionUnsafe bool
+	// Full is true when the store is refusing writes for lack of space.
+	Full bool
+}
