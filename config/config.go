@@ -37,6 +37,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	Upstream        Upstream
 	Store           Store
+	Admin           Admin
+	Tracing         Tracing
 	// Defaults is the policy of every request no route matches, and the base
 	// every route inherits from.
 	Defaults Policy
@@ -84,9 +86,38 @@ func (s Store) kind() string {
 
 // MemoryStore configures the in-process store.
 type MemoryStore struct {
-	// MaxBytes bounds the recorded data; when full, new keys get the
-	// on_store_error policy.
+	// MaxBytes bounds the recorded data; when full, WhenFull decides.
 	MaxBytes Size
+	// WhenFull is WhenFullReject (new keys get the store-full answer of
+	// on_store_error) or WhenFullEvictOldest (the oldest completed records
+	// are dropped; a lease never is).
+	WhenFull string
+}
+
+// Words accepted by MemoryStore.WhenFull.
+const (
+	WhenFullReject      = "reject"
+	WhenFullEvictOldest = "evict_oldest"
+)
+
+// Admin configures the operator API on the admin listener.
+type Admin struct {
+	// Token enables /admin/ and is the bearer token it requires. Prefer
+	// setting it through the environment (IDEMPOTENCY_PROXY_ADMIN_TOKEN).
+	Token string
+	// TokenFile names a file holding the token instead; it is read again
+	// on every reload. Not both.
+	TokenFile string
+	// PProf serves /debug/pprof/ on the admin listener, behind the token
+	// when one is set.
+	PProf bool
+}
+
+// Tracing configures OpenTelemetry tracing; the exporter itself is
+// configured by the standard OTEL_* environment variables.
+type Tracing struct {
+	// Enabled exports a span per proxied request over OTLP.
+	Enabled bool
 }
 
 // RedisStore configures the Redis store: URL for one node, Addrs for a
@@ -172,7 +203,7 @@ func Default() *Config {
 		ShutdownTimeout: 30 * time.Second,
 		Upstream:        Upstream{Timeout: 60 * time.Second},
 		Store: Store{
-			Memory: MemoryStore{MaxBytes: 256 * MiB},
+			Memory: MemoryStore{MaxBytes: 256 * MiB, WhenFull: WhenFullReject},
 			Redis: RedisStore{
 				Addrs:     []string{},
 				KeyPrefix: "idem:",

@@ -24,6 +24,7 @@ func (c *Config) fields() []field {
 			{name: "kind", decode: str(&c.Store.Kind)},
 			{name: "memory", group: []field{
 				{name: "max_bytes", decode: size(&c.Store.Memory.MaxBytes)},
+				{name: "when_full", decode: str(&c.Store.Memory.WhenFull)},
 			}},
 			{name: "redis", group: []field{
 				{name: "url", decode: str(&r.URL)},
@@ -32,6 +33,14 @@ func (c *Config) fields() []field {
 				{name: "key_prefix", decode: str(&r.KeyPrefix)},
 				{name: "timeout", decode: duration(&r.Timeout)},
 			}},
+		}},
+		{name: "admin", group: []field{
+			{name: "token", decode: str(&c.Admin.Token)},
+			{name: "token_file", decode: str(&c.Admin.TokenFile)},
+			{name: "pprof", decode: boolean(&c.Admin.PProf)},
+		}},
+		{name: "tracing", group: []field{
+			{name: "enabled", decode: boolean(&c.Tracing.Enabled)},
 		}},
 		// defaults before routes: a route starts from the decoded defaults.
 		{name: "defaults", group: policyFields(&c.Defaults)},

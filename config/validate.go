@@ -44,6 +44,9 @@ func (c *Config) problems() []*Problem {
 	}
 	checkUpstream(k, c.Upstream)
 	checkStore(k, c.Store)
+	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
+		k.add("admin.token_file", "set admin.token or admin.token_file, not both")
+	}
 
 	defaults := &checker{prefix: "defaults"}
 	checkPolicy(defaults, c.Defaults)
@@ -108,6 +111,9 @@ func checkStore(k *checker, s Store) {
 	}
 	if s.Memory.MaxBytes <= 0 {
 		k.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
+	}
+	if w := s.Memory.WhenFull; w != WhenFullReject && w != WhenFullEvictOldest {
+		k.add("store.memory.when_full", "must be one of %s, %s, not %q", WhenFullReject, WhenFullEvictOldest, w)
 	}
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
