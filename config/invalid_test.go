@@ -128,6 +128,35 @@ var invalidFiles = []invalidCase{
 	{"invalid-same-listen.yaml", []string{
 		"admin_listen: same address as listen (:8080)",
 	}},
+	{"invalid-when-full.yaml", []string{
+		"store.memory.when_full: must be one of reject, evict_oldest",
+	}},
+	{"invalid-admin-token.yaml", []string{
+		"admin.token_file: set admin.token or admin.token_file, not both",
+	}},
+	// "cookie:session" is valid: one cookie's value scopes the key.
+	{"invalid-scope-cookie.yaml", []string{
+		`defaults.scope_headers[1]: invalid cookie name "bad name" in "Cookie:bad name"`,
+		`defaults.scope_headers[2]: invalid cookie name "" in "Cookie:"`,
+		`defaults.scope_headers[3]: invalid header name "X-Tenant:id" (or Cookie:NAME for one cookie)`,
+	}},
+	// A route's own key in conflict with an inherited value names where
+	// that value came from; routes[0] inherits both and is fine.
+	{"invalid-inherited.yaml", []string{
+		"routes[1].lock_ttl: 30s (from defaults) exceeds ttl 5s",
+		"routes[2].wait_timeout: must be > 0 when concurrent is wait (from defaults)",
+	}},
+	{"invalid-near-miss.yaml", []string{
+		"upstream.timout: unknown key; did you mean timeout?",
+		"admin.tokn: unknown key; did you mean token?",
+		"defaults.fingerprint_hosts: unknown key; did you mean fingerprint_host?",
+		"defaults.lock_tll: unknown key; did you mean lock_ttl?",
+	}},
+	{"invalid-new-types.yaml", []string{
+		`admin.pprof: must be true or false, not "sometimes"`,
+		`tracing.enabled: must be true or false, not "yes please"`,
+		`defaults.fingerprint_host: must be true or false, not "2"`,
+	}},
 	{"invalid-yaml.yaml", []string{
 		"testdata/invalid-yaml.yaml: While parsing config: yaml: line 2: did not find expected key",
 	}},

@@ -53,7 +53,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	case p.WaitTimeout < 0:
 		c.add("wait_timeout", "must not be negative (%s)", c.show("wait_timeout", p.WaitTimeout))
 	case p.WaitTimeout == 0 && p.Concurrent == ConcurrentWait:
-		c.addWith("wait_timeout", []string{"concurrent"}, "must be > 0 when concurrent is wait")
+		c.addWith("wait_timeout", []string{"concurrent"}, "must be > 0 when concurrent is %s", c.show("concurrent", p.Concurrent))
 	}
 	for i, s := range p.ReleaseStatuses {
 		if s < 100 || s > 599 {
