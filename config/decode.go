@@ -73,6 +73,8 @@ var (
 	levelType    = reflect.TypeFor[slog.Level]()
 	urlType      = reflect.TypeFor[*url.URL]()
 	routesType   = reflect.TypeFor[[]Route]()
+
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 // value decodes one key into v by its type, or by the tag option where the
@@ -117,10 +119,12 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 		}
 		size(d, path, raw, v)
 	case reflect.Slice:
-		switch v.Type().Elem().Kind() {
-		case reflect.String:
+		switch elem := v.Type().Elem(); {
+		case reflect.PointerTo(elem).Implements(textUnmarshaler):
+			textList(d, path, raw, v)
+		case elem.Kind() == reflect.String:
 			strs(d, path, raw, v, option)
-		case reflect.Int:
+		case elem.Kind() == reflect.Int && option == "status":
 			statuses(d, path, raw, v)
 		default:
 			panic("config: no decoder for " + path)

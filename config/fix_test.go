@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -131,5 +132,27 @@ func TestSuggest(t *testing.T) {
 		if got := suggest(name, known, "_"); got != want {
 			t.Errorf("suggest(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// The decoder follows the struct: a list of values that parse their own
+// words, or of a named string type, needs no code of its own, so the next
+// policy key of that shape is one tagged field.
+func TestDecodeFollowsTheStruct(t *testing.T) {
+	type name string
+	var got struct {
+		Words []proxy.Concurrency `config:"words"`
+		Names []name              `config:"names,header"`
+	}
+	d := newDecoder()
+	d.mapping("p", map[string]any{"words": []any{"wait", "reject"}, "names": "x-a, x-b"}, reflect.ValueOf(&got).Elem())
+	if len(d.problems) != 0 || !slices.Equal(got.Words, []proxy.Concurrency{proxy.ConcurrentWait, proxy.ConcurrentReject}) ||
+		!slices.Equal(got.Names, []name{"X-A", "X-B"}) {
+		t.Errorf("decoded %+v, problems %v", got, d.problems)
+	}
+	d = newDecoder()
+	d.mapping("p", map[string]any{"words": []any{"wait", "later"}}, reflect.ValueOf(&got).Elem())
+	if len(d.problems) != 1 || d.problems[0].Error() != "p.words[1]: must be one of reject, wait" {
+		t.Errorf("problems = %v", d.problems)
 	}
 }

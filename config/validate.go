@@ -25,62 +25,63 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// checker collects problems. origins, when known, say where a value came
-// from ("from IDEMPOTENCY_PROXY_LISTEN"); a problem with such a value says so.
-type checker struct {
+// validation collects semantic problems. origins, when known, say where a
+// value came from ("from IDEMPOTENCY_PROXY_LISTEN"); a problem with such a
+// value says so.
+type validation struct {
 	origins map[string]string
 	out     []*Problem
 }
 
-func (k *checker) add(path, format string, args ...any) {
+func (v *validation) add(path, format string, args ...any) {
 	reason := fmt.Sprintf(format, args...)
-	if o := k.origins[path]; o != "" {
+	if o := v.origins[path]; o != "" {
 		reason += " (" + o + ")"
 	}
-	k.out = append(k.out, &Problem{Path: path, Reason: reason})
+	v.out = append(v.out, &Problem{Path: path, Reason: reason})
 }
 
 // problems returns every semantic problem in file order. origins are the
 // paths Load's layers set (nil for a Config built in code).
 func (c *Config) problems(origins map[string]string) []*Problem {
-	k := &checker{origins: origins}
+	v := &validation{origins: origins}
 	if c.Listen == "" {
-		k.add("listen", "required: set it with %s (host:port, e.g. :8080)", setWith("listen"))
+		v.add("listen", "required: set it with %s (host:port, e.g. :8080)", setWith("listen"))
 	} else {
-		checkAddr(k, "listen", c.Listen)
+		checkAddr(v, "listen", c.Listen)
 	}
 	if c.AdminListen == "" {
-		k.add("admin_listen", "required: set it with %s (host:port, e.g. :9090)", setWith("admin_listen"))
+		v.add("admin_listen", "required: set it with %s (host:port, e.g. :9090)", setWith("admin_listen"))
 	} else {
-		checkAddr(k, "admin_listen", c.AdminListen)
+		checkAddr(v, "admin_listen", c.AdminListen)
 	}
 	if c.Listen == c.AdminListen && c.Listen != "" && !strings.HasSuffix(c.Listen, ":0") {
-		k.add("admin_listen", "same address as listen (%s)", c.Listen)
+		v.add("admin_listen", "same address as listen (%s)", c.Listen)
 	}
 	if c.ShutdownTimeout <= 0 {
-		k.add("shutdown_timeout", "must be > 0, not %s", c.ShutdownTimeout)
+		v.add("shutdown_timeout", "must be > 0, not %s", c.ShutdownTimeout)
 	}
-	checkUpstream(k, c.Upstream)
-	checkStore(k, c.Store)
+	checkUpstream(v, c.Upstream)
+	checkStore(v, c.Store)
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
-		k.add("admin.token_file", "set admin.token or admin.token_file, not both")
+		v.add("admin.token_file", "set admin.token or admin.token_file, not both")
 	}
-	c.checkPolicies(k, origins)
+	c.checkPolicies(v, origins)
 	matches := make([]string, len(c.Routes))
 	for i, r := range c.Routes {
 		matches[i] = r.Match
 	}
 	for _, p := range proxy.CheckPatterns(matches) {
-		k.add(fmt.Sprintf("routes[%d].match", p.Index), "%s", p.Reason)
+		v.add(fmt.Sprintf("routes[%d].match", p.Index), "%s", p.Reason)
 	}
-	return k.out
+	return v.out
 }
 
 // checkPolicies runs the handler's own check on the defaults and on every
 // route. A route's problem that involves only values it inherited was
 // reported once, at defaults; one that involves an inherited value says
 // where that value came from: "30s (from defaults) exceeds ttl 5s".
-func (c *Config) checkPolicies(k *checker, origins map[string]string) {
+func (c *Config) checkPolicies(v *validation, origins map[string]string) {
 	from := func(prefix, unset string) func(string) string {
 		return func(key string) string {
 			if origins == nil {
@@ -93,13 +94,13 @@ func (c *Config) checkPolicies(k *checker, origins map[string]string) {
 		}
 	}
 	for _, p := range c.Defaults.Check(from("defaults", "built-in default")) {
-		k.out = append(k.out, &Problem{Path: "defaults." + p.Key, Reason: p.Reason})
+		v.out = append(v.out, &Problem{Path: "defaults." + p.Key, Reason: p.Reason})
 	}
 	for i, r := range c.Routes {
 		prefix := fmt.Sprintf("routes[%d]", i)
 		for _, p := range r.Policy.Check(from(prefix, "from defaults")) {
 			if !inherited(p.Keys, r.Policy, c.Defaults) {
-				k.out = append(k.out, &Problem{Path: prefix + "." + p.Key, Reason: p.Reason})
+				v.out = append(v.out, &Problem{Path: prefix + "." + p.Key, Reason: p.Reason})
 			}
 		}
 	}
@@ -116,77 +117,77 @@ func inherited(keys []string, route, defaults Policy) bool {
 	return true
 }
 
-func checkAddr(k *checker, key, addr string) {
+func checkAddr(v *validation, key, addr string) {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		k.add(key, "invalid address %q (want host:port, e.g. :8080)", addr)
+		v.add(key, "invalid address %q (want host:port, e.g. :8080)", addr)
 		return
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		k.add(key, "invalid port %q", port)
+		v.add(key, "invalid port %q", port)
 	}
 }
 
-func checkUpstream(k *checker, u Upstream) {
+func checkUpstream(v *validation, u Upstream) {
 	switch {
 	case u.URL == nil:
-		k.add("upstream.url", "required: set it with %s (e.g. http://127.0.0.1:3000)", setWith("upstream.url"))
+		v.add("upstream.url", "required: set it with %s (e.g. http://127.0.0.1:3000)", setWith("upstream.url"))
 	case u.URL.Scheme != "http" && u.URL.Scheme != "https":
-		k.add("upstream.url", "scheme must be http or https, not %q", u.URL.Scheme)
+		v.add("upstream.url", "scheme must be http or https, not %q", u.URL.Scheme)
 	case u.URL.Host == "":
-		k.add("upstream.url", "missing host in %q", u.URL.Redacted())
+		v.add("upstream.url", "missing host in %q", u.URL.Redacted())
 	}
 	if u.Timeout <= 0 {
-		k.add("upstream.timeout", "must be > 0, not %s", u.Timeout)
+		v.add("upstream.timeout", "must be > 0, not %s", u.Timeout)
 	}
 }
 
-func checkStore(k *checker, s Store) {
+func checkStore(v *validation, s Store) {
 	r := s.Redis
 	switch s.kind() {
 	case StoreMemory:
 	case StoreRedis:
 		if r.URL == "" && len(r.Addrs) == 0 {
-			k.add("store.kind", "redis needs store.redis.url or store.redis.addrs: set %s", setWith("store.redis.url"))
+			v.add("store.kind", "redis needs store.redis.url or store.redis.addrs: set %s", setWith("store.redis.url"))
 		}
 	default:
-		k.add("store.kind", "must be one of memory, redis")
+		v.add("store.kind", "must be one of memory, redis")
 	}
 	if s.Memory.MaxBytes <= 0 {
-		k.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
+		v.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
 	}
 	if w := s.Memory.WhenFull; w != WhenFullReject && w != WhenFullEvictOldest {
-		k.add("store.memory.when_full", "must be one of %s, %s", WhenFullReject, WhenFullEvictOldest)
+		v.add("store.memory.when_full", "must be one of %s, %s", WhenFullReject, WhenFullEvictOldest)
 	}
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
 		switch {
 		case err != nil:
 			// The error text would echo the URL, password included.
-			k.add("store.redis.url", "invalid URL")
+			v.add("store.redis.url", "invalid URL")
 		case u.Scheme != "redis" && u.Scheme != "rediss":
-			k.add("store.redis.url", "scheme must be redis or rediss, not %q", u.Scheme)
+			v.add("store.redis.url", "scheme must be redis or rediss, not %q", u.Scheme)
 		case u.Host == "":
-			k.add("store.redis.url", "missing host")
+			v.add("store.redis.url", "missing host")
 		}
 		if len(r.Addrs) > 0 {
-			k.add("store.redis.addrs", "set either store.redis.url or store.redis.addrs, not both")
+			v.add("store.redis.addrs", "set either store.redis.url or store.redis.addrs, not both")
 		}
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			k.add(fmt.Sprintf("store.redis.addrs[%d]", i), "invalid address %q (want host:port)", a)
+			v.add(fmt.Sprintf("store.redis.addrs[%d]", i), "invalid address %q (want host:port)", a)
 		}
 	}
 	if r.MasterName != "" && len(r.Addrs) == 0 {
-		k.add("store.redis.master_name", "needs store.redis.addrs (the Sentinel addresses)")
+		v.add("store.redis.master_name", "needs store.redis.addrs (the Sentinel addresses)")
 	}
 	if strings.ContainsAny(r.KeyPrefix, "{}") {
 		// Braces would defeat the hash tag that keeps one key's entries in
 		// one Cluster slot.
-		k.add("store.redis.key_prefix", "must not contain { or }")
+		v.add("store.redis.key_prefix", "must not contain { or }")
 	}
 	if r.Timeout <= 0 {
-		k.add("store.redis.timeout", "must be > 0, not %s", r.Timeout)
+		v.add("store.redis.timeout", "must be > 0, not %s", r.Timeout)
 	}
 }

@@ -185,10 +185,31 @@ func strs(d *decoder, path string, raw any, v reflect.Value, option string) {
 	if !ok {
 		return
 	}
+	out := reflect.MakeSlice(v.Type(), len(items), len(items))
 	for i, s := range items {
-		items[i] = normalize(s, option)
+		out.Index(i).SetString(normalize(s, option))
 	}
-	v.Set(reflect.ValueOf(items))
+	v.Set(out)
+}
+
+// textList decodes a list of values that parse their own text, each
+// problem located by its index.
+func textList(d *decoder, path string, raw any, v reflect.Value) {
+	items, ok := list(d, path, raw)
+	if !ok {
+		return
+	}
+	out := reflect.MakeSlice(v.Type(), len(items), len(items))
+	for i, s := range items {
+		u := out.Index(i).Addr().Interface().(encoding.TextUnmarshaler)
+		if err := u.UnmarshalText([]byte(s)); err != nil {
+			d.add(fmt.Sprintf("%s[%d]", path, i), raw, "%v", err)
+			ok = false
+		}
+	}
+	if ok {
+		v.Set(out)
+	}
 }
 
 // statuses decodes HTTP status codes (the "status" option).
