@@ -66,7 +66,7 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
 		v.add("admin.token_file", "set admin.token or admin.token_file, not both")
 	}
-	c.checkPolicies(v, origins)
+	c.checkPolicies(v)
 	matches := make([]string, len(c.Routes))
 	for i, r := range c.Routes {
 		matches[i] = r.Match
@@ -81,13 +81,13 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 // route. A route's problem that involves only values it inherited was
 // reported once, at defaults; one that involves an inherited value says
 // where that value came from: "30s (from defaults) exceeds ttl 5s".
-func (c *Config) checkPolicies(v *validation, origins map[string]string) {
+func (c *Config) checkPolicies(v *validation) {
 	from := func(prefix, unset string) func(string) string {
 		return func(key string) string {
-			if origins == nil {
+			if v.origins == nil {
 				return ""
 			}
-			if o, ok := origins[prefix+"."+key]; ok {
+			if o, ok := v.origins[prefix+"."+key]; ok {
 				return o
 			}
 			return unset
