@@ -23,6 +23,10 @@ func TestProblemsSayHowToFix(t *testing.T) {
 			"IDEMPOTENCY_PROXY_UPSTREAM: unknown environment variable; did you mean IDEMPOTENCY_PROXY_UPSTREAM_URL?",
 			"upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL (e.g. http://127.0.0.1:3000)",
 		}},
+		{"the file's variable", Source{Env: []string{"IDEMPOTENCY_PROXY_CONFG=config.yaml"}}, []string{
+			"IDEMPOTENCY_PROXY_CONFG: unknown environment variable; did you mean IDEMPOTENCY_PROXY_CONFIG?",
+			"upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL (e.g. http://127.0.0.1:3000)",
+		}},
 		{"a variable far from every key", Source{Env: []string{
 			"IDEMPOTENCY_PROXY_UPSTREAM_URL=http://127.0.0.1:3000",
 			"IDEMPOTENCY_PROXY_COLOUR=blue",

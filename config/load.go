@@ -147,7 +147,7 @@ func applyEnv(d *decoder, tree map[string]any, env map[string]string) {
 // envHint suggests the variable a near-miss name meant. Known names are
 // in file order, so a group named instead of its key suggests its first key.
 func envHint(name string) string {
-	var known []string
+	known := []string{strings.TrimPrefix(EnvConfigFile, EnvPrefix)}
 	for _, k := range Keys() {
 		known = append(known, strings.TrimPrefix(EnvVar(k), EnvPrefix))
 	}
