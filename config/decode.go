@@ -1,30 +1,37 @@
 package config
 
 import (
-	"errors"
+	"encoding"
 	"fmt"
+	"log/slog"
 	"maps"
-	"math"
-	"net/textproto"
 	"net/url"
+	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
 
-// sourced is a value that came from the environment or a flag rather than
-// the file: always a string, and problems name where it came from.
+// sourced is a value that came from the environment or the command line
+// rather than the file: always a string, and problems name where it came
+// from.
 type sourced struct {
 	value  string
-	origin string // "IDEMPOTENCY_PROXY_UPSTREAM_URL", "flag"
+	origin string // "IDEMPOTENCY_PROXY_UPSTREAM_URL", "--upstream", "command line"
 }
 
 // decoder turns the merged raw tree into a Config, recording every problem
 // with its path instead of stopping at the first.
 type decoder struct {
 	problems []*Problem
+	// origins has every path a layer set, with where the value came from:
+	// "" for the file, "from IDEMPOTENCY_PROXY_…" or "from --flag" otherwise.
+	origins map[string]string
+	// defaults is the decoded defaults policy routes start from.
+	defaults *Policy
 }
+
+func newDecoder() *decoder { return &decoder{origins: map[string]string{}} }
 
 func (d *decoder) add(path string, raw any, format string, args ...any) {
 	reason := fmt.Sprintf(format, args...)
@@ -34,48 +41,136 @@ func (d *decoder) add(path string, raw any, format string, args ...any) {
 	d.problems = append(d.problems, &Problem{Path: path, Reason: reason})
 }
 
-// field is one key of a mapping: a leaf with a decode func, or a group of
-// nested fields.
-type field struct {
-	name   string
-	decode func(d *decoder, path string, raw any)
-	group  []field
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-// mapping decodes raw, which must be a mapping, against fields. Known keys
-// are decoded in the order of fields, so later fields may depend on earlier
-// ones (routes inherit from the decoded defaults); unknown keys are problems.
-func (d *decoder) mapping(path string, raw any, fields []field) {
+// mapping decodes raw, which must be a mapping, into the struct v. Known
+// keys are decoded in field order, so later fields may depend on earlier
+// ones (routes start from the decoded defaults); unknown keys are problems.
+func (d *decoder) mapping(path string, raw any, v reflect.Value) {
 	m, ok := asMap(raw)
 	if !ok {
 		d.add(path, raw, "must be a mapping, not %s", describe(raw))
 		return
 	}
-	known := make(map[string]bool, len(fields))
-	for _, f := range fields {
-		known[f.name] = true
-		v, ok := m[f.name]
-		if !ok || v == nil {
+	fields := fieldsOf(v.Type())
+	known := make([]string, len(fields))
+	for i, f := range fields {
+		known[i] = f.key
+		item, ok := m[f.key]
+		if !ok || item == nil {
 			continue
 		}
-		if f.group != nil {
-			d.mapping(join(path, f.name), v, f.group)
-		} else {
-			f.decode(d, join(path, f.name), v)
-		}
+		d.value(join(path, f.key), item, v.FieldByIndex(f.index), f.option)
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if !known[k] {
-			d.add(join(path, k), nil, "unknown key")
+		if !slices.Contains(known, k) {
+			d.add(join(path, k), nil, "unknown key%s", didYouMean(k, known, "."))
 		}
 	}
+}
+
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	sizeType     = reflect.TypeFor[Size]()
+	levelType    = reflect.TypeFor[slog.Level]()
+	urlType      = reflect.TypeFor[*url.URL]()
+	routesType   = reflect.TypeFor[[]Route]()
+
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// value decodes one key into v by its type, or by the tag option where the
+// type alone does not say how the value is written.
+func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
+	if s, ok := raw.(sourced); ok {
+		d.origins[path] = "from " + s.origin
+	} else {
+		d.origins[path] = ""
+	}
+	switch v.Type() {
+	case durationType:
+		duration(d, path, raw, v)
+		return
+	case sizeType:
+		size(d, path, raw, v)
+		return
+	case levelType:
+		logLevel(d, path, raw, v)
+		return
+	case urlType:
+		urlValue(d, path, raw, v)
+		return
+	case routesType:
+		d.routes(path, raw, v)
+		return
+	}
+	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		text(d, path, raw, u)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		d.mapping(path, raw, v)
+	case reflect.String:
+		str(d, path, raw, v, option)
+	case reflect.Bool:
+		boolean(d, path, raw, v)
+	case reflect.Int64:
+		if option != "size" {
+			panic("config: int64 field " + path + " needs the size option")
+		}
+		size(d, path, raw, v)
+	case reflect.Slice:
+		switch elem := v.Type().Elem(); {
+		case reflect.PointerTo(elem).Implements(textUnmarshaler):
+			textList(d, path, raw, v)
+		case elem.Kind() == reflect.String:
+			strs(d, path, raw, v, option)
+		case elem.Kind() == reflect.Int && option == "status":
+			statuses(d, path, raw, v)
+		default:
+			panic("config: no decoder for " + path)
+		}
+	default:
+		panic("config: no decoder for " + path)
+	}
+}
+
+// routes decodes the routes list; each route starts as a copy of the
+// (already decoded) defaults, so whatever it does not set is inherited and a
+// list it sets replaces the inherited one.
+func (d *decoder) routes(path string, raw any, v reflect.Value) {
+	if s, ok := raw.(sourced); ok {
+		parsed, err := parseRoutesDocument(s.value)
+		if err != nil {
+			d.add(path, raw, "invalid YAML or JSON list: %v", err)
+			return
+		}
+		raw = parsed
+	}
+	items, ok := raw.([]any)
+	if !ok {
+		d.add(path, raw, "must be a list, not %s", describe(raw))
+		return
+	}
+	routes := make([]Route, len(items))
+	for i, item := range items {
+		routes[i] = Route{Enabled: true, Policy: clonePolicy(*d.defaults)}
+		d.mapping(fmt.Sprintf("%s[%d]", path, i), item, reflect.ValueOf(&routes[i]).Elem())
+	}
+	v.Set(reflect.ValueOf(routes))
+}
+
+// clonePolicy returns a copy that shares no slice with p, so a route can
+// change its lists without touching the defaults it inherited them from.
+func clonePolicy(p Policy) Policy {
+	v := reflect.ValueOf(&p).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice && !f.IsNil() {
+			c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+			reflect.Copy(c, f)
+			f.Set(c)
+		}
+	}
+	return p
 }
 
 // asMap accepts both map shapes YAML decoders produce, lower-casing keys
@@ -126,211 +221,4 @@ func scalar(raw any) (string, bool) {
 		return fmt.Sprint(v), true
 	}
 	return "", false
-}
-
-func str(dst *string) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		switch v := raw.(type) {
-		case string:
-			*dst = v
-		case sourced:
-			*dst = v.value
-		default:
-			d.add(path, raw, "must be a string, not %s", describe(raw))
-		}
-	}
-}
-
-func boolean(dst *bool) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		if b, ok := raw.(bool); ok {
-			*dst = b
-			return
-		}
-		s, _ := scalar(raw)
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			d.add(path, raw, "must be true or false, not %q", s)
-			return
-		}
-		*dst = b
-	}
-}
-
-// duration accepts Go duration strings only: a bare number would be
-// nanoseconds to time.Duration, which is never what "ttl: 30" means.
-func duration(dst *time.Duration) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		s, ok := scalar(raw)
-		if !ok {
-			d.add(path, raw, "invalid duration: %s", describe(raw))
-			return
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			d.add(path, raw, "invalid duration %q (want e.g. 250ms, 30s, 24h)", s)
-			return
-		}
-		*dst = v
-	}
-}
-
-func size(dst *Size) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		s, ok := scalar(raw)
-		if !ok {
-			d.add(path, raw, "invalid size: %s", describe(raw))
-			return
-		}
-		v, err := ParseSize(s)
-		if err != nil {
-			d.add(path, raw, "%v", err)
-			return
-		}
-		*dst = v
-	}
-}
-
-func logLevel(dst *Config) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		s, _ := scalar(raw)
-		// slog also accepts "warn+2" and the like; the contract is four words.
-		if !slices.Contains(logLevels, strings.ToLower(s)) || dst.LogLevel.UnmarshalText([]byte(s)) != nil {
-			d.add(path, raw, "must be one of %s", strings.Join(logLevels, ", "))
-		}
-	}
-}
-
-var logLevels = []string{"debug", "info", "warn", "error"}
-
-func urlValue(dst **url.URL) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		var s string
-		str(&s)(d, path, raw)
-		if s == "" {
-			return
-		}
-		u, err := url.Parse(s)
-		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			d.add(path, raw, "invalid URL %q: %v", s, err)
-			return
-		}
-		*dst = u
-	}
-}
-
-// list accepts a YAML sequence or a comma-separated string (the form
-// environment variables and flags use).
-func list(d *decoder, path string, raw any) ([]string, bool) {
-	if s, ok := raw.(sourced); ok {
-		raw = s.value
-	}
-	if s, ok := raw.(string); ok {
-		out := []string{}
-		for part := range strings.SplitSeq(s, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-		return out, true
-	}
-	items, ok := raw.([]any)
-	if !ok {
-		d.add(path, raw, "must be a list, not %s", describe(raw))
-		return nil, false
-	}
-	out := make([]string, 0, len(items))
-	good := true
-	for i, item := range items {
-		s, ok := scalar(item)
-		if !ok {
-			d.add(fmt.Sprintf("%s[%d]", path, i), item, "must be a string, not %s", describe(item))
-			good = false
-		}
-		out = append(out, s)
-	}
-	return out, good
-}
-
-func strs(dst *[]string) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		if v, ok := list(d, path, raw); ok {
-			*dst = v
-		}
-	}
-}
-
-// headers canonicalises names so "content-type" and "Content-Type" are one
-// header everywhere downstream.
-func headers(dst *[]string) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		v, ok := list(d, path, raw)
-		if !ok {
-			return
-		}
-		for i, name := range v {
-			v[i] = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
-		}
-		*dst = v
-	}
-}
-
-func header(dst *string) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		var s string
-		str(&s)(d, path, raw)
-		*dst = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(s))
-	}
-}
-
-func methods(dst *[]string) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		v, ok := list(d, path, raw)
-		if !ok {
-			return
-		}
-		for i, m := range v {
-			v[i] = strings.ToUpper(strings.TrimSpace(m))
-		}
-		*dst = v
-	}
-}
-
-func statuses(dst *[]int) func(*decoder, string, any) {
-	return func(d *decoder, path string, raw any) {
-		v, ok := list(d, path, raw)
-		if !ok {
-			return
-		}
-		out := make([]int, 0, len(v))
-		for i, s := range v {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 100 || n > 599 {
-				d.add(fmt.Sprintf("%s[%d]", path, i), raw, "invalid HTTP status %q (want 100..599)", s)
-				ok = false
-			}
-			out = append(out, n)
-		}
-		if ok {
-			*dst = out
-		}
-	}
-}
-
-// validToken reports whether s is an RFC 9110 token, the syntax of both
-// header names and methods.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c >= math.MaxInt8 || c <= ' ' || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -2,7 +2,20 @@
 //
 // It is the only package that imports viper, and it is pure: no network, no
 // listeners, no store. The main package translates a *Config into the
-// options of proxy and store, so neither of them depends on config keys.
+// options of proxy and store.
+//
+// # Schema
+//
+// The Config struct is the schema: a field's `config` tag is its key, a
+// nested struct is a mapping, and a `flag` tag names the command-line flag
+// that sets the key (Flags). Decoding, the environment variables, unknown-key
+// detection and Keys all follow the tags, so a key is added by adding a
+// field. A policy (defaults and each route) is the handler's own
+// proxy.Policy: its tags are the policy keys, proxy.DefaultPolicy its
+// defaults, its typed values (proxy.Concurrency…) parse their own words, and
+// proxy.Policy.Check validates it — for Load and for proxy.New alike. The
+// upstream timeout and the Redis key prefix and timeout are likewise the
+// defaults of the packages that use them.
 //
 // # Layers
 //
@@ -40,4 +53,8 @@
 // words, impossible values and conflicting route patterns are all reported.
 // Load returns every problem at once, each a *Problem located by its dotted
 // path ("routes[1].ttl"), joined with errors.Join; each wraps ErrInvalid.
+// Messages say how to fix the problem: a required key names its flag and
+// variable, an unknown key or variable close to a known one is suggested,
+// a value from the environment or a flag names it, and a route's problem
+// with a value it inherited says "(from defaults)".
 package config

@@ -35,9 +35,9 @@ type invalidCase struct {
 var invalidFiles = []invalidCase{
 	{"invalid-unknown-key.yaml", []string{
 		"upstream.retries: unknown key",
-		"defaults.tll: unknown key",
-		"routes[2].tll: unknown key",
-		"lisen: unknown key",
+		"defaults.tll: unknown key; did you mean ttl?",
+		"routes[2].tll: unknown key; did you mean ttl?",
+		"lisen: unknown key; did you mean listen?",
 	}},
 	{"invalid-duration.yaml", []string{
 		`upstream.timeout: invalid duration "30" (want e.g. 250ms, 30s, 24h)`,
@@ -59,21 +59,23 @@ var invalidFiles = []invalidCase{
 		`upstream.url: invalid URL "http://[::1": missing ']' in host`,
 	}},
 	{"invalid-missing-upstream.yaml", []string{
-		"upstream.url: required (e.g. http://127.0.0.1:3000)",
+		"upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL (e.g. http://127.0.0.1:3000)",
 	}},
+	// Policy words are decoded by the handler's own parsers, so they come
+	// with the other decoding problems, before the semantic ones.
 	{"invalid-policy-word.yaml", []string{
 		"log_level: must be one of debug, info, warn, error",
-		"store.kind: must be one of memory, redis",
 		"defaults.concurrent: must be one of reject, wait",
 		"defaults.on_store_error: must be one of fail_closed, fail_open",
 		"routes[0].on_upstream_error: must be one of release, keep",
+		"store.kind: must be one of memory, redis",
 	}},
 	{"invalid-lock-ttl.yaml", []string{
-		"routes[0].lock_ttl: 40s exceeds ttl 30s",
+		"routes[0].lock_ttl: 40s (from defaults) exceeds ttl 30s",
 	}},
 	// Routes that inherit the mistake do not repeat it.
 	{"invalid-lock-ttl-defaults.yaml", []string{
-		"defaults.lock_ttl: 30s exceeds ttl 10s",
+		"defaults.lock_ttl: 30s (built-in default) exceeds ttl 10s",
 	}},
 	{"invalid-wait-timeout.yaml", []string{
 		"defaults.wait_timeout: must be > 0 when concurrent is wait",
@@ -90,7 +92,7 @@ var invalidFiles = []invalidCase{
 		`routes[3].match: pattern "/b/new" conflicts with routes[2] "GET /b/{id}": /b/new matches more methods than GET /b/{id}, but has a more specific path pattern`,
 	}},
 	{"invalid-redis-missing.yaml", []string{
-		"store.kind: redis needs store.redis.url or store.redis.addrs",
+		"store.kind: redis needs store.redis.url or store.redis.addrs: set --redis-url or IDEMPOTENCY_PROXY_STORE_REDIS_URL",
 		"store.redis.master_name: needs store.redis.addrs (the Sentinel addresses)",
 	}},
 	{"invalid-redis-conflict.yaml", []string{
@@ -125,6 +127,35 @@ var invalidFiles = []invalidCase{
 	}},
 	{"invalid-same-listen.yaml", []string{
 		"admin_listen: same address as listen (:8080)",
+	}},
+	{"invalid-when-full.yaml", []string{
+		"store.memory.when_full: must be one of reject, evict_oldest",
+	}},
+	{"invalid-admin-token.yaml", []string{
+		"admin.token_file: set admin.token or admin.token_file, not both",
+	}},
+	// "cookie:session" is valid: one cookie's value scopes the key.
+	{"invalid-scope-cookie.yaml", []string{
+		`defaults.scope_headers[1]: invalid cookie name "bad name" in "Cookie:bad name"`,
+		`defaults.scope_headers[2]: invalid cookie name "" in "Cookie:"`,
+		`defaults.scope_headers[3]: invalid header name "X-Tenant:id" (or Cookie:NAME for one cookie)`,
+	}},
+	// A route's own key in conflict with an inherited value names where
+	// that value came from; routes[0] inherits both and is fine.
+	{"invalid-inherited.yaml", []string{
+		"routes[1].lock_ttl: 30s (from defaults) exceeds ttl 5s",
+		"routes[2].wait_timeout: must be > 0 when concurrent is wait (from defaults)",
+	}},
+	{"invalid-near-miss.yaml", []string{
+		"upstream.timout: unknown key; did you mean timeout?",
+		"admin.tokn: unknown key; did you mean token?",
+		"defaults.fingerprint_hosts: unknown key; did you mean fingerprint_host?",
+		"defaults.lock_tll: unknown key; did you mean lock_ttl?",
+	}},
+	{"invalid-new-types.yaml", []string{
+		`admin.pprof: must be true or false, not "sometimes"`,
+		`tracing.enabled: must be true or false, not "yes please"`,
+		`defaults.fingerprint_host: must be true or false, not "2"`,
 	}},
 	{"invalid-yaml.yaml", []string{
 		"testdata/invalid-yaml.yaml: While parsing config: yaml: line 2: did not find expected key",
@@ -166,11 +197,11 @@ func TestMissingFile(t *testing.T) {
 // or tests of other packages may do.
 func TestValidateBuiltInCode(t *testing.T) {
 	cfg := Default()
-	if err := cfg.Validate(); err == nil || err.Error() != "upstream.url: required (e.g. http://127.0.0.1:3000)" {
+	if err := cfg.Validate(); err == nil || err.Error() != "upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL (e.g. http://127.0.0.1:3000)" {
 		t.Errorf("Validate(Default()) = %v, want only the missing upstream", err)
 	}
 	cfg.Upstream.URL = mustURL(t, "http://127.0.0.1:3000")
-	cfg.Routes = []Route{{Match: "/a/", Enabled: true, Policy: cfg.Defaults.clone()}}
+	cfg.Routes = []Route{{Match: "/a/", Enabled: true, Policy: clonePolicy(cfg.Defaults)}}
 	cfg.Routes[0].ReleaseStatuses = []int{99}
 	cfg.Routes[0].MaxResponseBody = -1
 	want := "routes[0].release_statuses[0]: invalid HTTP status 99 (want 100..599)\n" +

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -33,7 +34,7 @@ func Load(src Source) (*Config, error) {
 	if file == "" {
 		file = env[EnvConfigFile]
 	}
-	d := &decoder{}
+	d := newDecoder()
 	tree := map[string]any{}
 	if file != "" {
 		t, err := readFile(file)
@@ -47,13 +48,14 @@ func Load(src Source) (*Config, error) {
 
 	cfg := Default()
 	cfg.File = file
-	d.mapping("", tree, cfg.fields())
+	d.defaults = &cfg.Defaults
+	d.mapping("", tree, reflect.ValueOf(cfg).Elem())
 	cfg.Store.Kind = cfg.Store.kind()
 
 	// A value that failed to decode kept its default; checking it again
 	// would only add a second, misleading message for the same key.
 	problems := d.problems
-	for _, p := range cfg.problems() {
+	for _, p := range cfg.problems(d.origins) {
 		if !reported(d.problems, p.Path) {
 			problems = append(problems, p)
 		}
@@ -134,7 +136,7 @@ func applyEnv(d *decoder, tree map[string]any, env map[string]string) {
 		key, ok := keys[name]
 		if !ok {
 			// A typo must not silently leave the default in force.
-			d.add(name, nil, "unknown environment variable")
+			d.add(name, nil, "unknown environment variable%s", envHint(name))
 			continue
 		}
 		layer[key] = sourced{value: env[name], origin: name}
@@ -142,14 +144,31 @@ func applyEnv(d *decoder, tree map[string]any, env map[string]string) {
 	applyLayer(tree, layer)
 }
 
+// envHint suggests the variable a near-miss name meant. Known names are
+// in file order, so a group named instead of its key suggests its first key.
+func envHint(name string) string {
+	known := []string{strings.TrimPrefix(EnvConfigFile, EnvPrefix)}
+	for _, k := range Keys() {
+		known = append(known, strings.TrimPrefix(EnvVar(k), EnvPrefix))
+	}
+	if s := suggest(strings.TrimPrefix(name, EnvPrefix), known, "_"); s != "" {
+		return "; did you mean " + EnvPrefix + s + "?"
+	}
+	return ""
+}
+
 func applyOverrides(d *decoder, tree map[string]any, overrides map[string]string) {
 	layer := map[string]sourced{}
 	for _, key := range slices.Sorted(maps.Keys(overrides)) {
 		if !isKey(key) {
-			d.add(key, nil, "unknown key (from command line)")
+			d.add(key, nil, "unknown key (from command line)%s", didYouMean(key, Keys(), "."))
 			continue
 		}
-		layer[key] = sourced{value: overrides[key], origin: "command line"}
+		origin := "command line"
+		if f := flagOf(key); f != "" {
+			origin = "--" + f
+		}
+		layer[key] = sourced{value: overrides[key], origin: origin}
 	}
 	applyLayer(tree, layer)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -70,14 +72,14 @@ func TestExampleFile(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("example defaults =\n%+v\nwant built-in\n%+v", got, want)
 	}
-	charges := want.Defaults.clone()
+	charges := clonePolicy(want.Defaults)
 	charges.TTL, charges.RequireKey = 72*time.Hour, true
-	comments := want.Defaults.clone()
-	comments.TTL, comments.OnStoreError = time.Hour, FailOpen
+	comments := clonePolicy(want.Defaults)
+	comments.TTL, comments.FailOpen = time.Hour, proxy.FailOpen
 	wantRoutes := []Route{
 		{Match: "POST /v1/charges", Enabled: true, Policy: charges},
 		{Match: "/v1/comments/", Enabled: true, Policy: comments},
-		{Match: "/internal/", Enabled: false, Policy: want.Defaults.clone()},
+		{Match: "/internal/", Enabled: false, Policy: clonePolicy(want.Defaults)},
 	}
 	if !reflect.DeepEqual(routes, wantRoutes) {
 		t.Errorf("example routes =\n%+v\nwant\n%+v", routes, wantRoutes)
@@ -97,7 +99,7 @@ routes:
     methods: [post]
     scope_headers: []
 `)})
-	onlyTTL := cfg.Defaults.clone()
+	onlyTTL := clonePolicy(cfg.Defaults)
 	onlyTTL.TTL = time.Hour
 	if got := cfg.Routes[0].Policy; !reflect.DeepEqual(got, onlyTTL) {
 		t.Errorf("route setting only ttl =\n%+v\nwant defaults with ttl 1h\n%+v", got, onlyTTL)
@@ -238,11 +240,11 @@ func TestEnvAndFlagProblems(t *testing.T) {
 		Overrides: map[string]string{"upstream.tiemout": "1s", "defaults.wait_timeout": "soon"},
 	})
 	want := []string{
-		"IDEMPOTENCY_PROXY_DEFAULTS_LOCKTTL: unknown environment variable",
-		"upstream.tiemout: unknown key (from command line)",
+		"IDEMPOTENCY_PROXY_DEFAULTS_LOCKTTL: unknown environment variable; did you mean IDEMPOTENCY_PROXY_DEFAULTS_LOCK_TTL?",
+		"upstream.tiemout: unknown key (from command line); did you mean upstream.timeout?",
 		`defaults.ttl: invalid duration "3x" (want e.g. 250ms, 30s, 24h) (from IDEMPOTENCY_PROXY_DEFAULTS_TTL)`,
 		`defaults.wait_timeout: invalid duration "soon" (want e.g. 250ms, 30s, 24h) (from command line)`,
-		"routes[0].tll: unknown key",
+		"routes[0].tll: unknown key; did you mean ttl?",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

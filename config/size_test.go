@@ -66,7 +66,7 @@ func TestSizeString(t *testing.T) {
 
 func TestSizeFromYAMLInteger(t *testing.T) {
 	cfg := mustLoad(t, Source{File: writeFile(t, upstreamOnly+"defaults:\n  max_response_body: 2048\n")})
-	if got, want := cfg.Defaults.MaxResponseBody, 2*KiB; got != want {
-		t.Errorf("max_response_body = %s, want %s", got, want)
+	if got, want := cfg.Defaults.MaxResponseBody, int64(2*KiB); got != want {
+		t.Errorf("max_response_body = %d, want %d", got, want)
 	}
 }

@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 // Validate checks the semantic rules (ranges, words, combinations, route
-// patterns) of a decoded Config. Load calls it; call it yourself for a
-// Config built in code. It returns errors.Join of *Problem values.
+// patterns) of a Config built in code. Load runs the same checks itself.
+// It returns errors.Join of *Problem values.
 func (c *Config) Validate() error {
-	ps := c.problems()
+	ps := c.problems(nil)
 	errs := make([]error, len(ps))
 	for i, p := range ps {
 		errs[i] = p
@@ -22,188 +25,169 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// checker collects problems under a path prefix.
-type checker struct {
-	prefix string
-	out    []*Problem
+// validation collects semantic problems. origins, when known, say where a
+// value came from ("from IDEMPOTENCY_PROXY_LISTEN"); a problem with such a
+// value says so.
+type validation struct {
+	origins map[string]string
+	out     []*Problem
 }
 
-func (k *checker) add(key, format string, args ...any) {
-	k.out = append(k.out, &Problem{Path: join(k.prefix, key), Reason: fmt.Sprintf(format, args...)})
+func (v *validation) add(path, format string, args ...any) {
+	reason := fmt.Sprintf(format, args...)
+	if o := v.origins[path]; o != "" {
+		reason += " (" + o + ")"
+	}
+	v.out = append(v.out, &Problem{Path: path, Reason: reason})
 }
 
-func (c *Config) problems() []*Problem {
-	k := &checker{}
-	checkAddr(k, "listen", c.Listen)
-	checkAddr(k, "admin_listen", c.AdminListen)
-	if c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
-		k.add("admin_listen", "same address as listen (%s)", c.Listen)
+// problems returns every semantic problem in file order. origins are the
+// paths Load's layers set (nil for a Config built in code).
+func (c *Config) problems(origins map[string]string) []*Problem {
+	v := &validation{origins: origins}
+	if c.Listen == "" {
+		v.add("listen", "required: set it with %s (host:port, e.g. :8080)", setWith("listen"))
+	} else {
+		checkAddr(v, "listen", c.Listen)
+	}
+	if c.AdminListen == "" {
+		v.add("admin_listen", "required: set it with %s (host:port, e.g. :9090)", setWith("admin_listen"))
+	} else {
+		checkAddr(v, "admin_listen", c.AdminListen)
+	}
+	if c.Listen == c.AdminListen && c.Listen != "" && !strings.HasSuffix(c.Listen, ":0") {
+		v.add("admin_listen", "same address as listen (%s)", c.Listen)
 	}
 	if c.ShutdownTimeout <= 0 {
-		k.add("shutdown_timeout", "must be > 0, not %s", c.ShutdownTimeout)
+		v.add("shutdown_timeout", "must be > 0, not %s", c.ShutdownTimeout)
 	}
-	checkUpstream(k, c.Upstream)
-	checkStore(k, c.Store)
+	checkUpstream(v, c.Upstream)
+	checkStore(v, c.Store)
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
-		k.add("admin.token_file", "set admin.token or admin.token_file, not both")
+		v.add("admin.token_file", "set admin.token or admin.token_file, not both")
 	}
+	c.checkPolicies(v)
+	matches := make([]string, len(c.Routes))
+	for i, r := range c.Routes {
+		matches[i] = r.Match
+	}
+	for _, p := range proxy.CheckPatterns(matches) {
+		v.add(fmt.Sprintf("routes[%d].match", p.Index), "%s", p.Reason)
+	}
+	return v.out
+}
 
-	defaults := &checker{prefix: "defaults"}
-	checkPolicy(defaults, c.Defaults)
-	k.out = append(k.out, defaults.out...)
-	inherited := map[string]bool{}
-	for _, p := range defaults.out {
-		inherited[strings.TrimPrefix(p.Error(), "defaults.")] = true
+// checkPolicies runs the handler's own check on the defaults and on every
+// route. A route's problem that involves only values it inherited was
+// reported once, at defaults; one that involves an inherited value says
+// where that value came from: "30s (from defaults) exceeds ttl 5s".
+func (c *Config) checkPolicies(v *validation) {
+	from := func(prefix, unset string) func(string) string {
+		return func(key string) string {
+			if v.origins == nil {
+				return ""
+			}
+			if o, ok := v.origins[prefix+"."+key]; ok {
+				return o
+			}
+			return unset
+		}
+	}
+	for _, p := range c.Defaults.Check(from("defaults", "built-in default")) {
+		v.out = append(v.out, &Problem{Path: "defaults." + p.Key, Reason: p.Reason})
 	}
 	for i, r := range c.Routes {
-		rk := &checker{prefix: fmt.Sprintf("routes[%d]", i)}
-		checkPolicy(rk, r.Policy)
-		for _, p := range rk.out {
-			// A mistake inherited from defaults is reported once, there.
-			if !inherited[strings.TrimPrefix(p.Error(), rk.prefix+".")] {
-				k.out = append(k.out, p)
+		prefix := fmt.Sprintf("routes[%d]", i)
+		for _, p := range r.Policy.Check(from(prefix, "from defaults")) {
+			if !inherited(p.Keys, r.Policy, c.Defaults) {
+				v.out = append(v.out, &Problem{Path: prefix + "." + p.Key, Reason: p.Reason})
 			}
 		}
 	}
-	k.out = append(k.out, checkPatterns(c.Routes)...)
-	return k.out
 }
 
-func checkAddr(k *checker, key, addr string) {
-	if addr == "" {
-		k.add(key, "required (host:port, e.g. :8080)")
-		return
+// inherited reports whether route has the defaults' value for every key.
+func inherited(keys []string, route, defaults Policy) bool {
+	r, d := reflect.ValueOf(route), reflect.ValueOf(defaults)
+	for _, f := range fieldsOf(r.Type()) {
+		if slices.Contains(keys, f.key) && !reflect.DeepEqual(r.FieldByIndex(f.index).Interface(), d.FieldByIndex(f.index).Interface()) {
+			return false
+		}
 	}
+	return true
+}
+
+func checkAddr(v *validation, key, addr string) {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		k.add(key, "invalid address %q (want host:port, e.g. :8080)", addr)
+		v.add(key, "invalid address %q (want host:port, e.g. :8080)", addr)
 		return
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		k.add(key, "invalid port %q", port)
+		v.add(key, "invalid port %q", port)
 	}
 }
 
-func checkUpstream(k *checker, u Upstream) {
+func checkUpstream(v *validation, u Upstream) {
 	switch {
 	case u.URL == nil:
-		k.add("upstream.url", "required (e.g. http://127.0.0.1:3000)")
+		v.add("upstream.url", "required: set it with %s (e.g. http://127.0.0.1:3000)", setWith("upstream.url"))
 	case u.URL.Scheme != "http" && u.URL.Scheme != "https":
-		k.add("upstream.url", "scheme must be http or https, not %q", u.URL.Scheme)
+		v.add("upstream.url", "scheme must be http or https, not %q", u.URL.Scheme)
 	case u.URL.Host == "":
-		k.add("upstream.url", "missing host in %q", u.URL.Redacted())
+		v.add("upstream.url", "missing host in %q", u.URL.Redacted())
 	}
 	if u.Timeout <= 0 {
-		k.add("upstream.timeout", "must be > 0, not %s", u.Timeout)
+		v.add("upstream.timeout", "must be > 0, not %s", u.Timeout)
 	}
 }
 
-func checkStore(k *checker, s Store) {
+func checkStore(v *validation, s Store) {
 	r := s.Redis
 	switch s.kind() {
 	case StoreMemory:
 	case StoreRedis:
 		if r.URL == "" && len(r.Addrs) == 0 {
-			k.add("store.kind", "redis needs store.redis.url or store.redis.addrs")
+			v.add("store.kind", "redis needs store.redis.url or store.redis.addrs: set %s", setWith("store.redis.url"))
 		}
 	default:
-		k.add("store.kind", "must be one of memory, redis")
+		v.add("store.kind", "must be one of memory, redis")
 	}
 	if s.Memory.MaxBytes <= 0 {
-		k.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
+		v.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
 	}
 	if w := s.Memory.WhenFull; w != WhenFullReject && w != WhenFullEvictOldest {
-		k.add("store.memory.when_full", "must be one of %s, %s, not %q", WhenFullReject, WhenFullEvictOldest, w)
+		v.add("store.memory.when_full", "must be one of %s, %s", WhenFullReject, WhenFullEvictOldest)
 	}
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
 		switch {
 		case err != nil:
 			// The error text would echo the URL, password included.
-			k.add("store.redis.url", "invalid URL")
+			v.add("store.redis.url", "invalid URL")
 		case u.Scheme != "redis" && u.Scheme != "rediss":
-			k.add("store.redis.url", "scheme must be redis or rediss, not %q", u.Scheme)
+			v.add("store.redis.url", "scheme must be redis or rediss, not %q", u.Scheme)
 		case u.Host == "":
-			k.add("store.redis.url", "missing host")
+			v.add("store.redis.url", "missing host")
 		}
 		if len(r.Addrs) > 0 {
-			k.add("store.redis.addrs", "set either store.redis.url or store.redis.addrs, not both")
+			v.add("store.redis.addrs", "set either store.redis.url or store.redis.addrs, not both")
 		}
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			k.add(fmt.Sprintf("store.redis.addrs[%d]", i), "invalid address %q (want host:port)", a)
+			v.add(fmt.Sprintf("store.redis.addrs[%d]", i), "invalid address %q (want host:port)", a)
 		}
 	}
 	if r.MasterName != "" && len(r.Addrs) == 0 {
-		k.add("store.redis.master_name", "needs store.redis.addrs (the Sentinel addresses)")
+		v.add("store.redis.master_name", "needs store.redis.addrs (the Sentinel addresses)")
 	}
 	if strings.ContainsAny(r.KeyPrefix, "{}") {
 		// Braces would defeat the hash tag that keeps one key's entries in
 		// one Cluster slot.
-		k.add("store.redis.key_prefix", "must not contain { or }")
+		v.add("store.redis.key_prefix", "must not contain { or }")
 	}
 	if r.Timeout <= 0 {
-		k.add("store.redis.timeout", "must be > 0, not %s", r.Timeout)
-	}
-}
-
-func checkPolicy(k *checker, p Policy) {
-	if !validToken(p.Header) {
-		k.add("header", "invalid header name %q", p.Header)
-	}
-	for i, m := range p.Methods {
-		if !validToken(m) {
-			k.add(fmt.Sprintf("methods[%d]", i), "invalid method %q", m)
-		}
-	}
-	if p.TTL <= 0 {
-		k.add("ttl", "must be > 0, not %s", p.TTL)
-	}
-	if p.LockTTL <= 0 {
-		k.add("lock_ttl", "must be > 0, not %s", p.LockTTL)
-	} else if p.TTL > 0 && p.LockTTL > p.TTL {
-		k.add("lock_ttl", "%s exceeds ttl %s", p.LockTTL, p.TTL)
-	}
-	oneOf(k, "concurrent", p.Concurrent, ConcurrentReject, ConcurrentWait)
-	switch {
-	case p.WaitTimeout < 0:
-		k.add("wait_timeout", "must not be negative (%s)", p.WaitTimeout)
-	case p.WaitTimeout == 0 && p.Concurrent == ConcurrentWait:
-		k.add("wait_timeout", "must be > 0 when concurrent is wait")
-	}
-	oneOf(k, "on_store_error", p.OnStoreError, FailClosed, FailOpen)
-	oneOf(k, "on_upstream_error", p.OnUpstreamError, UpstreamErrorRelease, UpstreamErrorKeep)
-	for i, s := range p.ReleaseStatuses {
-		if s < 100 || s > 599 {
-			k.add(fmt.Sprintf("release_statuses[%d]", i), "invalid HTTP status %d (want 100..599)", s)
-		}
-	}
-	if p.MaxRequestBody <= 0 {
-		k.add("max_request_body", "must be > 0, not %s", p.MaxRequestBody)
-	}
-	if p.MaxResponseBody < 0 {
-		k.add("max_response_body", "must not be negative")
-	}
-	lists := []struct {
-		key   string
-		names []string
-	}{
-		{"scope_headers", p.ScopeHeaders},
-		{"fingerprint_headers", p.FingerprintHeaders},
-		{"replay_exclude_headers", p.ReplayExcludeHeaders},
-	}
-	for _, l := range lists {
-		for i, h := range l.names {
-			if !validToken(h) {
-				k.add(fmt.Sprintf("%s[%d]", l.key, i), "invalid header name %q", h)
-			}
-		}
-	}
-}
-
-func oneOf(k *checker, key, got string, words ...string) {
-	if !slices.Contains(words, got) {
-		k.add(key, "must be one of %s", strings.Join(words, ", "))
+		v.add("store.redis.timeout", "must be > 0, not %s", r.Timeout)
 	}
 }

@@ -75,7 +75,7 @@ func TestInFlightMismatchIs422(t *testing.T) {
 func TestConcurrentDuplicatesWait(t *testing.T) {
 	arrived, release := make(chan struct{}, 64), make(chan struct{})
 	e := newEnv(t, blockingUpstream(arrived, release), withPolicy(func(p *Policy) {
-		p.Concurrent, p.WaitTimeout = Wait, 30*time.Second
+		p.Concurrent, p.WaitTimeout = ConcurrentWait, 30*time.Second
 	}))
 	const n = 32
 	var wg sync.WaitGroup
@@ -115,7 +115,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	e := newEnv(t, blockingUpstream(arrived, release), withPolicy(func(p *Policy) {
-		p.Concurrent, p.WaitTimeout = Wait, 50*time.Millisecond
+		p.Concurrent, p.WaitTimeout = ConcurrentWait, 50*time.Millisecond
 	}))
 	done := make(chan struct{})
 	go func() { e.do(t, "POST", "/x", "k", "{}"); close(done) }()
@@ -140,7 +140,7 @@ func TestWaiterExecutesAfterRelease(t *testing.T) {
 			return
 		}
 		w.Write([]byte("second"))
-	}, withPolicy(func(p *Policy) { p.Concurrent, p.WaitTimeout = Wait, 30*time.Second }))
+	}, withPolicy(func(p *Policy) { p.Concurrent, p.WaitTimeout = ConcurrentWait, 30*time.Second }))
 	first := make(chan *response)
 	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-Attempt", "1") }()
 	<-arrived

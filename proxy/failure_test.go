@@ -505,7 +505,7 @@ func TestNewRejectsImpossiblePolicies(t *testing.T) {
 	for name, change := range map[string]func(*Policy){
 		"zero lock_ttl":      func(p *Policy) { p.LockTTL = 0 },
 		"lock_ttl over ttl":  func(p *Policy) { p.LockTTL = 2 * p.TTL },
-		"wait without bound": func(p *Policy) { p.Concurrent, p.WaitTimeout = Wait, 0 },
+		"wait without bound": func(p *Policy) { p.Concurrent, p.WaitTimeout = ConcurrentWait, 0 },
 		"no header":          func(p *Policy) { p.Header = "" },
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -52,7 +52,7 @@ func New(opts Options) (*Handler, error) {
 		metrics:         opts.Metrics,
 	}
 	if h.upstreamTimeout <= 0 {
-		h.upstreamTimeout = 60 * time.Second
+		h.upstreamTimeout = DefaultUpstreamTimeout
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -193,7 +193,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 			x.outcome, x.status = OutcomeReplayed, res.Record.Status
 			replay(w, r, res.Record, pol.ReplayExcludeHeaders)
 			return
-		case pol.Concurrent != Wait:
+		case pol.Concurrent != ConcurrentWait:
 			h.refuse(w, x, OutcomeConflict, probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.")
 			return
 		}

@@ -30,35 +30,30 @@ type routeTable struct {
 	fallback  *route
 }
 
-func newRouteTable(def Policy, routes []Route, m *Metrics) (t *routeTable, err error) {
-	if err := checkPolicy(DefaultRoute, def); err != nil {
+func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) {
+	if err := def.checkErr(DefaultRoute); err != nil {
 		return nil, err
 	}
-	for _, r := range routes {
-		if err := checkPolicy(r.Pattern, r.Policy); err != nil {
+	patterns := make([]string, len(routes))
+	for i, r := range routes {
+		if err := r.Policy.checkErr(r.Pattern); err != nil {
 			return nil, err
 		}
+		patterns[i] = r.Pattern
 	}
-	t = &routeTable{
+	if problems := CheckPatterns(patterns); len(problems) > 0 {
+		return nil, fmt.Errorf("invalid route: %s", problems[0].Reason)
+	}
+	t := &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
 		fallback:  &route{label: DefaultRoute, policy: def, metrics: m.route(DefaultRoute)},
 	}
 	if len(routes) == 0 {
 		return t, nil
 	}
+	// CheckPatterns asked a ServeMux about every pair: none of these panics.
 	t.mux = http.NewServeMux()
-	// ServeMux panics on invalid or conflicting patterns; config validation
-	// reports those with their key path, this keeps a bad table from
-	// crashing the process.
-	defer func() {
-		if p := recover(); p != nil {
-			t, err = nil, fmt.Errorf("invalid route: %v", p)
-		}
-	}()
 	for _, r := range routes {
-		if _, dup := t.byPattern[r.Pattern]; dup {
-			return nil, fmt.Errorf("invalid route: pattern %q appears twice", r.Pattern)
-		}
 		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy, metrics: m.route(r.Pattern)}
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
 	}
@@ -76,20 +71,4 @@ func (t *routeTable) match(r *http.Request) *route {
 		return rt
 	}
 	return t.fallback
-}
-
-// checkPolicy rejects policies the handler cannot run. Package config
-// reports these with their key paths; this guards other callers.
-func checkPolicy(label string, p Policy) error {
-	switch {
-	case p.Header == "":
-		return fmt.Errorf("route %s: no key header", label)
-	case p.TTL <= 0 || p.LockTTL <= 0:
-		return fmt.Errorf("route %s: ttl and lock_ttl must be positive", label)
-	case p.LockTTL > p.TTL:
-		return fmt.Errorf("route %s: lock_ttl exceeds ttl", label)
-	case p.Concurrent == Wait && p.WaitTimeout <= 0:
-		return fmt.Errorf("route %s: wait_timeout must be positive", label)
-	}
-	return nil
 }

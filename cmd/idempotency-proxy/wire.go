@@ -47,36 +47,15 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 	}
 }
 
-// policies translates the configured policies into the handler's terms.
+// policies translates the configured policies into the handler's terms. A
+// configured policy is a proxy.Policy already (its keys are the handler's
+// fields); only the route's pattern and switch are renamed.
 func policies(cfg *config.Config) (proxy.Policy, []proxy.Route) {
 	routes := make([]proxy.Route, len(cfg.Routes))
 	for i, r := range cfg.Routes {
-		routes[i] = proxy.Route{Pattern: r.Match, Disabled: !r.Enabled, Policy: policy(r.Policy)}
+		routes[i] = proxy.Route{Pattern: r.Match, Disabled: !r.Enabled, Policy: r.Policy}
 	}
-	return policy(cfg.Defaults), routes
-}
-
-func policy(p config.Policy) proxy.Policy {
-	pp := proxy.Policy{
-		Header:               p.Header,
-		Methods:              p.Methods,
-		RequireKey:           p.RequireKey,
-		TTL:                  p.TTL,
-		LockTTL:              p.LockTTL,
-		WaitTimeout:          p.WaitTimeout,
-		FailOpen:             p.OnStoreError == config.FailOpen,
-		KeepOnUpstreamError:  p.OnUpstreamError == config.UpstreamErrorKeep,
-		ReleaseStatuses:      p.ReleaseStatuses,
-		MaxRequestBody:       int64(p.MaxRequestBody),
-		MaxResponseBody:      int64(p.MaxResponseBody),
-		ScopeHeaders:         p.ScopeHeaders,
-		FingerprintHeaders:   p.FingerprintHeaders,
-		ReplayExcludeHeaders: p.ReplayExcludeHeaders,
-	}
-	if p.Concurrent == config.ConcurrentWait {
-		pp.Concurrent = proxy.Wait
-	}
-	return pp
+	return cfg.Defaults, routes
 }
 
 // pinger is what readiness needs from the store.

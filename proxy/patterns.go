@@ -1,4 +1,4 @@
-package config
+package proxy
 
 import (
 	"fmt"
@@ -6,28 +6,37 @@ import (
 	"strings"
 )
 
-// checkPatterns reports route patterns that are missing, repeated, rejected
-// by http.ServeMux, or in conflict with an earlier route. The proxy
-// registers every route (disabled ones too) on a ServeMux, so asking a
-// ServeMux is the only check that cannot drift from what happens at startup.
-func checkPatterns(routes []Route) []*Problem {
-	var out []*Problem
+// PatternProblem is a route pattern the handler cannot serve.
+type PatternProblem struct {
+	// Index is the route's position in the list given to CheckPatterns.
+	Index  int
+	Reason string
+}
+
+// CheckPatterns reports route patterns that are missing, repeated, rejected
+// by http.ServeMux, or in conflict with an earlier route: each route's first
+// problem only. The handler registers every route (disabled ones too) on a
+// ServeMux, so asking a ServeMux is the check that cannot drift from what
+// New does. It is the one check of the patterns, for the configuration and
+// New alike.
+func CheckPatterns(patterns []string) []PatternProblem {
+	var out []PatternProblem
 	add := func(i int, format string, args ...any) {
-		out = append(out, &Problem{Path: fmt.Sprintf("routes[%d].match", i), Reason: fmt.Sprintf(format, args...)})
+		out = append(out, PatternProblem{Index: i, Reason: fmt.Sprintf(format, args...)})
 	}
-	valid := make([]bool, len(routes))
+	valid := make([]bool, len(patterns))
 	first := map[string]int{}
-	for i, r := range routes {
-		if r.Match == "" {
+	for i, p := range patterns {
+		if p == "" {
 			add(i, "required (a ServeMux pattern such as \"POST /v1/charges\" or \"/v1/\")")
 			continue
 		}
-		if j, dup := first[r.Match]; dup {
+		if j, dup := first[p]; dup {
 			add(i, "duplicate of routes[%d]", j)
 			continue
 		}
-		first[r.Match] = i
-		if err := register(r.Match); err != nil {
+		first[p] = i
+		if err := register(p); err != nil {
 			add(i, "%s", err)
 			continue
 		}
@@ -36,9 +45,9 @@ func checkPatterns(routes []Route) []*Problem {
 			if !valid[j] {
 				continue
 			}
-			if err := register(routes[j].Match, r.Match); err != nil {
-				add(i, "pattern %q conflicts with routes[%d] %q: %s", r.Match, j, routes[j].Match, conflictReason(err))
-				valid[i] = false // report each pattern's first conflict only
+			if err := register(patterns[j], p); err != nil {
+				add(i, "pattern %q conflicts with routes[%d] %q: %s", p, j, patterns[j], conflictReason(err))
+				valid[i] = false
 				break
 			}
 		}

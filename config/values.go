@@ -1,0 +1,233 @@
+package config
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/textproto"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// The decoders of single values. Each sets v only when raw is valid: a
+// value that fails keeps its default, and Load reports it once.
+
+func str(d *decoder, path string, raw any, v reflect.Value, option string) {
+	var s string
+	switch r := raw.(type) {
+	case string:
+		s = r
+	case sourced:
+		s = r.value
+	default:
+		d.add(path, raw, "must be a string, not %s", describe(raw))
+		return
+	}
+	v.SetString(normalize(s, option))
+}
+
+// normalize writes a name the way the handler compares it: header names
+// canonical ("content-type" and "Content-Type" are one header everywhere
+// downstream, "cookie:sid" is "Cookie:sid"), methods upper case.
+func normalize(s, option string) string {
+	switch option {
+	case "header":
+		s = strings.TrimSpace(s)
+		if name, ok := proxy.CookieScope(s); ok {
+			return "Cookie:" + name
+		}
+		return textproto.CanonicalMIMEHeaderKey(s)
+	case "method":
+		return strings.ToUpper(strings.TrimSpace(s))
+	}
+	return s
+}
+
+func boolean(d *decoder, path string, raw any, v reflect.Value) {
+	if b, ok := raw.(bool); ok {
+		v.SetBool(b)
+		return
+	}
+	s, _ := scalar(raw)
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		d.add(path, raw, "must be true or false, not %q", s)
+		return
+	}
+	v.SetBool(b)
+}
+
+// text decodes a value that parses its own words, such as the policy's
+// concurrent, on_store_error and on_upstream_error.
+func text(d *decoder, path string, raw any, u encoding.TextUnmarshaler) {
+	s, ok := scalar(raw)
+	if !ok {
+		d.add(path, raw, "must be a string, not %s", describe(raw))
+		return
+	}
+	if err := u.UnmarshalText([]byte(s)); err != nil {
+		d.add(path, raw, "%v", err)
+	}
+}
+
+// duration accepts Go duration strings only: a bare number would be
+// nanoseconds to time.Duration, which is never what "ttl: 30" means.
+func duration(d *decoder, path string, raw any, v reflect.Value) {
+	s, ok := scalar(raw)
+	if !ok {
+		d.add(path, raw, "invalid duration: %s", describe(raw))
+		return
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil {
+		d.add(path, raw, "invalid duration %q (want e.g. 250ms, 30s, 24h)", s)
+		return
+	}
+	v.SetInt(int64(t))
+}
+
+// size decodes a Size or an int64 tagged "size".
+func size(d *decoder, path string, raw any, v reflect.Value) {
+	s, ok := scalar(raw)
+	if !ok {
+		d.add(path, raw, "invalid size: %s", describe(raw))
+		return
+	}
+	n, err := ParseSize(s)
+	if err != nil {
+		d.add(path, raw, "%v", err)
+		return
+	}
+	v.SetInt(int64(n))
+}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+func logLevel(d *decoder, path string, raw any, v reflect.Value) {
+	s, _ := scalar(raw)
+	var l slog.Level
+	// slog also accepts "warn+2" and the like; the configuration has four words.
+	if !slices.Contains(logLevels, strings.ToLower(s)) || l.UnmarshalText([]byte(s)) != nil {
+		d.add(path, raw, "must be one of %s", strings.Join(logLevels, ", "))
+		return
+	}
+	v.Set(reflect.ValueOf(l))
+}
+
+func urlValue(d *decoder, path string, raw any, v reflect.Value) {
+	var s string
+	switch r := raw.(type) {
+	case string:
+		s = r
+	case sourced:
+		s = r.value
+	default:
+		d.add(path, raw, "must be a string, not %s", describe(raw))
+		return
+	}
+	if s == "" {
+		return
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		d.add(path, raw, "invalid URL %q: %v", s, err)
+		return
+	}
+	v.Set(reflect.ValueOf(u))
+}
+
+// list accepts a YAML sequence or a comma-separated string (the form
+// environment variables and flags use).
+func list(d *decoder, path string, raw any) ([]string, bool) {
+	if s, ok := raw.(sourced); ok {
+		raw = s.value
+	}
+	if s, ok := raw.(string); ok {
+		out := []string{}
+		for part := range strings.SplitSeq(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+		return out, true
+	}
+	items, ok := raw.([]any)
+	if !ok {
+		d.add(path, raw, "must be a list, not %s", describe(raw))
+		return nil, false
+	}
+	out := make([]string, 0, len(items))
+	good := true
+	for i, item := range items {
+		s, ok := scalar(item)
+		if !ok {
+			d.add(fmt.Sprintf("%s[%d]", path, i), item, "must be a string, not %s", describe(item))
+			good = false
+		}
+		out = append(out, s)
+	}
+	return out, good
+}
+
+func strs(d *decoder, path string, raw any, v reflect.Value, option string) {
+	items, ok := list(d, path, raw)
+	if !ok {
+		return
+	}
+	out := reflect.MakeSlice(v.Type(), len(items), len(items))
+	for i, s := range items {
+		out.Index(i).SetString(normalize(s, option))
+	}
+	v.Set(out)
+}
+
+// textList decodes a list of values that parse their own text, each
+// problem located by its index.
+func textList(d *decoder, path string, raw any, v reflect.Value) {
+	items, ok := list(d, path, raw)
+	if !ok {
+		return
+	}
+	out := reflect.MakeSlice(v.Type(), len(items), len(items))
+	for i, s := range items {
+		u := out.Index(i).Addr().Interface().(encoding.TextUnmarshaler)
+		if err := u.UnmarshalText([]byte(s)); err != nil {
+			d.add(fmt.Sprintf("%s[%d]", path, i), raw, "%v", err)
+			ok = false
+		}
+	}
+	if ok {
+		v.Set(out)
+	}
+}
+
+// statuses decodes HTTP status codes (the "status" option).
+func statuses(d *decoder, path string, raw any, v reflect.Value) {
+	items, ok := list(d, path, raw)
+	if !ok {
+		return
+	}
+	out := make([]int, 0, len(items))
+	for i, s := range items {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 100 || n > 599 {
+			d.add(fmt.Sprintf("%s[%d]", path, i), raw, "invalid HTTP status %q (want 100..599)", s)
+			ok = false
+		}
+		out = append(out, n)
+	}
+	if ok {
+		v.Set(reflect.ValueOf(out))
+	}
+}

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Policy is the idempotency policy of one route.
+//
+// It is also the schema of a policy in the configuration file: each field's
+// `config` tag is its key, and package config decodes, layers and validates
+// the keys straight into these fields (docs/configuration.md). A tag option
+// says how a value is written when its Go type does not: "header" (header
+// names, canonicalised), "method" (upper-cased), "size" (bytes, or a KiB, MiB
+// or GiB suffix), "status" (HTTP status codes). Typed values (Concurrency,
+// OnStoreError, OnUpstreamError) parse their own words with UnmarshalText.
+// Check is the one validation of a policy, for the configuration and New alike.
+type Policy struct {
+	// Header is the canonical name of the idempotency key header.
+	Header string `config:"header,header"`
+	// Methods are the protected methods; others pass through unchanged.
+	Methods []string `config:"methods,method"`
+	// RequireKey answers 400 to a protected request without a key.
+	RequireKey bool `config:"require_key"`
+	// TTL is how long a completed response is replayed.
+	TTL time.Duration `config:"ttl"`
+	// LockTTL is the lease on an in-flight key, renewed while the upstream runs.
+	LockTTL time.Duration `config:"lock_ttl"`
+	// Concurrent decides what an in-flight duplicate gets.
+	Concurrent Concurrency `config:"concurrent"`
+	// WaitTimeout bounds waiting under ConcurrentWait.
+	WaitTimeout time.Duration `config:"wait_timeout"`
+	// FailOpen forwards without protection when the store is unavailable;
+	// false answers 503 (fail closed).
+	FailOpen OnStoreError `config:"on_store_error"`
+	// KeepOnUpstreamError records the proxy's 502 when the upstream failed
+	// after the request was sent (at-most-once); false releases the key so a
+	// retry executes again (at-least-once).
+	KeepOnUpstreamError OnUpstreamError `config:"on_upstream_error"`
+	// ReleaseStatuses are upstream statuses that mean "not processed": they
+	// are delivered but not recorded, and the key is released.
+	ReleaseStatuses []int `config:"release_statuses,status"`
+	// MaxRequestBody is the largest request body accepted, in bytes.
+	MaxRequestBody int64 `config:"max_request_body,size"`
+	// MaxResponseBody is the largest response body recorded, in bytes;
+	// larger bodies are delivered but recorded without the body.
+	MaxResponseBody int64 `config:"max_response_body,size"`
+	// ScopeHeaders namespace keys: the same key under different values of
+	// these headers names different operations. "Cookie:NAME" stands for the
+	// value of one cookie.
+	ScopeHeaders []string `config:"scope_headers,header"`
+	// FingerprintHeaders join method, path, query and body in the payload fingerprint.
+	FingerprintHeaders []string `config:"fingerprint_headers,header"`
+	// FingerprintHost makes the request host part of the fingerprint.
+	FingerprintHost bool `config:"fingerprint_host"`
+	// ReplayExcludeHeaders are recorded but not replayed.
+	ReplayExcludeHeaders []string `config:"replay_exclude_headers,header"`
+}
+
+// DefaultPolicy returns the built-in policy (docs/configuration.md).
+func DefaultPolicy() Policy {
+	return Policy{
+		Header:               "Idempotency-Key",
+		Methods:              []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete},
+		TTL:                  24 * time.Hour,
+		LockTTL:              30 * time.Second,
+		Concurrent:           ConcurrentReject,
+		WaitTimeout:          10 * time.Second,
+		FailOpen:             FailClosed,
+		KeepOnUpstreamError:  UpstreamErrorRelease,
+		ReleaseStatuses:      []int{408, 425, 429, 503},
+		MaxRequestBody:       10 << 20,
+		MaxResponseBody:      1 << 20,
+		ScopeHeaders:         []string{"Authorization"},
+		FingerprintHeaders:   []string{"Content-Type"},
+		FingerprintHost:      true,
+		ReplayExcludeHeaders: []string{"Date", "Set-Cookie"},
+	}
+}
+
+// Concurrency is what happens to a request whose key is in flight; in the
+// configuration, "reject" or "wait".
+type Concurrency uint8
+
+const (
+	// ConcurrentReject answers 409 with Retry-After.
+	ConcurrentReject Concurrency = iota
+	// ConcurrentWait blocks until the first request completes, then replays
+	// its response; 409 after Policy.WaitTimeout.
+	ConcurrentWait
+)
+
+var concurrencyWords = []string{"reject", "wait"}
+
+func (c Concurrency) String() string                { return word(concurrencyWords, int(c)) }
+func (c Concurrency) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
+func (c *Concurrency) UnmarshalText(b []byte) error { return parseWord(c, concurrencyWords, b) }
+
+// OnStoreError is what a protected request gets while the store is
+// unavailable; in the configuration, "fail_closed" or "fail_open".
+type OnStoreError bool
+
+const (
+	// FailClosed answers 503 with Retry-After; the upstream is not called.
+	FailClosed OnStoreError = false
+	// FailOpen forwards the request without protection.
+	FailOpen OnStoreError = true
+)
+
+var storeErrorWords = []string{"fail_closed", "fail_open"}
+
+func (o OnStoreError) String() string                { return word(storeErrorWords, boolIndex(bool(o))) }
+func (o OnStoreError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
+func (o *OnStoreError) UnmarshalText(b []byte) error { return parseBool(o, storeErrorWords, b) }
+
+// OnUpstreamError settles a key whose upstream failed after the request was
+// sent, when it may or may not have been processed; in the configuration,
+// "release" or "keep".
+type OnUpstreamError bool
+
+const (
+	// UpstreamErrorRelease releases the key: a retry executes again
+	// (at-least-once).
+	UpstreamErrorRelease OnUpstreamError = false
+	// UpstreamErrorKeep records the proxy's 502 and replays it
+	// (at-most-once).
+	UpstreamErrorKeep OnUpstreamError = true
+)
+
+var upstreamErrorWords = []string{"release", "keep"}
+
+func (o OnUpstreamError) String() string                { return word(upstreamErrorWords, boolIndex(bool(o))) }
+func (o OnUpstreamError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
+func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseBool(o, upstreamErrorWords, b) }
+
+func word(words []string, i int) string {
+	if i < 0 || i >= len(words) {
+		return fmt.Sprintf("invalid(%d)", i)
+	}
+	return words[i]
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// errWord is the one message for a word that is not one of its choices; the
+// configuration puts the key path in front of it.
+func errWord(words []string) error {
+	return fmt.Errorf("must be one of %s", strings.Join(words, ", "))
+}
+
+func parseWord[T ~uint8](dst *T, words []string, b []byte) error {
+	i := slices.Index(words, string(b))
+	if i < 0 {
+		return errWord(words)
+	}
+	*dst = T(i)
+	return nil
+}
+
+func parseBool[T ~bool](dst *T, words []string, b []byte) error {
+	i := slices.Index(words, string(b))
+	if i < 0 {
+		return errWord(words)
+	}
+	*dst = i == 1
+	return nil
+}

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"encoding"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The policy words parse back to themselves, and anything else is refused
+// with the list of words, which the configuration shows after the key path.
+func TestPolicyWordsRoundTrip(t *testing.T) {
+	type text interface {
+		encoding.TextMarshaler
+		encoding.TextUnmarshaler
+	}
+	tests := []struct {
+		words []string
+		value func() text
+	}{
+		{[]string{"reject", "wait"}, func() text { return new(Concurrency) }},
+		{[]string{"fail_closed", "fail_open"}, func() text { return new(OnStoreError) }},
+		{[]string{"release", "keep"}, func() text { return new(OnUpstreamError) }},
+	}
+	for _, tt := range tests {
+		for _, w := range tt.words {
+			v := tt.value()
+			if err := v.UnmarshalText([]byte(w)); err != nil {
+				t.Fatalf("UnmarshalText(%q): %v", w, err)
+			}
+			if got, _ := v.MarshalText(); string(got) != w {
+				t.Errorf("%q reads back as %q", w, got)
+			}
+		}
+		err := tt.value().UnmarshalText([]byte("Sometimes"))
+		if want := "must be one of " + strings.Join(tt.words, ", "); err == nil || err.Error() != want {
+			t.Errorf("UnmarshalText(Sometimes) = %v, want %q", err, want)
+		}
+	}
+	if !bool(FailOpen) || bool(FailClosed) || !bool(UpstreamErrorKeep) || ConcurrentReject != 0 {
+		t.Error("the zero value of a policy word must be the safe default")
+	}
+}
+
+func TestDefaultPolicyIsValid(t *testing.T) {
+	if problems := DefaultPolicy().Check(nil); len(problems) != 0 {
+		t.Errorf("DefaultPolicy().Check() = %v", problems)
+	}
+}
+
+// Check names configuration keys, so the configuration can put its key
+// paths in front of them.
+func TestCheckNamesConfigurationKeys(t *testing.T) {
+	p := Policy{
+		Header:               "Idempotency Key",
+		Methods:              []string{"P/T"},
+		TTL:                  0,
+		LockTTL:              -1,
+		Concurrent:           7,
+		WaitTimeout:          -1,
+		ReleaseStatuses:      []int{99},
+		MaxRequestBody:       0,
+		MaxResponseBody:      -1,
+		ScopeHeaders:         []string{"Cookie:a b", "a b"},
+		FingerprintHeaders:   []string{"a b"},
+		ReplayExcludeHeaders: []string{"a b"},
+	}
+	keys := map[string]bool{}
+	typ := reflect.TypeFor[Policy]()
+	for i := range typ.NumField() {
+		key, _, _ := strings.Cut(typ.Field(i).Tag.Get("config"), ",")
+		keys[key] = true
+	}
+	problems := p.Check(nil)
+	if len(problems) != 13 {
+		t.Errorf("%d problems, want 13: %v", len(problems), problems)
+	}
+	for _, pr := range problems {
+		for _, k := range pr.Keys {
+			if !keys[k] {
+				t.Errorf("%v names %q, which is no configuration key", pr, k)
+			}
+		}
+		if base, _, _ := strings.Cut(pr.Key, "["); base != pr.Keys[0] {
+			t.Errorf("%v: Keys[0] = %q, want its own key", pr, pr.Keys[0])
+		}
+	}
+}
+
+func TestCheckSaysWhereAValueCameFrom(t *testing.T) {
+	p := DefaultPolicy()
+	p.TTL = p.LockTTL / 2
+	from := func(key string) string {
+		if key == "lock_ttl" {
+			return "from defaults"
+		}
+		return ""
+	}
+	got := p.Check(from)
+	if len(got) != 1 || got[0].Error() != "lock_ttl: 30s (from defaults) exceeds ttl 15s" {
+		t.Errorf("Check = %v", got)
+	}
+}
+
+func TestCheckPatterns(t *testing.T) {
+	got := CheckPatterns([]string{"/a/{x}", "/a/{y}", "", "/b/", "/b/", "/c/{x"})
+	want := []PatternProblem{
+		{1, `pattern "/a/{y}" conflicts with routes[0] "/a/{x}": /a/{y} matches the same requests as /a/{x}`},
+		{2, `required (a ServeMux pattern such as "POST /v1/charges" or "/v1/")`},
+		{4, "duplicate of routes[3]"},
+		{5, `invalid pattern "/c/{x": at offset 3: bad wildcard segment (must end with '}')`},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CheckPatterns =\n%v\nwant\n%v", got, want)
+	}
+}
+
+// New refuses what the configuration refuses: the two share these checks.
+func TestNewRefusesInvalidRoutes(t *testing.T) {
+	st := newFlaky(t)
+	up := newUpstream(t, nil)
+	bad := DefaultPolicy()
+	bad.ScopeHeaders = []string{"Cookie:"}
+	for name, routes := range map[string][]Route{
+		"duplicate pattern":   {{Pattern: "/a/", Policy: DefaultPolicy()}, {Pattern: "/a/", Policy: DefaultPolicy()}},
+		"conflicting pattern": {{Pattern: "/a/{x}", Policy: DefaultPolicy()}, {Pattern: "/a/{y}", Policy: DefaultPolicy()}},
+		"invalid cookie name": {{Pattern: "/a/", Policy: bad}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(Options{Upstream: up.url(t), Store: st, Routes: routes}); err == nil {
+				t.Fatal("New accepted the routes")
+			}
+		})
+	}
+}

@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// PolicyProblem is one value of a Policy the handler cannot run.
+type PolicyProblem struct {
+	// Key is the configuration key at fault: "lock_ttl", "methods[1]".
+	Key string
+	// Reason says what is wrong with it.
+	Reason string
+	// Keys are every key whose value the reason depends on, Key's own
+	// (without an index) first: ["lock_ttl", "ttl"].
+	Keys []string
+}
+
+func (p PolicyProblem) Error() string { return p.Key + ": " + p.Reason }
+
+// Check returns every reason the handler cannot run p, each naming the key
+// at fault. It is the one validation of a policy: package config reports its
+// problems under their key paths, New refuses a policy that has any.
+//
+// from may be nil. Otherwise it says where the value of a key came from
+// ("from defaults", "built-in default", ""), and a reason that quotes the
+// value says so too: "30s (from defaults) exceeds ttl 5s".
+func (p Policy) Check(from func(key string) string) []PolicyProblem {
+	c := &policyCheck{from: from}
+	if !validToken(p.Header) {
+		c.add("header", "invalid header name %q", p.Header)
+	}
+	for i, m := range p.Methods {
+		if !validToken(m) {
+			c.addAt("methods", i, "invalid method %q", m)
+		}
+	}
+	if p.TTL <= 0 {
+		c.add("ttl", "must be > 0, not %s", c.show("ttl", p.TTL))
+	}
+	switch {
+	case p.LockTTL <= 0:
+		c.add("lock_ttl", "must be > 0, not %s", c.show("lock_ttl", p.LockTTL))
+	case p.TTL > 0 && p.LockTTL > p.TTL:
+		c.addWith("lock_ttl", []string{"ttl"}, "%s exceeds ttl %s", c.show("lock_ttl", p.LockTTL), c.show("ttl", p.TTL))
+	}
+	if p.Concurrent > ConcurrentWait {
+		c.add("concurrent", "%v", errWord(concurrencyWords))
+	}
+	switch {
+	case p.WaitTimeout < 0:
+		c.add("wait_timeout", "must not be negative (%s)", c.show("wait_timeout", p.WaitTimeout))
+	case p.WaitTimeout == 0 && p.Concurrent == ConcurrentWait:
+		c.addWith("wait_timeout", []string{"concurrent"}, "must be > 0 when concurrent is %s", c.show("concurrent", p.Concurrent))
+	}
+	for i, s := range p.ReleaseStatuses {
+		if s < 100 || s > 599 {
+			c.addAt("release_statuses", i, "invalid HTTP status %d (want 100..599)", s)
+		}
+	}
+	if p.MaxRequestBody <= 0 {
+		c.add("max_request_body", "must be > 0, not %s", c.show("max_request_body", p.MaxRequestBody))
+	}
+	if p.MaxResponseBody < 0 {
+		c.add("max_response_body", "must not be negative")
+	}
+	for i, h := range p.ScopeHeaders {
+		if name, ok := CookieScope(h); ok {
+			if !validToken(name) {
+				c.addAt("scope_headers", i, "invalid cookie name %q in %q", name, h)
+			}
+		} else if !validToken(h) {
+			c.addAt("scope_headers", i, "invalid header name %q (or Cookie:NAME for one cookie)", h)
+		}
+	}
+	c.headers("fingerprint_headers", p.FingerprintHeaders)
+	c.headers("replay_exclude_headers", p.ReplayExcludeHeaders)
+	return c.out
+}
+
+// checkErr is Check as one error, for New and SetRoutes.
+func (p Policy) checkErr(label string) error {
+	problems := p.Check(nil)
+	if len(problems) == 0 {
+		return nil
+	}
+	errs := make([]error, len(problems))
+	for i, pr := range problems {
+		errs[i] = fmt.Errorf("route %s: %w", label, pr)
+	}
+	return errors.Join(errs...)
+}
+
+// CookieScope reports whether a scope_headers entry names one cookie
+// ("Cookie:NAME", "Cookie" in any case) and returns the cookie's name.
+func CookieScope(entry string) (name string, ok bool) {
+	const prefix = "Cookie:"
+	if len(entry) >= len(prefix) && strings.EqualFold(entry[:len(prefix)], prefix) {
+		return strings.TrimSpace(entry[len(prefix):]), true
+	}
+	return "", false
+}
+
+type policyCheck struct {
+	from func(key string) string
+	out  []PolicyProblem
+}
+
+func (c *policyCheck) add(key, format string, args ...any) {
+	c.addWith(key, nil, format, args...)
+}
+
+// addWith reports key, whose reason also depends on the keys in also.
+func (c *policyCheck) addWith(key string, also []string, format string, args ...any) {
+	c.out = append(c.out, PolicyProblem{
+		Key:    key,
+		Reason: fmt.Sprintf(format, args...),
+		Keys:   append([]string{key}, also...),
+	})
+}
+
+func (c *policyCheck) addAt(key string, i int, format string, args ...any) {
+	c.out = append(c.out, PolicyProblem{
+		Key:    fmt.Sprintf("%s[%d]", key, i),
+		Reason: fmt.Sprintf(format, args...),
+		Keys:   []string{key},
+	})
+}
+
+func (c *policyCheck) headers(key string, names []string) {
+	for i, h := range names {
+		if !validToken(h) {
+			c.addAt(key, i, "invalid header name %q", h)
+		}
+	}
+}
+
+// show formats the value of key for a reason, with where it came from.
+func (c *policyCheck) show(key string, v any) string {
+	s := fmt.Sprint(v)
+	if c.from != nil {
+		if origin := c.from(key); origin != "" {
+			s += " (" + origin + ")"
+		}
+	}
+	return s
+}
+
+// validToken reports whether s is an RFC 9110 token, the syntax of header
+// names, methods and cookie names.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c >= math.MaxInt8 || c <= ' ' || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
