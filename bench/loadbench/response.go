@@ -14,6 +14,7 @@ type response struct {
 	status   int
 	replayed bool // Idempotent-Replayed: true
 	close    bool // Connection: close
+	length   int  // of the body, from Content-Length
 }
 
 // maxHead bounds a response's status line and headers.
@@ -29,6 +30,17 @@ var (
 // in bytes, or 0 when b does not hold all of it yet. Every target answers
 // with a Content-Length; anything else is an error rather than a guess.
 func parseResponse(b []byte) (response, int, error) {
+	r, head, err := parseHead(b)
+	if err != nil || head == 0 || len(b) < head+r.length {
+		return response{}, 0, err
+	}
+	return r, head + r.length, nil
+}
+
+// parseHead parses the status line and header of the response at the start
+// of b. It returns the length of the head, or 0 when b does not hold all of
+// it yet; the body's length is in the response.
+func parseHead(b []byte) (response, int, error) {
 	var r response
 	end := bytes.Index(b, headEnd)
 	if end < 0 {
@@ -77,11 +89,8 @@ func parseResponse(b []byte) (response, int, error) {
 	case length < 0:
 		return r, 0, errFrame
 	}
-	size := end + len(headEnd) + length
-	if len(b) < size {
-		return response{}, 0, nil
-	}
-	return r, size, nil
+	r.length = length
+	return r, end + len(headEnd), nil
 }
 
 // errReplay means a response's Idempotent-Replayed header was not what the
