@@ -112,7 +112,15 @@ func servePlain(addr, upstream string) error {
 		Transport: proxy.NewTransport(),
 	}
 	mux := newMux()
-	mux.Handle("/", rp)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// The transport may still read the request body (to check it
+		// ends where Content-Length says) after the upstream has answered;
+		// an HTTP/1 server closes the body once the response starts, and
+		// the transport then tears down the upstream connection mid-response
+		// (golang/go#40747). Full duplex keeps the body open.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
 	return serve(addr, productServer(mux))
 }
 
