@@ -52,11 +52,11 @@ func parseHead(b []byte) (response, int, error) {
 	line, rest, _ := bytes.Cut(b[:end], crlf)
 	// "HTTP/1.1 200 OK"
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-		return r, 0, fmt.Errorf("malformed status line %q", line)
+		return r, 0, fmt.Errorf("malformed status line %q", line[:min(len(line), 80)])
 	}
 	status, err := strconv.Atoi(string(line[9:12]))
 	if err != nil || status < 100 {
-		return r, 0, fmt.Errorf("malformed status line %q", line)
+		return r, 0, fmt.Errorf("malformed status line %q", line[:min(len(line), 80)])
 	}
 	r.status = status
 	length := -1
@@ -65,7 +65,7 @@ func parseHead(b []byte) (response, int, error) {
 		h, rest, _ = bytes.Cut(rest, crlf)
 		name, value, ok := bytes.Cut(h, []byte(":"))
 		if !ok {
-			return r, 0, fmt.Errorf("malformed header line %q", h)
+			return r, 0, fmt.Errorf("malformed header line %q", h[:min(len(h), 80)])
 		}
 		value = bytes.TrimSpace(value)
 		switch {
