@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -25,7 +24,8 @@ import (
 // process of its own so that the RSS it reports is the store's and the Go
 // runtime's only, with the records the proxy keeps for the benchmark's
 // upstream response: what a proxy holding that many keys needs, without the
-// minutes of load it would take to record them over HTTP.
+// minute or more of load it takes to record them over HTTP
+// (--footprint-proxy, footprint_proxy.go).
 
 // footprint is what filling a memory store measured.
 type footprint struct {
@@ -113,22 +113,7 @@ func settle() (heap uint64, rssBytes int64) {
 }
 
 // rss returns this process's resident set size in bytes, -1 if unknown.
-func rss() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return kb << 10
-		}
-	}
-	return -1
-}
+func rss() int64 { return rssOf(os.Getpid()) }
 
 // fillMemoryStore is the child's side of --footprint.
 func fillMemoryStore(n int, w io.Writer) error {

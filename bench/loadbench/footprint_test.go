@@ -40,3 +40,16 @@ func TestStoreKeysLookLikeTheProxys(t *testing.T) {
 		seen[k] = true
 	}
 }
+
+func TestParseVmRSS(t *testing.T) {
+	status := "Name:\tidempotency-pro\nVmPeak:\t 1000 kB\nVmRSS:\t   12345 kB\nThreads:\t5\n"
+	if got, want := parseVmRSS(status), int64(12345<<10); got != want {
+		t.Errorf("parseVmRSS = %d, want %d", got, want)
+	}
+	if got := parseVmRSS("Name:\tx\n"); got != -1 {
+		t.Errorf("parseVmRSS without VmRSS = %d, want -1", got)
+	}
+	if got := rss(); got <= 0 {
+		t.Errorf("rss() = %d for this process", got)
+	}
+}

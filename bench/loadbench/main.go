@@ -8,6 +8,7 @@
 //	go run ./bench/loadbench --layout pinned   # generator on one CPU, the rest on another
 //	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
 //	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
+//	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy
@@ -65,7 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bodies := fs.String("bodies", "200,16KiB,256KiB,1MiB", "--scaling: comma-separated response body sizes")
 	scalingConcs := fs.String("scaling-concurrency", "1,32,256,1024", "--scaling: comma-separated numbers of concurrent clients")
 	footprint := fs.Bool("footprint", false, "measure the memory store's bytes per record and RSS with --records records, instead of the main table")
-	records := fs.Int("records", 1_000_000, "--footprint: records to store")
+	footprintProxy := fs.Bool("footprint-proxy", false, "record --records keys in the idempotency-proxy binary through the load generator and report its RSS, instead of the main table")
+	records := fs.Int("records", 1_000_000, "--footprint, --footprint-proxy: records to store")
 	fillStore := fs.Int("fill-memory-store", 0, "internal: fill a memory store with this many records and print what it takes")
 	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
 	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
@@ -110,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case *footprint:
 			err = measureFootprint(*records, s.layout, stdout, stderr)
+		case *footprintProxy:
+			err = measureProxyFootprint(s, *records, stdout, stderr)
 		case *scaling:
 			err = benchScaling(s, sc, stdout, stderr)
 		default:
