@@ -49,7 +49,6 @@ type settings struct {
 	warmup   time.Duration
 	proxyBin string
 	layout   layout
-	quick    bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -87,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *fillStore > 0:
 		err = fillMemoryStore(*fillStore, stdout)
 	default:
-		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin, quick: *quick}
+		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin}
 		if *quick {
 			s.rounds, s.duration, s.warmup = 2, 200*time.Millisecond, 100*time.Millisecond
 		}

@@ -189,3 +189,24 @@ func fields(line string) []string {
 	}
 	return out
 }
+
+// TestBadFlagsExitWithUsageStatus: a mistyped flag value stops the run
+// before anything starts, with status 2 and the reason.
+func TestBadFlagsExitWithUsageStatus(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--layout", "spread"}, `unknown layout "spread"`},
+		{[]string{"--scaling", "--bodies", "2MiB"}, "--bodies"},
+		{[]string{"--scaling", "--scaling-concurrency", "2048"}, "--scaling-concurrency"},
+		{[]string{"--footprint", "--records", "0"}, "--records"},
+		{[]string{"--concurrency", "0"}, "bad concurrency"},
+	}
+	for _, tc := range tests {
+		var stderr bytes.Buffer
+		if got := run(tc.args, io.Discard, &stderr); got != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("run(%q) = %d, stderr %q; want 2 and %q", tc.args, got, stderr.String(), tc.want)
+		}
+	}
+}
