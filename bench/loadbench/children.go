@@ -23,23 +23,24 @@ import (
 // children starts the processes under test and kills every one of them, by
 // PID, when the benchmark ends — normally, on an error or on a signal.
 type children struct {
-	dir  string // logs and the built proxy binary
-	mu   sync.Mutex
-	cmds []*exec.Cmd
-	logs map[int]string // PID → log file
+	dir    string // logs and the built proxy binary
+	layout layout
+	mu     sync.Mutex
+	cmds   []*exec.Cmd
+	logs   map[int]string // PID → log file
 }
 
-func newChildren() (*children, error) {
+func newChildren(lay layout) (*children, error) {
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return nil, err
 	}
-	return &children{dir: dir, logs: map[int]string{}}, nil
+	return &children{dir: dir, layout: lay, logs: map[int]string{}}, nil
 }
 
-// start launches name with args, its output in a log file. The kernel kills
-// it when this process dies (Pdeathsig), so even a SIGKILLed benchmark
-// leaves nothing behind.
+// start launches name with args, its output in a log file, on the servers'
+// CPU when the layout pins. The kernel kills it when this process dies
+// (Pdeathsig), so even a SIGKILLed benchmark leaves nothing behind.
 func (c *children) start(label, name string, args []string, env []string) (*exec.Cmd, error) {
 	logPath := filepath.Join(c.dir, label+".log")
 	logFile, err := os.Create(logPath)
@@ -51,7 +52,12 @@ func (c *children) start(label, name string, args []string, env []string) (*exec
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if c.layout.pinned() {
+		err = startOn(cmd, c.layout.serverCPU)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", label, err)
 	}
 	c.mu.Lock()
@@ -127,7 +133,7 @@ func (c *children) startSelf(ctx context.Context, label string, args ...string) 
 	if err != nil {
 		return 0, "", err
 	}
-	cmd, err := c.start(label, self, append([]string{"--serve-" + label, addr}, args...), nil)
+	cmd, err := c.start(label, self, append([]string{"--serve-" + label, addr}, args...), c.layout.childEnv())
 	if err != nil {
 		return 0, "", err
 	}
@@ -140,14 +146,14 @@ func (c *children) startSelf(ctx context.Context, label string, args ...string) 
 
 // startProxy starts the idempotency-proxy binary in front of upstream;
 // redisURL selects the Redis store, empty the memory store.
-func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string) (pid int, addr string, err error) {
+func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string) (pid int, addr, admin string, err error) {
 	addr, err = freeAddr()
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
-	admin, err := freeAddr()
+	admin, err = freeAddr()
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	args := []string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin, "--log-level", "warn"}
 	if redisURL != "" {
@@ -155,16 +161,16 @@ func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisUR
 	}
 	// A full run records a few hundred thousand responses; the default
 	// 256 MiB bound would start refusing new keys part-way through.
-	env := []string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}
+	env := append([]string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}, c.layout.childEnv()...)
 	cmd, err := c.start(label, bin, args, env)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	pid = cmd.Process.Pid
 	if err := waitHTTP(ctx, "http://"+admin+"/readyz", cmd); err != nil {
-		return 0, "", fmt.Errorf("%s: %w\n%s", label, err, c.logTail(pid))
+		return 0, "", "", fmt.Errorf("%s: %w\n%s", label, err, c.logTail(pid))
 	}
-	return pid, addr, nil
+	return pid, addr, admin, nil
 }
 
 // startRedis starts a redis-server of the benchmark's own, without

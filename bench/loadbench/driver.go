@@ -28,19 +28,26 @@ import (
 // responseTimeout fails a request that has not been answered in full by then.
 const responseTimeout = 10 * time.Second
 
-// maxResponse bounds the bytes buffered for one response.
-const maxResponse = 1 << 20
+// scratchSize is the read buffer for response bodies, shared by all
+// connections of a driver: a body is counted, not kept, so a 1 MiB
+// response on each of 1,024 connections costs no more memory than a small one.
+const scratchSize = 256 << 10
 
 // driver runs one measurement: closed-loop load over its connections until
 // its end time.
 type driver struct {
-	epfd   int
-	sa     syscall.SockaddrInet4
-	host   string // Host header
-	conns  []*conn
-	active int // connections still sending
-	end    time.Time
-	lat    []time.Duration
+	epfd    int
+	sa      syscall.SockaddrInet4
+	host    string // Host header
+	path    string // request target
+	bodyLen int    // every response body must be this long; -1: any length
+	limit   int    // no new request once this many are sent; 0: bound by time only
+	issued  int    // requests sent
+	conns   []*conn
+	active  int // connections still sending
+	end     time.Time
+	lat     []time.Duration
+	scratch []byte
 }
 
 // conn is one keep-alive connection with at most one request outstanding.
@@ -50,7 +57,9 @@ type conn struct {
 	keys  *keySource
 	out   []byte // the request being sent; out[sent:] is not written yet
 	sent  int
-	in    []byte // the response received so far
+	in    []byte // the response head received so far
+	resp  response
+	rest  int // body bytes still to come once the head is in; 0 otherwise
 	key   string
 	want  expect
 	start time.Time
@@ -59,8 +68,8 @@ type conn struct {
 }
 
 // newDriver connects one connection per key source to base
-// ("http://127.0.0.1:N").
-func newDriver(base string, sources []*keySource) (*driver, error) {
+// ("http://127.0.0.1:N"); requests go to path.
+func newDriver(base, path string, sources []*keySource) (*driver, error) {
 	host, ok := strings.CutPrefix(base, "http://")
 	if !ok {
 		return nil, fmt.Errorf("base %q: want http://host:port", base)
@@ -73,7 +82,10 @@ func newDriver(base string, sources []*keySource) (*driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
-	d := &driver{epfd: epfd, sa: syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}, host: host}
+	d := &driver{
+		epfd: epfd, sa: syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()},
+		host: host, path: path, bodyLen: -1, scratch: make([]byte, scratchSize),
+	}
 	for i, ks := range sources {
 		c := &conn{idx: i, fd: -1, keys: ks, out: make([]byte, 0, 512), in: make([]byte, 0, 16<<10)}
 		d.conns = append(d.conns, c)
@@ -104,7 +116,7 @@ func (d *driver) dial(c *conn) error {
 		syscall.Close(fd)
 		return fmt.Errorf("connecting to %s: %w", d.host, err)
 	}
-	c.fd, c.onOut = fd, false
+	c.fd, c.onOut, c.in, c.rest = fd, false, c.in[:0], 0
 	return nil
 }
 
@@ -204,7 +216,8 @@ func (d *driver) run(ctx context.Context, end time.Time) ([]time.Duration, error
 // send writes c's next request.
 func (d *driver) send(c *conn) error {
 	c.key, c.want = c.keys.next()
-	c.out = appendRequest(c.out[:0], d.host, c.key)
+	c.out = appendRequest(c.out[:0], d.host, d.path, c.key)
+	d.issued++
 	c.sent = 0
 	c.start = time.Now()
 	return d.write(c)
@@ -245,17 +258,20 @@ func (d *driver) watch(c *conn, events uint32) error {
 }
 
 // receive reads what has arrived on c; once a response is complete it is
-// checked and the next request sent. A whole response usually arrives in
-// one read, so reading stops there rather than going on to EAGAIN.
+// checked and the next request sent. The head is kept until it is whole;
+// body bytes past it are only counted, in the driver's scratch buffer. A
+// small response usually arrives in one read, so reading stops there rather
+// than going on to EAGAIN.
 func (d *driver) receive(c *conn) error {
 	for {
-		if len(c.in) == cap(c.in) {
-			if cap(c.in) >= maxResponse {
-				return fmt.Errorf("key %q: response larger than %d bytes", c.key, maxResponse)
+		buf := d.scratch[:min(c.rest, len(d.scratch))]
+		if c.rest == 0 {
+			if len(c.in) == cap(c.in) {
+				c.in = append(c.in, make([]byte, cap(c.in))...)[:len(c.in)]
 			}
-			c.in = append(c.in, make([]byte, cap(c.in))...)[:len(c.in)]
+			buf = c.in[len(c.in):cap(c.in)]
 		}
-		n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
+		n, err := rawRead(c.fd, buf)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -266,45 +282,68 @@ func (d *driver) receive(c *conn) error {
 		case n == 0:
 			return fmt.Errorf("key %q: connection closed before a complete response", c.key)
 		}
-		c.in = c.in[:len(c.in)+n]
-		resp, size, err := parseResponse(c.in)
-		if err != nil {
-			return fmt.Errorf("key %q: %w", c.key, err)
-		}
-		if size == 0 {
-			continue // incomplete
-		}
-		if size != len(c.in) {
-			return fmt.Errorf("key %q: %d bytes after the response", c.key, len(c.in)-size)
-		}
-		now := time.Now()
-		d.lat = append(d.lat, now.Sub(c.start))
-		c.in = c.in[:0]
-		c.n++
-		if err := check(resp, c.key, c.want); err != nil {
-			return err
-		}
-		if c.sent < len(c.out) {
-			return fmt.Errorf("key %q: response before the whole request was sent", c.key)
-		}
-		if now.After(d.end) || c.n >= maxRequestsPerWorker {
-			d.hangUp(c)
-			d.active--
-			return nil
-		}
-		if resp.close {
-			d.hangUp(c)
-			if err := d.dial(c); err != nil {
-				return err
+		if c.rest > 0 {
+			if c.rest -= n; c.rest > 0 {
+				continue
+			}
+		} else {
+			c.in = c.in[:len(c.in)+n]
+			resp, head, err := parseHead(c.in)
+			if err != nil {
+				return fmt.Errorf("key %q: %w", c.key, err)
+			}
+			if head == 0 {
+				continue // incomplete head
+			}
+			if extra := len(c.in) - head - resp.length; extra > 0 {
+				return fmt.Errorf("key %q: %d bytes after the response", c.key, extra)
+			}
+			c.resp, c.rest = resp, head+resp.length-len(c.in)
+			c.in = c.in[:0]
+			if c.rest > 0 {
+				continue
 			}
 		}
-		return d.send(c)
+		return d.done(c)
 	}
 }
 
-// appendRequest appends the benchmark's POST with key (none when empty).
-func appendRequest(b []byte, host, key string) []byte {
-	b = append(b, "POST /v1/charges HTTP/1.1\r\nHost: "...)
+// done records c's complete response, checks it, and sends the next
+// request unless the run is over.
+func (d *driver) done(c *conn) error {
+	now := time.Now()
+	d.lat = append(d.lat, now.Sub(c.start))
+	c.n++
+	resp := c.resp
+	if err := check(resp, c.key, c.want); err != nil {
+		return err
+	}
+	if d.bodyLen >= 0 && resp.length != d.bodyLen {
+		return fmt.Errorf("key %q: body of %d bytes, want %d", c.key, resp.length, d.bodyLen)
+	}
+	if c.sent < len(c.out) {
+		return fmt.Errorf("key %q: response before the whole request was sent", c.key)
+	}
+	if now.After(d.end) || c.n >= maxRequestsPerWorker || (d.limit > 0 && d.issued >= d.limit) {
+		d.hangUp(c)
+		d.active--
+		return nil
+	}
+	if resp.close {
+		d.hangUp(c)
+		if err := d.dial(c); err != nil {
+			return err
+		}
+	}
+	return d.send(c)
+}
+
+// appendRequest appends the benchmark's POST to path with key (none when
+// empty).
+func appendRequest(b []byte, host, path, key string) []byte {
+	b = append(b, "POST "...)
+	b = append(b, path...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, host...)
 	b = append(b, "\r\nContent-Type: application/json\r\n"...)
 	if key != "" {

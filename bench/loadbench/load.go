@@ -43,8 +43,21 @@ const maxRequestsPerWorker = 5_000_000
 // loader drives closed-loop load: each of its connections sends a request,
 // waits for the whole response, and sends the next.
 type loader struct {
-	runID string
-	seq   int // distinguishes the keys of successive runs
+	runID   string
+	seq     int    // distinguishes the keys of successive runs
+	path    string // request target; "" means defaultPath
+	bodyLen int    // every response body must be this long; 0: any length
+	limit   int    // requests a run sends at most (beyond one per client); 0: no bound but time
+}
+
+// defaultPath is the request target of the benchmark's requests.
+const defaultPath = "/v1/charges"
+
+func (l *loader) target() string {
+	if l.path == "" {
+		return defaultPath
+	}
+	return l.path
 }
 
 // sample is the outcome of one run of one scenario against one target.
@@ -78,11 +91,15 @@ func (l *loader) run(ctx context.Context, base string, isProxy bool, scen scenar
 			prefix: l.runID + "-" + strconv.Itoa(l.seq) + "-" + strconv.Itoa(w) + "-",
 		}
 	}
-	drv, err := newDriver(base, sources)
+	drv, err := newDriver(base, l.target(), sources)
 	if err != nil {
 		return sample{}, err
 	}
 	defer drv.close()
+	drv.limit = l.limit
+	if l.bodyLen > 0 {
+		drv.bodyLen = l.bodyLen
+	}
 	start := time.Now()
 	lat, err := drv.run(ctx, start.Add(d))
 	smp := sample{requests: len(lat), elapsed: time.Since(start), latencies: lat}
@@ -141,7 +158,7 @@ func (l *loader) warmHits(ctx context.Context, base string, isProxy bool) error 
 	for _, want := range []expect{anyReplay, second} {
 		for i := range hitKeys {
 			key := hitKey(l.runID, i)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(requestBody))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+l.target(), bytes.NewReader(requestBody))
 			if err != nil {
 				return err
 			}
@@ -151,11 +168,14 @@ func (l *loader) warmHits(ctx context.Context, base string, isProxy bool) error 
 			if err != nil {
 				return fmt.Errorf("recording hit keys via %s: %w", base, err)
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
+			n, _ := io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			r := response{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 			if err := check(r, key, want); err != nil {
 				return fmt.Errorf("recording hit keys via %s: %w", base, err)
+			}
+			if l.bodyLen > 0 && n != int64(l.bodyLen) {
+				return fmt.Errorf("recording hit keys via %s: key %q: body of %d bytes, want %d", base, key, n, l.bodyLen)
 			}
 		}
 	}

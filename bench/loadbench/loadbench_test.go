@@ -135,7 +135,7 @@ func TestParseResponse(t *testing.T) {
 		size    int
 		wantErr bool
 	}{
-		{"whole", ok, response{status: 200, replayed: true}, len(ok), false},
+		{"whole", ok, response{status: 200, replayed: true, length: 5}, len(ok), false},
 		{"head only", ok[:len(ok)-5], response{}, 0, false},
 		{"part of the body", ok[:len(ok)-1], response{}, 0, false},
 		{"part of the head", ok[:20], response{}, 0, false},

@@ -3,8 +3,12 @@
 // Command loadbench measures idempotency-proxy against a plain
 // httputil.ReverseProxy in the same run, on loopback:
 //
-//	go run ./bench/loadbench          # full run, a few minutes
-//	go run ./bench/loadbench --quick  # under 30 s, what CI runs
+//	go run ./bench/loadbench                   # full run, a few minutes
+//	go run ./bench/loadbench --quick           # under 30 s, what CI runs
+//	go run ./bench/loadbench --layout pinned   # generator on one CPU, the rest on another
+//	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
+//	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
+//	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy
@@ -44,6 +48,7 @@ type settings struct {
 	duration time.Duration // one target, one scenario, one round
 	warmup   time.Duration
 	proxyBin string
+	layout   layout
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -55,6 +60,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", time.Second, "length of one measurement")
 	scenList := fs.String("scenarios", "miss,hit,mixed,no-key", "comma-separated scenarios to run")
 	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
+	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
+	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
+	bodies := fs.String("bodies", "200,16KiB,256KiB,1MiB", "--scaling: comma-separated response body sizes")
+	scalingConcs := fs.String("scaling-concurrency", "1,32,256,1024", "--scaling: comma-separated numbers of concurrent clients")
+	footprint := fs.Bool("footprint", false, "measure the memory store's bytes per record and RSS with --records records, instead of the main table")
+	footprintProxy := fs.Bool("footprint-proxy", false, "record --records keys in the idempotency-proxy binary through the load generator and report its RSS, instead of the main table")
+	records := fs.Int("records", 1_000_000, "--footprint, --footprint-proxy: records to store")
+	fillStore := fs.Int("fill-memory-store", 0, "internal: fill a memory store with this many records and print what it takes")
 	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
 	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
 	serveFl := fs.String("serve-floor", "", "internal: run as the replay floor on this address")
@@ -70,20 +83,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = servePlain(*servePl, *upstream)
 	case *serveFl != "":
 		err = serveFloor(*serveFl)
+	case *fillStore > 0:
+		err = fillMemoryStore(*fillStore, stdout)
 	default:
 		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin}
 		if *quick {
 			s.rounds, s.duration, s.warmup = 2, 200*time.Millisecond, 100*time.Millisecond
 		}
+		var sc scalingSettings
 		s.concs, err = parseConcs(*concList)
 		if err == nil {
 			s.scens, err = parseScenarios(*scenList)
 		}
-		if err != nil || s.rounds < 1 || s.duration <= 0 {
-			fmt.Fprintln(stderr, "loadbench: --concurrency needs positive integers, --scenarios names from miss,hit,mixed,no-key, --rounds and --duration positive values")
+		if err == nil {
+			s.layout, err = newLayout(*layoutName)
+		}
+		if err == nil && *scaling {
+			sc, err = parseScaling(*bodies, *scalingConcs)
+		}
+		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1) {
+			err = errors.New("--rounds, --duration and --records need positive values")
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "loadbench:", err)
 			return 2
 		}
-		err = bench(s, stdout, stderr)
+		switch {
+		case *footprint:
+			err = measureFootprint(*records, s.layout, stdout, stderr)
+		case *footprintProxy:
+			err = measureProxyFootprint(s, *records, stdout, stderr)
+		case *scaling:
+			err = benchScaling(s, sc, stdout, stderr)
+		default:
+			err = bench(s, stdout, stderr)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "loadbench:", err)
@@ -104,27 +138,20 @@ func parseScenarios(s string) ([]scenario, error) {
 	return out, nil
 }
 
+// maxConc is the most concurrent clients a run may have: each is a
+// connection to the target, which opens one to the upstream in turn.
+const maxConc = 1024
+
 func parseConcs(s string) ([]int, error) {
 	var out []int
 	for f := range strings.SplitSeq(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 1024 {
+		if err != nil || n < 1 || n > maxConc {
 			return nil, fmt.Errorf("bad concurrency %q", f)
 		}
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// target is one process under load.
-type target struct {
-	name      string
-	base      string // http://127.0.0.1:N
-	pid       int
-	storePID  int    // redis-server, or 0
-	storeAddr string // redis-server host:port, or ""
-	upPID     int    // the upstream every target forwards to
-	isProxy   bool
 }
 
 func bench(s settings, stdout, stderr io.Writer) (err error) {
@@ -137,17 +164,13 @@ func bench(s settings, stdout, stderr io.Writer) (err error) {
 			err = errors.New("interrupted")
 		}
 	}()
-	kids, err := newChildren()
-	if err != nil {
-		return err
-	}
-	defer kids.killAll()
-
 	started, load := time.Now(), loadAverage()
-	targets, upstreamBase, err := startAll(ctx, kids, s.proxyBin)
+	rg, err := setUp(ctx, s, slices.Max(s.concs))
+	defer rg.close()
 	if err != nil {
 		return err
 	}
+	targets, upstreamBase := rg.targets, rg.upstream
 	runID := randomID()
 	l := &loader{runID: runID}
 	for _, t := range targets {
@@ -173,56 +196,12 @@ func bench(s settings, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after\n\n",
+	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after\n",
 		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, s.concs, time.Since(started).Round(time.Second), load, loadAverage())
+	rg.describe(stdout)
 	rep.write(stdout)
 	return nil
 }
-
-// startAll starts the upstream, the plain proxy, redis-server, both
-// idempotency-proxy instances and the replay floor; targets come back as
-// plain, memory, redis, floor.
-func startAll(ctx context.Context, kids *children, bin string) ([]target, string, error) {
-	if bin == "" {
-		var err error
-		if bin, err = kids.buildProxy(ctx); err != nil {
-			return nil, "", err
-		}
-	}
-	upPID, upAddr, err := kids.startSelf(ctx, "upstream")
-	if err != nil {
-		return nil, "", err
-	}
-	plainPID, plainAddr, err := kids.startSelf(ctx, "plain", "--upstream", "http://"+upAddr)
-	if err != nil {
-		return nil, "", err
-	}
-	redisPID, redisAddr, err := kids.startRedis(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	memPID, memAddr, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "")
-	if err != nil {
-		return nil, "", err
-	}
-	rdPID, rdAddr, err := kids.startProxy(ctx, "proxy-redis", bin, upAddr, "redis://"+redisAddr+"/0")
-	if err != nil {
-		return nil, "", err
-	}
-	floorPID, floorAddr, err := kids.startSelf(ctx, "floor")
-	if err != nil {
-		return nil, "", err
-	}
-	return []target{
-		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID},
-		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, isProxy: true},
-		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
-		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, isProxy: true},
-	}, "http://" + upAddr, nil
-}
-
-// serves reports whether t answers scen: the floor only replays.
-func (t target) serves(scen scenario) bool { return t.name != "floor" || scen == hit }
 
 // loadRounds measures every scenario against every target, rounds times,
 // reversing the order of the targets every other round.

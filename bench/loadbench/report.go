@@ -23,6 +23,15 @@ type round struct {
 	cpuX      float64 // cpu / the plain proxy's cpu in the same round
 }
 
+// tail is how far the slowest 1% of a round's requests lag its median:
+// p99/p50. Queueing behind other work on the CPU shows here first.
+func (r round) tail() float64 {
+	if r.p50 <= 0 {
+		return math.NaN()
+	}
+	return float64(r.p99) / float64(r.p50)
+}
+
 // cellKey names one row of the table.
 type cellKey struct {
 	conc   int
@@ -98,7 +107,7 @@ type report struct {
 func (rep *report) write(w io.Writer) {
 	loaded := slices.Max(rep.concs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tproxy CPU µs/req\tredis CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
+	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tp99/p50\tproxy CPU µs/req\tredis CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
 	for _, c := range rep.concs {
 		for _, s := range scenarios {
 			for _, t := range rep.targets {
@@ -109,6 +118,7 @@ func (rep *report) write(w io.Writer) {
 				rate := field(rs, func(r round) float64 { return r.rate })
 				p50 := field(rs, func(r round) float64 { return float64(r.p50) })
 				p99 := field(rs, func(r round) float64 { return float64(r.p99) })
+				tail := field(rs, round.tail)
 				cpu := field(rs, func(r round) float64 { return r.cpu })
 				storeCPU := field(rs, func(r round) float64 { return r.storeCPU })
 				upCPU := field(rs, func(r round) float64 { return r.upCPU })
@@ -127,9 +137,9 @@ func (rep *report) write(w io.Writer) {
 						}
 					}
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
 					c, s, t, rate.med, rate.lo, rate.hi,
-					fmtDur(p50.med), fmtDur(p99.med),
+					fmtDur(p50.med), fmtDur(p99.med), fmtOpt(tail.med, "%.1f"),
 					cpu.med, cpu.lo, cpu.hi, fmtOpt(storeCPU.med, "%.1f"), upCPU.med, clientCPU.med, fmtOpt(trips, "%.2f"),
 					rateX, cpuX, goalText, met)
 			}

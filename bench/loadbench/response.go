@@ -14,6 +14,7 @@ type response struct {
 	status   int
 	replayed bool // Idempotent-Replayed: true
 	close    bool // Connection: close
+	length   int  // of the body, from Content-Length
 }
 
 // maxHead bounds a response's status line and headers.
@@ -29,6 +30,17 @@ var (
 // in bytes, or 0 when b does not hold all of it yet. Every target answers
 // with a Content-Length; anything else is an error rather than a guess.
 func parseResponse(b []byte) (response, int, error) {
+	r, head, err := parseHead(b)
+	if err != nil || head == 0 || len(b) < head+r.length {
+		return response{}, 0, err
+	}
+	return r, head + r.length, nil
+}
+
+// parseHead parses the status line and header of the response at the start
+// of b. It returns the length of the head, or 0 when b does not hold all of
+// it yet; the body's length is in the response.
+func parseHead(b []byte) (response, int, error) {
 	var r response
 	end := bytes.Index(b, headEnd)
 	if end < 0 {
@@ -40,11 +52,11 @@ func parseResponse(b []byte) (response, int, error) {
 	line, rest, _ := bytes.Cut(b[:end], crlf)
 	// "HTTP/1.1 200 OK"
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-		return r, 0, fmt.Errorf("malformed status line %q", line)
+		return r, 0, fmt.Errorf("malformed status line %q", line[:min(len(line), 80)])
 	}
 	status, err := strconv.Atoi(string(line[9:12]))
 	if err != nil || status < 100 {
-		return r, 0, fmt.Errorf("malformed status line %q", line)
+		return r, 0, fmt.Errorf("malformed status line %q", line[:min(len(line), 80)])
 	}
 	r.status = status
 	length := -1
@@ -53,7 +65,7 @@ func parseResponse(b []byte) (response, int, error) {
 		h, rest, _ = bytes.Cut(rest, crlf)
 		name, value, ok := bytes.Cut(h, []byte(":"))
 		if !ok {
-			return r, 0, fmt.Errorf("malformed header line %q", h)
+			return r, 0, fmt.Errorf("malformed header line %q", h[:min(len(h), 80)])
 		}
 		value = bytes.TrimSpace(value)
 		switch {
@@ -77,11 +89,8 @@ func parseResponse(b []byte) (response, int, error) {
 	case length < 0:
 		return r, 0, errFrame
 	}
-	size := end + len(headEnd) + length
-	if len(b) < size {
-		return response{}, 0, nil
-	}
-	return r, size, nil
+	r.length = length
+	return r, end + len(headEnd), nil
 }
 
 // errReplay means a response's Idempotent-Replayed header was not what the

@@ -12,7 +12,9 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,20 +33,64 @@ func serveUpstream(addr string) error {
 }
 
 // constantHandler reads each request's body and answers upstreamBody,
-// marked as a replay when replayed is set.
+// marked as a replay when replayed is set. A request whose query says
+// bytes=N gets a body of N bytes instead (see bodyOfSize).
 func constantHandler(replayed bool) http.Handler {
 	contentLength := strconv.Itoa(len(upstreamBody))
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	var sized sync.Map // N → []byte
+	mux := newMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		body, length := upstreamBody, contentLength
+		if q := r.URL.Query().Get("bytes"); q != "" {
+			n, err := strconv.Atoi(q)
+			if err != nil || n < minSizedBody || n > maxSizedBody {
+				http.Error(w, "bytes: want an integer from 16 to 16 MiB", http.StatusBadRequest)
+				return
+			}
+			b, ok := sized.Load(n)
+			if !ok {
+				b, _ = sized.LoadOrStore(n, bodyOfSize(n))
+			}
+			body, length = b.([]byte), q
+		}
 		h := w.Header()
 		h["Content-Type"] = []string{"application/json"}
-		h["Content-Length"] = []string{contentLength}
+		h["Content-Length"] = []string{length}
 		if replayed {
 			h["Idempotent-Replayed"] = []string{"true"}
 		}
-		_, _ = w.Write(upstreamBody)
+		_, _ = w.Write(body)
+	})
+	return mux
+}
+
+// The bounds of a body size a request may ask for.
+const (
+	minSizedBody = 16
+	maxSizedBody = 16 << 20
+)
+
+// bodyOfSize returns a JSON document of exactly n bytes (n ≥ minSizedBody),
+// one string field padded to length.
+func bodyOfSize(n int) []byte {
+	const open, close = `{"pad":"`, "\"}\n"
+	b := make([]byte, 0, n)
+	b = append(b, open...)
+	for len(b) < n-len(close) {
+		b = append(b, 'x')
+	}
+	return append(b, close...)
+}
+
+// newMux returns a mux with the endpoints every child started from this
+// program answers: /ready, and /gomaxprocs, which reports the GOMAXPROCS
+// the child runs with, so the report states what was, not what was asked.
+func newMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /gomaxprocs", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, strconv.Itoa(runtime.GOMAXPROCS(0)))
 	})
 	return mux
 }
@@ -65,9 +111,16 @@ func servePlain(addr, upstream string) error {
 		},
 		Transport: proxy.NewTransport(),
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
-	mux.Handle("/", rp)
+	mux := newMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// The transport may still read the request body (to check it
+		// ends where Content-Length says) after the upstream has answered;
+		// an HTTP/1 server closes the body once the response starts, and
+		// the transport then tears down the upstream connection mid-response
+		// (golang/go#40747). Full duplex keeps the body open.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
 	return serve(addr, productServer(mux))
 }
 

@@ -1,0 +1,209 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// target is one process under load.
+type target struct {
+	name      string
+	base      string // http://127.0.0.1:N
+	pid       int
+	storePID  int    // redis-server, or 0
+	storeAddr string // redis-server host:port, or ""
+	upPID     int    // the upstream every target forwards to
+	admin     string // the idempotency-proxy's admin address, or ""
+	isProxy   bool
+}
+
+// serves reports whether t answers scen: the floor only replays.
+func (t target) serves(scen scenario) bool { return t.name != "floor" || scen == hit }
+
+// rig is the set of processes a run measures, laid out on the CPUs.
+type rig struct {
+	kids     *children
+	layout   layout
+	targets  []target // plain, memory, redis, floor
+	upstream string   // base URL
+}
+
+// setUp builds the proxy, readies this process for conc clients, pins it
+// when the layout says so, and starts every child. The rig it returns must
+// be closed, also with an error.
+func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
+	kids, err := newChildren(s.layout)
+	rg := &rig{kids: kids, layout: s.layout}
+	if err != nil {
+		return rg, err
+	}
+	bin := s.proxyBin
+	if bin == "" {
+		// Before pinning: the build may use every CPU.
+		if bin, err = kids.buildProxy(ctx); err != nil {
+			return rg, err
+		}
+	}
+	// Each client is a socket here; the target's own sockets are its
+	// business (Go raises its soft limit at start-up, Redis allows 10,000
+	// clients).
+	if err := raiseFileLimit(uint64(conc) + 256); err != nil {
+		return rg, err
+	}
+	if s.layout.pinned() {
+		if err := pinSelf(s.layout.clientCPU); err != nil {
+			return rg, err
+		}
+		runtime.GOMAXPROCS(1)
+	}
+	rg.targets, rg.upstream, err = startAll(ctx, kids, bin)
+	return rg, err
+}
+
+func (rg *rig) close() {
+	if rg != nil && rg.kids != nil {
+		rg.kids.killAll()
+	}
+}
+
+// raiseFileLimit makes sure this process may open n file descriptors.
+func raiseFileLimit(n uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("getrlimit: %w", err)
+	}
+	if lim.Cur >= n {
+		return nil
+	}
+	if lim.Max < n {
+		return fmt.Errorf("the open files limit is %d (hard), %d clients need %d: raise it (ulimit -Hn)", lim.Max, n-256, n)
+	}
+	lim.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("setrlimit: %w", err)
+	}
+	return nil
+}
+
+// startAll starts the upstream, the plain proxy, redis-server, both
+// idempotency-proxy instances and the replay floor; targets come back as
+// plain, memory, redis, floor.
+func startAll(ctx context.Context, kids *children, bin string) ([]target, string, error) {
+	upPID, upAddr, err := kids.startSelf(ctx, "upstream")
+	if err != nil {
+		return nil, "", err
+	}
+	plainPID, plainAddr, err := kids.startSelf(ctx, "plain", "--upstream", "http://"+upAddr)
+	if err != nil {
+		return nil, "", err
+	}
+	redisPID, redisAddr, err := kids.startRedis(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	memPID, memAddr, memAdmin, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "")
+	if err != nil {
+		return nil, "", err
+	}
+	rdPID, rdAddr, rdAdmin, err := kids.startProxy(ctx, "proxy-redis", bin, upAddr, "redis://"+redisAddr+"/0")
+	if err != nil {
+		return nil, "", err
+	}
+	floorPID, floorAddr, err := kids.startSelf(ctx, "floor")
+	if err != nil {
+		return nil, "", err
+	}
+	return []target{
+		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID},
+		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, admin: memAdmin, isProxy: true},
+		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, admin: rdAdmin, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, isProxy: true},
+	}, "http://" + upAddr, nil
+}
+
+// describe prints the layout and, for every process, the CPUs its threads
+// may run on and the GOMAXPROCS it runs with, as read back from /proc and
+// from the process itself: what was, not what was asked for.
+func (rg *rig) describe(w io.Writer) {
+	switch {
+	case rg.layout.pinned():
+		fmt.Fprintf(w, "layout pinned: load generator on CPU %d; upstream, plain proxy, proxies, floor and redis-server together on CPU %d; GOMAXPROCS=1 in every Go process\n",
+			rg.layout.clientCPU, rg.layout.serverCPU)
+	default:
+		fmt.Fprintf(w, "layout shared: every process on every CPU, default GOMAXPROCS\n")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "process\tpid\tCPUs\tGOMAXPROCS")
+	row := func(name string, pid int, procs string) {
+		cpus, err := threadCPUs(pid)
+		if err != nil {
+			cpus = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, pid, cpus, procs)
+	}
+	row("load generator", os.Getpid(), fmt.Sprint(runtime.GOMAXPROCS(0)))
+	if len(rg.targets) == 4 {
+		plain, mem, rd, floor := rg.targets[0], rg.targets[1], rg.targets[2], rg.targets[3]
+		row("upstream", plain.upPID, selfGOMAXPROCS(rg.upstream))
+		row("plain", plain.pid, selfGOMAXPROCS(plain.base))
+		row("memory", mem.pid, proxyGOMAXPROCS(mem.admin))
+		row("redis", rd.pid, proxyGOMAXPROCS(rd.admin))
+		row("redis-server", rd.storePID, "–")
+		row("floor", floor.pid, selfGOMAXPROCS(floor.base))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// selfGOMAXPROCS asks a child started from this program.
+func selfGOMAXPROCS(base string) string {
+	body, err := get(base + "/gomaxprocs")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(body)
+}
+
+// proxyGOMAXPROCS reads the runtime's own gauge from the proxy's metrics.
+func proxyGOMAXPROCS(admin string) string {
+	body, err := get("http://" + admin + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_sched_gomaxprocs_threads "); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func get(url string) (string, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
