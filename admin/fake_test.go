@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -79,6 +80,9 @@ func (s *fakeStore) List(_ context.Context, state store.State, cursor string, li
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listArgs = []any{state, cursor, limit}
+	if cursor == "bogus" {
+		return nil, "", errors.New("list: malformed cursor \"bogus\"")
+	}
 	var out []store.Entry
 	for _, e := range s.entries {
 		if state == 0 || e.State == state {

@@ -88,6 +88,12 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	entries, next, err := h.keys.List(ctx, state, cursor, limit)
 	if err != nil {
+		if p, _ := storeProblem(err); p == probInternal && cursor != "" {
+			// The store answered and refused the request: the cursor is
+			// not one it handed out (or its node left the cluster).
+			h.badRequest(w, opList, err.Error()+".")
+			return
+		}
 		h.storeFailed(w, opList, "", err)
 		return
 	}

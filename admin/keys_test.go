@@ -97,6 +97,7 @@ func TestMalformedAdminRequestsAre400(t *testing.T) {
 		{"GET", "/admin/keys?limit=0", ""},
 		{"GET", "/admin/keys?limit=1001", ""},
 		{"GET", "/admin/keys?limit=ten", ""},
+		{"GET", "/admin/keys?cursor=bogus", ""},
 		{"POST", "/admin/hash", `not json`},
 		{"POST", "/admin/hash", `{"method":"POST"}`},
 		{"POST", "/admin/hash", `{"key":"k","body":"x"}`},

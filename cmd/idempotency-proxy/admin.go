@@ -14,6 +14,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // newRegistry is the registry every metric of the process is registered
@@ -77,5 +78,12 @@ const startCheckTimeout = 2 * time.Second
 // storeStats returns the memory store's size figures for the metrics, nil
 // for a store that keeps none.
 func storeStats(st any) func() admin.StoreStats {
-	return nil
+	ms, ok := st.(interface{ Stats() memory.Stats })
+	if !ok {
+		return nil
+	}
+	return func() admin.StoreStats {
+		s := ms.Stats()
+		return admin.StoreStats{Bytes: s.Bytes, Records: s.Records, Evictions: s.Evictions}
+	}
 }
