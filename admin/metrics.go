@@ -56,7 +56,7 @@ func (m *Metrics) count(op, result string) {
 type StoreStats struct {
 	// Bytes is the recorded data held: keys, headers and bodies.
 	Bytes int64
-	// Records is the number of leases and records held.
+	// Records is the number of completed records held.
 	Records int64
 	// Evictions counts completed records dropped to make room
 	// (when_full: evict_oldest) since the start.
@@ -73,7 +73,7 @@ var (
 	descBytes = prometheus.NewDesc("idempotency_proxy_store_bytes",
 		"Bytes of recorded data held by the memory store (keys, headers and bodies).", nil, nil)
 	descRecords = prometheus.NewDesc("idempotency_proxy_store_records",
-		"Leases and records held by the memory store.", nil, nil)
+		"Completed records held by the memory store.", nil, nil)
 	descEvictions = prometheus.NewDesc("idempotency_proxy_store_evictions_total",
 		"Completed records the memory store dropped to make room (when_full: evict_oldest).", nil, nil)
 )
