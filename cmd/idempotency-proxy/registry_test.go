@@ -45,7 +45,7 @@ func TestMemoryStoreSizeIsExposed(t *testing.T) {
 		t.Fatalf("memory Stats = %+v after one record", want)
 	}
 	expo := `
-# HELP idempotency_proxy_store_records Leases and records held by the memory store.
+# HELP idempotency_proxy_store_records Completed records held by the memory store.
 # TYPE idempotency_proxy_store_records gauge
 idempotency_proxy_store_records 1
 # HELP idempotency_proxy_store_evictions_total Completed records the memory store dropped to make room (when_full: evict_oldest).
