@@ -20,6 +20,7 @@ var (
 type Metrics struct {
 	ops            *prometheus.CounterVec
 	evictionUnsafe prometheus.Gauge
+	full           prometheus.Gauge
 }
 
 // NewMetrics registers the admin metrics on reg.
@@ -33,8 +34,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idempotency_proxy_store_eviction_unsafe",
 			Help: "1 when the store may evict the proxy's keys on its own (Redis maxmemory-policy other than noeviction).",
 		}),
+		full: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_store_full",
+			Help: "1 when the store refuses writes for lack of space (memory store at max_bytes, Redis at maxmemory).",
+		}),
 	}
-	reg.MustRegister(m.ops, m.evictionUnsafe)
+	reg.MustRegister(m.ops, m.evictionUnsafe, m.full)
 	// Every series exists from the start, so rate() and alerts see the
 	// first delete.
 	for _, op := range operations {

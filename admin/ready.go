@@ -75,11 +75,8 @@ func (hs *health) record(res checkResult) {
 		return // the last known eviction and fullness stand
 	}
 
-	if res.h.EvictionUnsafe {
-		hs.metrics.evictionUnsafe.Set(1)
-	} else {
-		hs.metrics.evictionUnsafe.Set(0)
-	}
+	hs.metrics.evictionUnsafe.Set(flag(res.h.EvictionUnsafe))
+	hs.metrics.full.Set(flag(res.h.Full))
 	if res.h.EvictionUnsafe && (first || !hs.unsafe) {
 		hs.log.Error("the store may evict the proxy's keys: an evicted lease or record means a second execution; set maxmemory-policy noeviction",
 			"server", res.h.Server, "maxmemory_policy", res.h.EvictionPolicy)
@@ -122,3 +119,10 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
+
+func flag(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

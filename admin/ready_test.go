@@ -42,8 +42,8 @@ func TestReadyzNamesUnsafeEvictionAndAFullStore(t *testing.T) {
 			t.Fatalf("/readyz = %d %q, want 200 naming unsafe eviction (allkeys-lru) and a full store", rec.Code, body)
 		}
 	}
-	if gauge() != 1 {
-		t.Errorf("eviction_unsafe = %v, want 1", gauge())
+	if gauge() != 1 || testutil.ToFloat64(e.h.metrics.full) != 1 {
+		t.Errorf("eviction_unsafe = %v, store_full = %v, want 1 and 1", gauge(), testutil.ToFloat64(e.h.metrics.full))
 	}
 	logs := e.logs.String()
 	if n := strings.Count(logs, "maxmemory-policy noeviction"); n != 1 {
@@ -57,8 +57,8 @@ func TestReadyzNamesUnsafeEvictionAndAFullStore(t *testing.T) {
 	if rec := e.do(t, "GET", "/readyz", "", ""); rec.Body.String() != "ok\n" {
 		t.Errorf("/readyz after the fix = %q, want ok", rec.Body.String())
 	}
-	if gauge() != 0 {
-		t.Errorf("eviction_unsafe after the fix = %v, want 0", gauge())
+	if gauge() != 0 || testutil.ToFloat64(e.h.metrics.full) != 0 {
+		t.Errorf("eviction_unsafe = %v, store_full = %v after the fix, want 0 and 0", gauge(), testutil.ToFloat64(e.h.metrics.full))
 	}
 }
 
