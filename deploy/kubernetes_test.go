@@ -62,7 +62,15 @@ type container struct {
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
 	Env            []envVar `yaml:"env"`
-	ReadinessProbe *probe   `yaml:"readinessProbe"`
+	StartupProbe   *struct {
+		Exec struct {
+			Command []string `yaml:"command"`
+		} `yaml:"exec"`
+		PeriodSeconds    int `yaml:"periodSeconds"`
+		TimeoutSeconds   int `yaml:"timeoutSeconds"`
+		FailureThreshold int `yaml:"failureThreshold"`
+	} `yaml:"startupProbe"`
+	ReadinessProbe *probe `yaml:"readinessProbe"`
 	LivenessProbe  *probe   `yaml:"livenessProbe"`
 	Lifecycle      struct {
 		PreStop struct {
