@@ -61,8 +61,8 @@ type container struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env            []envVar `yaml:"env"`
-	StartupProbe   *struct {
+	Env          []envVar `yaml:"env"`
+	StartupProbe *struct {
 		Exec struct {
 			Command []string `yaml:"command"`
 		} `yaml:"exec"`
@@ -71,7 +71,7 @@ type container struct {
 		FailureThreshold int `yaml:"failureThreshold"`
 	} `yaml:"startupProbe"`
 	ReadinessProbe *probe `yaml:"readinessProbe"`
-	LivenessProbe  *probe   `yaml:"livenessProbe"`
+	LivenessProbe  *probe `yaml:"livenessProbe"`
 	Lifecycle      struct {
 		PreStop struct {
 			Sleep struct {
