@@ -133,3 +133,19 @@ func TestUnsafeEvictionIsReportedNotFatal(t *testing.T) {
 		t.Errorf("eviction_unsafe after the fix = %q, want 0", got)
 	}
 }
+
+// A token file named in the configuration must be readable at start: the
+// proxy does not start with its admin API silently off, and --check says so.
+func TestUnreadableTokenFileStopsStartAndFailsCheck(t *testing.T) {
+	up, _ := countingUpstream(t)
+	missing := filepath.Join(t.TempDir(), "no-such-token")
+	env := []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN_FILE=" + missing}
+	code, _, errs := runBinary(t, env, "--upstream", up.URL, "--listen", freeAddr(t), "--admin-listen", freeAddr(t))
+	if code != 1 || !strings.Contains(errs, "admin.token_file") {
+		t.Fatalf("start: exit %d, stderr %q; want 1 naming admin.token_file", code, errs)
+	}
+	code, out, _ := runBinary(t, env, "--upstream", up.URL, "--check")
+	if code != 1 || !regexp.MustCompile(`FAIL +admin +admin.token_file`).MatchString(out) {
+		t.Fatalf("--check: exit %d\n%s\nwant 1 and a FAIL admin line", code, out)
+	}
+}

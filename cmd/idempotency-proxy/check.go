@@ -31,6 +31,14 @@ func runCheck(cfg *config.Config, stdout io.Writer) int {
 		where = cfg.File
 	}
 	line("ok", "config", "valid ("+where+")")
+	if cfg.Admin.TokenFile != "" {
+		// The proxy refuses to start without it.
+		if _, err := adminToken(cfg.Admin); err != nil {
+			line("FAIL", "admin", err.Error())
+		} else {
+			line("ok", "admin", "token read from "+cfg.Admin.TokenFile)
+		}
+	}
 	checkStore(cfg.Store, line)
 	checkUpstream(cfg.Upstream.URL, line)
 	if failed {
