@@ -22,7 +22,10 @@ import (
 // executes, and the fenced first request is counted as a lost lease and
 // never overwrites the retry's record.
 
-const runbookToken = "runbook-token"
+const (
+	runbookToken = "runbook-token"
+	clientAuth   = "Bearer client-a"
+)
 
 // startAdminProxy runs the binary with storeYAML (the store: section) and
 // the admin API enabled, logging at debug so every keyed request has a line.
@@ -90,6 +93,7 @@ func keyedPost(t *testing.T, p *proxyProc, path, key string, hold bool) (int, st
 	req, _ := http.NewRequest("POST", p.URL()+path, strings.NewReader(`{"amount":1}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", clientAuth) // keys are scoped by it
 	if hold {
 		req.Header.Set(hdrHold, "1")
 	}
@@ -158,7 +162,8 @@ func runStuckKeyRunbook(t *testing.T, storeYAML string) {
 
 	// The conflict's log line names the key; `keys hash` computes the same.
 	logged := logKeyHash(t, p, "conflict")
-	hash := keysJSON(t, p, "hash", "--key", key, "--method", "POST", "--path", "/v1/charges", "--host", p.listen)["key_hash"].(string)
+	hash := keysJSON(t, p, "hash", "--key", key, "--method", "POST", "--path", "/v1/charges", "--host", p.listen,
+		"--header", "Authorization: "+clientAuth)["key_hash"].(string)
 	if !strings.HasPrefix(hash, logged) {
 		t.Fatalf("keys hash = %s, the log line says key_hash %s", hash, logged)
 	}
@@ -246,7 +251,8 @@ func TestKeysListCoversEveryClusterMaster(t *testing.T) {
 		if code, _ := keyedPost(t, p, "/v1/charges", key, false); code != http.StatusCreated {
 			t.Fatalf("POST %s: %d", key, code)
 		}
-		h := keysJSON(t, p, "hash", "--key", key, "--path", "/v1/charges", "--host", p.listen)["key_hash"].(string)
+		h := keysJSON(t, p, "hash", "--key", key, "--path", "/v1/charges", "--host", p.listen,
+			"--header", "Authorization: "+clientAuth)["key_hash"].(string)
 		want[h] = true
 	}
 	seen := map[string]int{}
