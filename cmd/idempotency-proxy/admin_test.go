@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,5 +148,33 @@ func TestUnreadableTokenFileStopsStartAndFailsCheck(t *testing.T) {
 	code, out, _ := runBinary(t, env, "--upstream", up.URL, "--check")
 	if code != 1 || !regexp.MustCompile(`FAIL +admin +admin.token_file`).MatchString(out) {
 		t.Fatalf("--check: exit %d\n%s\nwant 1 and a FAIL admin line", code, out)
+	}
+}
+
+// A full memory store keeps the proxy ready, named in /readyz and in the
+// store_full gauge, and its size is on /metrics.
+func TestFullMemoryStoreIsNamedInReadyz(t *testing.T) {
+	up, _ := countingUpstream(t)
+	p := start(t, []string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=4KiB"}, "--upstream", up.URL)
+	if _, body := p.get(t, "/readyz"); body != "ok\n" {
+		t.Fatalf("/readyz of an empty store = %q", body)
+	}
+	full := false
+	for i := 0; i < 200 && !full; i++ {
+		res, _ := p.post(t, "/charge", "fill-"+strconv.Itoa(i), strings.Repeat("x", 100))
+		full = res.StatusCode == http.StatusServiceUnavailable
+	}
+	if !full {
+		t.Fatal("a 4KiB memory store never filled up")
+	}
+	code, body := p.get(t, "/readyz")
+	if code != http.StatusOK || !strings.Contains(body, "store full") {
+		t.Fatalf("/readyz of a full store = %d %q, want 200 naming it", code, body)
+	}
+	if got := p.metric(t, "idempotency_proxy_store_full"); got != "1" {
+		t.Errorf("store_full = %q, want 1", got)
+	}
+	if got := p.metric(t, "idempotency_proxy_store_records"); got == "" || got == "0" {
+		t.Errorf("store_records = %q on a full store", got)
 	}
 }
