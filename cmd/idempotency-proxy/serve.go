@@ -97,7 +97,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 // within timeout, then aborts the rest: their upstream calls are cancelled
 // and their keys settled by on_upstream_error (released, or their 502
 // recorded), so no key stays locked until lock_ttl.
-func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
+func drain(srv, adminSrv *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
 	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -118,7 +118,7 @@ func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log
 	}
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), time.Second)
 	defer cancelAdmin()
-	admin.Shutdown(adminCtx)
+	adminSrv.Shutdown(adminCtx)
 	log.Info("stopped")
 	return nil
 }
