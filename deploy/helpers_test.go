@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
@@ -35,11 +36,14 @@ var metricNameRE = regexp.MustCompile(`\b(?:idempotency_proxy|go|process)_[a-z0-
 var outcomeMatcherRE = regexp.MustCompile(`\boutcome\s*(?:=~|!~|!=|=)\s*"([^"]*)"`)
 
 // exposedFamilies returns the metric families the binary exposes, by name,
-// built the way main builds its registry.
+// built the way main builds its registry (with the memory store's size
+// metrics, which the Redis store does not have).
 func exposedFamilies(t *testing.T) map[string]dto.MetricType {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	proxy.NewMetrics(reg, "test")
+	admin.NewMetrics(reg)
+	admin.RegisterStoreStats(reg, func() admin.StoreStats { return admin.StoreStats{} })
 	reg.MustRegister(collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mfs, err := reg.Gather()

@@ -61,9 +61,17 @@ type container struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env            []envVar `yaml:"env"`
-	ReadinessProbe *probe   `yaml:"readinessProbe"`
-	LivenessProbe  *probe   `yaml:"livenessProbe"`
+	Env          []envVar `yaml:"env"`
+	StartupProbe *struct {
+		Exec struct {
+			Command []string `yaml:"command"`
+		} `yaml:"exec"`
+		PeriodSeconds    int `yaml:"periodSeconds"`
+		TimeoutSeconds   int `yaml:"timeoutSeconds"`
+		FailureThreshold int `yaml:"failureThreshold"`
+	} `yaml:"startupProbe"`
+	ReadinessProbe *probe `yaml:"readinessProbe"`
+	LivenessProbe  *probe `yaml:"livenessProbe"`
 	Lifecycle      struct {
 		PreStop struct {
 			Sleep struct {

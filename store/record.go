@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -33,6 +34,10 @@ const (
 //	nvalues   uvarint  total number of header values
 //	per name: uvarint length + name, uvarint count, per value uvarint length + value
 //
+// Header names are written in sorted order, so one record always has one
+// encoding: a completion retried after a lost reply compares its value with
+// the stored one to recognise its own earlier success.
+//
 // The body precedes the headers so that the decoder can turn the header
 // section into one string and slice names and values out of it.
 
@@ -56,9 +61,10 @@ func EncodedSize(rec *Record) int {
 	return n + uvarintLen(uint64(len(rec.Header))) + uvarintLen(uint64(nvalues))
 }
 
-// AppendRecord appends the encoding of rec to dst. With dst of capacity
-// len(dst)+EncodedSize(rec) it does not allocate. The body of a record with
-// BodyOmitted is not encoded.
+// AppendRecord appends the encoding of rec to dst. The result depends only
+// on rec's contents (header names are sorted). With dst of capacity
+// len(dst)+EncodedSize(rec) and at most sortedNamesOnStack header names it
+// does not allocate. The body of a record with BodyOmitted is not encoded.
 func AppendRecord(dst []byte, rec *Record) []byte {
 	var flags byte
 	if rec.BodyOmitted {
@@ -82,7 +88,9 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(rec.Header)))
 	dst = binary.AppendUvarint(dst, uint64(nvalues))
-	for name, vals := range rec.Header {
+	var stack [sortedNamesOnStack]string
+	for _, name := range sortedNames(stack[:0], rec.Header) {
+		vals := rec.Header[name]
 		dst = appendString(dst, name)
 		dst = binary.AppendUvarint(dst, uint64(len(vals)))
 		for _, v := range vals {
@@ -131,6 +139,19 @@ func DecodeRecord(b []byte) (*Record, error) {
 		return nil, d.err
 	}
 	return rec, nil
+}
+
+// sortedNamesOnStack covers the header count of nearly every response
+// without a heap allocation for the names.
+const sortedNamesOnStack = 32
+
+// sortedNames appends the names of h to dst and sorts them.
+func sortedNames(dst []string, h map[string][]string) []string {
+	for name := range h {
+		dst = append(dst, name)
+	}
+	slices.Sort(dst)
+	return dst
 }
 
 func encodedBody(rec *Record) []byte {

@@ -2,37 +2,88 @@ package main
 
 import (
 	"context"
-	"net/http"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/idempotency-proxy/idempotency-proxy/admin"
+	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
-// adminHandler serves the admin listener: metrics, liveness, readiness.
-// It is never reachable through the proxy listener.
-func adminHandler(reg *prometheus.Registry, st pinger, m *proxy.Metrics) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
+// newRegistry is the registry every metric of the process is registered
+// on: the Go runtime's and the process's, the proxy's, and the admin
+// listener's (admin operations, store health and, for the memory store,
+// its size).
+func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pm := proxy.NewMetrics(reg, buildVersion())
+	am := admin.NewMetrics(reg)
+	if stats := storeStats(st); stats != nil {
+		admin.RegisterStoreStats(reg, stats)
+	}
+	return reg, pm, am
+}
+
+// newAdmin builds the admin listener's handler and checks the store once,
+// logging the root cause of a failure; the proxy starts either way and
+// /readyz answers 503 until the store answers.
+func newAdmin(cfg *config.Config, st storeCloser, reg *prometheus.Registry, pm *proxy.Metrics, am *admin.Metrics,
+	h *proxy.Handler, token *admin.Token, log *slog.Logger) *admin.Handler {
+	a := admin.New(admin.Options{
+		Store:        st,
+		Gatherer:     reg,
+		Metrics:      am,
+		Token:        token,
+		Hasher:       h,
+		PProf:        cfg.Admin.PProf,
+		ObservePing:  pm.ObservePing,
+		ReadyTimeout: readyTimeout,
+		Logger:       log,
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		start := time.Now()
-		err := st.Ping(ctx)
-		m.ObservePing(time.Since(start), err)
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("store unavailable: " + err.Error() + "\n"))
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
-	return mux
+	ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
+	defer cancel()
+	a.CheckStore(ctx) // logs what it finds
+	return a
+}
+
+// adminToken returns the admin API's token: admin.token, or the content of
+// admin.token_file without surrounding whitespace (files usually end in a
+// newline). "" leaves the API off.
+func adminToken(c config.Admin) (string, error) {
+	if c.TokenFile == "" {
+		return c.Token, nil
+	}
+	b, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("admin.token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin.token_file: %s is empty", c.TokenFile)
+	}
+	return tok, nil
+}
+
+// startCheckTimeout bounds the store check at start.
+const startCheckTimeout = 2 * time.Second
+
+// storeStats returns the memory store's size figures for the metrics, nil
+// for a store that keeps none.
+func storeStats(st any) func() admin.StoreStats {
+	ms, ok := st.(interface{ Stats() memory.Stats })
+	if !ok {
+		return nil
+	}
+	return func() admin.StoreStats {
+		s := ms.Stats()
+		return admin.StoreStats{Bytes: s.Bytes, Records: s.Records, Evictions: s.Evictions}
+	}
 }

@@ -39,6 +39,9 @@ var flagKeys = map[string]string{
 }
 
 func run(args, env []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "keys" {
+		return runKeys(args[1:], env, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("idempotency-proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("config", "", "configuration `file` (YAML); reloaded when it changes")
@@ -48,6 +51,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	fs.String("redis-url", "", "Redis `URL`; switches the store to Redis (store.redis.url)")
 	fs.String("log-level", "", "debug, info, warn or error (log_level, default info)")
 	validate := fs.Bool("validate", false, "check the configuration, print its problems and exit")
+	check := fs.Bool("check", false, "check the configuration, the store and the upstream, one line each, and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: idempotency-proxy [--config FILE] [--upstream URL] [flags]")
@@ -82,6 +86,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	if *validate {
 		fmt.Fprintln(stdout, "config OK")
 		return exitOK
+	}
+	if *check {
+		return runCheck(cfg, stdout)
 	}
 
 	level := new(slog.LevelVar)

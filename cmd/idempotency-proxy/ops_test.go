@@ -32,6 +32,12 @@ var specMetrics = []string{
 	"idempotency_proxy_inflight_requests",
 	"idempotency_proxy_lock_lost_total",
 	"idempotency_proxy_build_info",
+	"idempotency_proxy_store_eviction_unsafe",
+	"idempotency_proxy_store_full",
+	"idempotency_proxy_store_bytes",
+	"idempotency_proxy_store_records",
+	"idempotency_proxy_store_evictions_total",
+	"idempotency_proxy_admin_operations_total",
 }
 
 func TestMetrics(t *testing.T) {

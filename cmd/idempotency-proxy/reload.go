@@ -12,6 +12,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
@@ -28,6 +29,7 @@ type reloader struct {
 	src     config.Source
 	file    string // the file in use, also when named by IDEMPOTENCY_PROXY_CONFIG
 	handler *proxy.Handler
+	token   *admin.Token // the admin API's, re-read from admin.token_file
 	level   *slog.LevelVar
 	log     *slog.Logger
 
@@ -111,6 +113,7 @@ func (r *reloader) reload(trigger string) {
 		return
 	}
 	r.level.Set(next.LogLevel)
+	r.reloadToken(next.Admin)
 	if keys := next.RestartNeeded(r.started); len(keys) > 0 {
 		r.log.Warn("config changes that need a restart were not applied", "keys", keys)
 	}
@@ -118,4 +121,16 @@ func (r *reloader) reload(trigger string) {
 	r.current = next
 	r.mu.Unlock()
 	r.log.Warn("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
+}
+
+// reloadToken applies admin.token or re-reads admin.token_file. A file that
+// cannot be read keeps the token in force: locking operators out in the
+// middle of an incident is worse than a stale token.
+func (r *reloader) reloadToken(c config.Admin) {
+	tok, err := adminToken(c)
+	if err != nil {
+		r.log.Error("admin token not reloaded; the previous token stays in force", "error", err)
+		return
+	}
+	r.token.Set(tok)
 }

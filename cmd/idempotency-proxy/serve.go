@@ -11,9 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
+	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
@@ -42,14 +40,18 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	}
 	defer st.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := proxy.NewMetrics(reg, buildVersion())
+	tok, err := adminToken(cfg.Admin)
+	if err != nil {
+		return err
+	}
+	token := admin.NewToken(tok)
+	reg, metrics, adminMetrics := newRegistry(st)
 	opts := handlerOptions(cfg, st, log, metrics)
 	h, err := proxy.New(opts)
 	if err != nil {
 		return err
 	}
+	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -69,21 +71,18 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
-	admin := &http.Server{
-		Handler:           adminHandler(reg, st, metrics),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          errorLog,
-	}
+	adminSrv := admin.NewServer(adminHandler, errorLog)
 	failed := make(chan error, 2)
 	go func() { failed <- srv.Serve(ln) }()
-	go func() { failed <- admin.Serve(adminLn) }()
+	go func() { failed <- adminSrv.Serve(adminLn) }()
 
-	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, level: level, log: log}
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, level: level, log: log}
 	go r.run(ctx)
 
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.Upstream.URL.Redacted(),
-		"store", cfg.Store.Kind, "routes", len(cfg.Routes), "config_file", cfg.File)
+		"store", cfg.Store.Kind, "routes", len(cfg.Routes), "config_file", cfg.File,
+		"admin_api", token.Enabled(), "pprof", cfg.Admin.PProf)
 
 	select {
 	case <-ctx.Done():
@@ -91,14 +90,14 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		return fmt.Errorf("listener failed: %w", err)
 	}
 	stop() // a second signal kills the process the default way
-	return drain(srv, admin, h, r.config().ShutdownTimeout, log)
+	return drain(srv, adminSrv, h, r.config().ShutdownTimeout, log)
 }
 
 // drain stops accepting, lets in-flight requests finish and be recorded
 // within timeout, then aborts the rest: their upstream calls are cancelled
 // and their keys settled by on_upstream_error (released, or their 502
 // recorded), so no key stays locked until lock_ttl.
-func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
+func drain(srv, adminSrv *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
 	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -119,7 +118,7 @@ func drain(srv, admin *http.Server, h *proxy.Handler, timeout time.Duration, log
 	}
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), time.Second)
 	defer cancelAdmin()
-	admin.Shutdown(adminCtx)
+	adminSrv.Shutdown(adminCtx)
 	log.Info("stopped")
 	return nil
 }

@@ -225,8 +225,9 @@ func (s *Server) dumpLog() {
 	s.t.Logf("redis-server %s log (tail):\n%s", s.Addr(), b)
 }
 
-// waitPing polls addr with a raw PING until it answers +PONG, the process
-// exits, or the timeout passes.
+// waitPing polls addr with a raw PING until it answers +PONG (or NOAUTH,
+// for a server started with a password), the process exits, or the timeout
+// passes.
 func waitPing(addr string, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
@@ -237,7 +238,7 @@ func waitPing(addr string, exited <-chan struct{}, timeout time.Duration) error 
 		default:
 		}
 		reply, err := rawCommand(addr, "PING")
-		if err == nil && reply == "+PONG" {
+		if err == nil && (reply == "+PONG" || strings.HasPrefix(reply, "-NOAUTH")) {
 			return nil
 		}
 		last = fmt.Errorf("reply %q: %v", reply, err)

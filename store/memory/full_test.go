@@ -28,26 +28,33 @@ func TestFullRefusesNewKeysOnly(t *testing.T) {
 	}
 }
 
-func TestFullCompleteOmitsBody(t *testing.T) {
+// TestFullCompleteKeepsLease: a record that does not fit is refused with
+// ErrFull, the lease stays (Extend works, others see it in flight), and a
+// smaller record then fits.
+func TestFullCompleteKeepsLease(t *testing.T) {
 	rec := &store.Record{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: make([]byte, 4096)}
 	s, _ := newTestStore(t, Options{MaxBytes: 1024, SweepInterval: -1})
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
-	if err := s.Complete(ctx, "k", b.Token, rec, time.Hour); err != nil {
-		t.Fatalf("Complete: %v", err)
+	if err := s.Complete(ctx, "k", b.Token, rec, time.Hour); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Complete of a record over the bound = %v, want ErrFull", err)
 	}
-	got, err := s.Get(ctx, "k")
-	if err != nil {
-		t.Fatalf("Get: %v", err)
+	if err := s.Extend(ctx, "k", b.Token, time.Minute); err != nil {
+		t.Fatalf("Extend after a refused Complete: %v", err)
 	}
-	if !got.BodyOmitted || got.Body != nil || got.Status != 200 || got.Header["A"][0] != "b" {
-		t.Fatalf("stored %+v, want status and header without body", got)
+	if got, _ := s.Begin(ctx, "k", store.Fingerprint{2}, time.Minute); got.State != store.InFlight {
+		t.Fatalf("Begin after a refused Complete = %v, want in_flight", got.State)
 	}
-	if rec.BodyOmitted || len(rec.Body) != 4096 {
-		t.Fatalf("Complete modified the caller's record: %+v", rec)
+	small := &store.Record{Status: 200, Header: rec.Header, BodyOmitted: true}
+	if err := s.Complete(ctx, "k", b.Token, small, time.Hour); err != nil {
+		t.Fatalf("Complete of the record without its body: %v", err)
+	}
+	e, err := s.Inspect(ctx, "k")
+	if err != nil || !e.Record.BodyOmitted || e.Record.Status != 200 {
+		t.Fatalf("Inspect = %+v, %v; want the bodiless record", e, err)
 	}
 	if used := s.UsedBytes(); used > 1024 {
 		t.Fatalf("UsedBytes = %d, want <= 1024", used)

@@ -17,24 +17,29 @@
 //   - Begin on a new key fails with an error wrapping store.ErrFull (which
 //     is store.ErrUnavailable), so the proxy applies its on_store_error
 //     policy. Begin on an existing key still reports its state.
-//   - Live entries are never evicted to make room, in-flight leases never.
-//   - Complete of an owned lease whose record would exceed the bound stores
-//     the record without its body (BodyOmitted set), so a duplicate request
-//     gets the recorded status and headers and never re-executes.
+//   - Complete of an owned lease whose record does not fit fails with
+//     store.ErrFull and leaves the lease in place: the caller keeps it alive
+//     with Extend and stores a smaller record (status and headers) or tries
+//     again later.
+//   - With WhenFull EvictOldest, both first drop the oldest completed
+//     records until the new entry fits (counted in Stats().Evictions).
+//     In-flight leases are never evicted: that would let a second request
+//     run while the first still does.
 //
 // # Layout
 //
 // A completed record is kept encoded (store.AppendRecord), in one byte
-// slice, and decoded by each Begin or Get that finds it. The garbage
+// slice, and decoded by each Begin or Inspect that finds it. The garbage
 // collector then has nothing to scan inside a record: kept as Go objects,
 // a record's header map, slices and strings would be a dozen or more
 // objects to mark on every collection, which with a few hundred thousand
 // records made every request of the proxy measurably slower. The body of a
-// record returned by Begin or Get aliases the stored encoding and must not
+// record returned by Begin or Inspect aliases the stored encoding and must not
 // be modified.
 package memory
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -59,12 +64,26 @@ const (
 	defaultSweepInterval = 50 * time.Millisecond
 )
 
+// WhenFull selects what a full store does with a write that does not fit.
+type WhenFull uint8
+
+const (
+	// Reject refuses the write with store.ErrFull.
+	Reject WhenFull = iota
+	// EvictOldest drops the oldest completed records until the write fits;
+	// leases are never dropped.
+	EvictOldest
+)
+
 // Options configure a Store. The zero value is an unbounded store on the
 // wall clock.
 type Options struct {
 	// MaxBytes bounds the approximate memory used by entries; 0 means no
 	// bound. See the package documentation for the behaviour when full.
 	MaxBytes int64
+	// WhenFull is what a write that would exceed MaxBytes does; the zero
+	// value is Reject.
+	WhenFull WhenFull
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 	// SweepInterval is the pause between visits of the expiry sweeper to
@@ -79,6 +98,9 @@ type Store struct {
 	now      func() time.Time
 	maxBytes int64
 	used     atomic.Int64
+	records  atomic.Int64
+	// evict is nil unless Options.WhenFull is EvictOldest.
+	evict *evictQueue
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -91,13 +113,16 @@ type shard struct {
 }
 
 // entry is a lease when enc is nil, a completed record otherwise. Its only
-// pointers are to its token and its encoded record, which hold none.
+// pointers are to its token and its encoded record, which hold none. A
+// record keeps the token of the lease it replaced, so that a completion
+// retried by that owner is recognised.
 type entry struct {
 	token   string
 	enc     []byte // the encoded record
 	fp      store.Fingerprint
 	expires int64 // Unix nanoseconds
 	size    int64
+	seq     uint64 // completion order, for EvictOldest
 }
 
 // New returns a store and starts its sweeper.
@@ -111,6 +136,9 @@ func New(opts Options) *Store {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if opts.WhenFull == EvictOldest && opts.MaxBytes > 0 {
+		s.evict = &evictQueue{}
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
@@ -131,6 +159,8 @@ func New(opts Options) *Store {
 func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	sh := s.shard(key)
 	now := s.now()
+	size := int64(len(key)) + entryOverhead
+	s.makeRoom(size)
 	sh.mu.Lock()
 	if e, ok := s.live(sh, key, now); ok {
 		// A stored encoding never changes: decode it without the lock.
@@ -145,12 +175,11 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	}
 	defer sh.mu.Unlock()
-	size := int64(len(key)) + entryOverhead
 	if s.wouldOverflow(size) {
 		// Reclaim what has expired in this shard before refusing.
 		s.sweep(sh, now, len(sh.m))
 		if s.wouldOverflow(size) {
-			return store.BeginResult{}, fmt.Errorf("memory store at %d bytes: %w", s.maxBytes, store.ErrFull)
+			return store.BeginResult{}, s.fullError("begin")
 		}
 	}
 	token := newToken()
@@ -167,7 +196,7 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	defer sh.mu.Unlock()
 	e, ok := s.owned(sh, key, token, now)
 	if !ok {
-		return fmt.Errorf("extend: %w", store.ErrLockLost)
+		return fmt.Errorf("memory extend: %w", store.ErrLockLost)
 	}
 	e.expires = now.Add(lease).UnixNano()
 	sh.m[key] = e
@@ -175,26 +204,35 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 }
 
 // Complete replaces the lease of token on key with rec, kept for ttl. A
-// record that would exceed MaxBytes is stored without its body.
+// record that does not fit fails with store.ErrFull and leaves the lease.
+// Completing again with the same token and the same record succeeds: that
+// is a retry whose first attempt's answer was lost.
 func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	// Encode before taking the lock: the shard's other keys need not wait.
+	enc := store.AppendRecord(make([]byte, 0, store.EncodedSize(rec)), rec)
+	size := int64(len(key)+len(enc)) + entryOverhead
 	sh := s.shard(key)
 	now := s.now()
+	s.makeRoom(int64(len(enc)))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := s.owned(sh, key, token, now)
-	if !ok {
-		return fmt.Errorf("complete: %w", store.ErrLockLost)
+	e, ok := s.live(sh, key, now)
+	switch {
+	case ok && e.enc != nil && e.token == token && bytes.Equal(e.enc, enc):
+		return nil
+	case !ok || e.enc != nil || e.token != token:
+		return fmt.Errorf("memory complete: %w", store.ErrLockLost)
 	}
-	size := recordSize(key, rec)
-	if !rec.BodyOmitted && s.wouldOverflow(size-e.size) {
-		omitted := *rec
-		omitted.Body, omitted.BodyOmitted = nil, true
-		rec = &omitted
-		size = recordSize(key, rec)
+	if s.wouldOverflow(size - e.size) {
+		return s.fullError("complete")
 	}
-	enc := store.AppendRecord(make([]byte, 0, store.EncodedSize(rec)), rec)
 	s.used.Add(size - e.size)
-	sh.m[key] = entry{enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size}
+	s.records.Add(1)
+	ne := entry{token: token, enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size}
+	if s.evict != nil {
+		ne.seq = s.evict.push(key, now.UnixNano(), ne.expires)
+	}
+	sh.m[key] = ne
 	return nil
 }
 
@@ -209,19 +247,6 @@ func (s *Store) Release(_ context.Context, key, token string) error {
 		s.remove(sh, key, e)
 	}
 	return nil
-}
-
-// Get returns the completed record under key, or store.ErrNotFound.
-func (s *Store) Get(_ context.Context, key string) (*store.Record, error) {
-	sh := s.shard(key)
-	now := s.now()
-	sh.mu.Lock()
-	e, ok := s.live(sh, key, now)
-	sh.mu.Unlock()
-	if !ok || e.enc == nil {
-		return nil, store.ErrNotFound
-	}
-	return decode(e.enc)
 }
 
 // decode decodes a stored record; the record's body aliases enc.
@@ -250,10 +275,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// UsedBytes is the approximate size of the entries currently held,
-// expired ones included until they are reclaimed.
-func (s *Store) UsedBytes() int64 { return s.used.Load() }
-
 func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)%shardCount]
 }
@@ -281,13 +302,21 @@ func (s *Store) owned(sh *shard, key, token string, now time.Time) (entry, bool)
 	return e, true
 }
 
+// remove deletes e, the entry under key. sh.mu must be held.
 func (s *Store) remove(sh *shard, key string, e entry) {
 	delete(sh.m, key)
 	s.used.Add(-e.size)
+	if e.enc != nil {
+		s.records.Add(-1)
+	}
 }
 
 func (s *Store) wouldOverflow(delta int64) bool {
 	return s.maxBytes > 0 && s.used.Load()+delta > s.maxBytes
+}
+
+func (s *Store) fullError(op string) error {
+	return fmt.Errorf("memory %s: at %d of %d bytes: %w", op, s.used.Load(), s.maxBytes, store.ErrFull)
 }
 
 // newToken returns 128 random bits, hex-encoded.

@@ -49,3 +49,7 @@ func BenchmarkStore(b *testing.B) {
 	b.Cleanup(func() { _ = s.Close() })
 	storetest.Benchmark(b, s)
 }
+
+// The store satisfies the contract the conformance suite proves (and the
+// proxy's Store interface, a subset of it).
+var _ storetest.Store = (*Store)(nil)

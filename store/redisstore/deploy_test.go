@@ -65,8 +65,8 @@ func TestSentinelFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("unavailable for %v after failover to %s", time.Since(start).Round(time.Millisecond), newMaster)
-	got, err := s.Get(ctx, "before")
-	if err != nil || string(got.Body) != "kept" {
-		t.Fatalf("Get after failover = %+v, %v; want the record from before", got, err)
+	got, err := s.Inspect(ctx, "before")
+	if err != nil || got.Record == nil || string(got.Record.Body) != "kept" {
+		t.Fatalf("Inspect after failover = %+v, %v; want the record from before", got, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,27 +24,33 @@ const (
 	tokenLen    = 32
 )
 
-// The scripts check that the key holds a lease whose token (the value from
-// byte leaseHeader+1 on, in Lua's 1-based indexing) is ARGV[1].
+// The scripts check that the key holds a lease whose token is ARGV[1]. They
+// are built from the constants above, which fix where the kind byte and the
+// token sit in a value (Lua indexes from 1).
 var (
-	completeScript = newScript(`
-local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
+	leaseCheck = fmt.Sprintf(
+		"local v = redis.call('GET', KEYS[1])\n"+
+			"local owned = v and string.byte(v, 1) == %d and string.sub(v, %d) == ARGV[1]\n",
+		kindLease, leaseHeader+1)
+
+	completeScript = newScript(leaseCheck + `if owned then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
 -- A retry whose first attempt stored this very record succeeded.
 if v == ARGV[2] then return 1 end
 return 0`)
-	extendScript = newScript(`
-local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
+
+	// extendScript may run while Redis is out of memory (Redis 7+): it only
+	// reads and sets an expiry, which allocates nothing. See extend.
+	extendBody = leaseCheck + `if owned then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 0`)
-	releaseScript = newScript(`
-local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, 1) == 76 and string.sub(v, 34) == ARGV[1] then
+return 0`
+	extendScript       = newScript("#!lua flags=allow-oom\n" + extendBody)
+	extendScriptLegacy = newScript(extendBody)
+
+	releaseScript = newScript(leaseCheck + `if owned then
   return redis.call('DEL', KEYS[1])
 end
 return 0`)
@@ -67,8 +74,25 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 	switch {
 	case errors.Is(err, redis.Nil):
 		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+	case isOOM(err):
+		// SET is refused when Redis is out of memory, even on a key that
+		// exists: look at what is there, so that a completed key still
+		// replays and an in-flight one still answers "in flight".
+		return s.beginFull(ctx, key, token, err)
 	case err != nil:
-		return store.BeginResult{}, translate("begin", err)
+		return store.BeginResult{}, s.translate("begin", err)
+	}
+	old, _ := cmd.Bytes()
+	return decodeExisting(old, token)
+}
+
+// beginFull reports what is under key after Begin was refused for lack of
+// memory (oom), or that refusal when the key is free.
+func (s *Store) beginFull(ctx context.Context, key, token string, oom error) (store.BeginResult, error) {
+	full := s.translate("begin", oom)
+	cmd := redis.NewStringCmd(ctx, "get", s.redisKey(key))
+	if err := s.do(ctx, cmd, false); err != nil { // redis.Nil: nothing there
+		return store.BeginResult{}, full
 	}
 	old, _ := cmd.Bytes()
 	return decodeExisting(old, token)
@@ -105,9 +129,9 @@ func decodeExisting(old []byte, token string) (store.BeginResult, error) {
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	n, err := s.run(ctx, extendScript, false, s.redisKey(key), token, millis(lease))
+	n, err := s.extend(ctx, s.redisKey(key), token, millis(lease))
 	if err != nil {
-		return translate("extend", err)
+		return s.translate("extend", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("redis extend: %w", store.ErrLockLost)
@@ -124,7 +148,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	val = store.AppendRecord(val, rec)
 	n, err := s.run(ctx, completeScript, len(val) > maxPipelined, s.redisKey(key), token, val, millis(ttl))
 	if err != nil {
-		return translate("complete", err)
+		return s.translate("complete", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("redis complete: %w", store.ErrLockLost)
@@ -138,30 +162,24 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err := s.run(ctx, releaseScript, false, s.redisKey(key), token)
-	return translate("release", err)
+	return s.translate("release", err)
 }
 
-// Get returns the completed record under key, or store.ErrNotFound when the
-// key is absent or in flight.
-func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	cmd := redis.NewStringCmd(ctx, "get", s.redisKey(key))
-	switch err := s.do(ctx, cmd, false); {
-	case errors.Is(err, redis.Nil):
-		return nil, store.ErrNotFound
-	case err != nil:
-		return nil, translate("get", err)
+// extend runs extendScript, or on a server older than Redis 7, which does
+// not know script flags and refuses the shebang line as a syntax error,
+// extendScriptLegacy. Without flags Redis (6 and 7 alike) checks memory per
+// command a script calls, and PEXPIRE is not one it refuses when out of
+// memory, so the legacy script runs then too; the flag keeps that true
+// should a later Redis check scripts as a whole.
+func (s *Store) extend(ctx context.Context, key, token string, ms int64) (int64, error) {
+	if !s.legacyScripts.Load() {
+		n, err := s.run(ctx, extendScript, false, key, token, ms)
+		if err == nil || !strings.Contains(err.Error(), "Error compiling script") {
+			return n, err
+		}
+		s.legacyScripts.Store(true)
 	}
-	b, _ := cmd.Bytes()
-	if len(b) == 0 || b[0] != kindRecord {
-		return nil, store.ErrNotFound
-	}
-	rec, err := store.DecodeRecord(b[1:])
-	if err != nil {
-		return nil, fmt.Errorf("redis get: %w", err)
-	}
-	return rec, nil
+	return s.run(ctx, extendScriptLegacy, false, key, token, ms)
 }
 
 // millis converts d to whole milliseconds, at least 1: PX rejects 0.

@@ -15,15 +15,14 @@
 //
 // Begin is one SET NX PX GET (Redis 7.0+): it takes the lease or returns
 // what was there. Extend, Complete and Release are token-checked Lua scripts
-// run with EVALSHA (EVAL once per node after a restart). Get is one GET.
+// run with EVALSHA (EVAL once per node after a restart). Inspect is one GET
+// and PTTL, Delete one DEL; List SCANs every master.
 //
 // Commands are auto-pipelined: those of concurrent requests are written to
-// Redis in one batch and their replies read in one go, which under load
-// saves most of the syscalls and Redis wake-ups a command costs (on a
-// replay, about a quarter of the proxy's CPU and most of Redis's). A
-// completion whose record is larger than maxPipelined is sent on its own
-// connection instead, so that the commands queued while Redis is slow stay
-// small; maxQueued bounds how many there may be.
+// Redis in one batch and their replies read in one go. A completion whose
+// record is larger than maxPipelined is sent on its own connection instead.
+// docs/architecture.md ("Redis pipelining") gives the figures behind the
+// batch and queue bounds set in pipelineOptions.
 //
 // # Failures
 //
@@ -35,9 +34,18 @@
 // flight" until the lease expires; the other operations change nothing their
 // caller did not own. Any failure to get an answer
 // (network errors, timeouts, LOADING, CLUSTERDOWN, READONLY from a master
-// demoted by a failover) is returned wrapping store.ErrUnavailable; an
-// out-of-memory refusal wraps store.ErrFull. redis.Nil never leaves this
-// package.
+// demoted by a failover) is returned wrapping store.ErrUnavailable and the
+// client's error, which names the cause (connection refused, NOAUTH, DB
+// index out of range) rather than only the deadline; an out-of-memory
+// refusal wraps store.ErrFull. redis.Nil never leaves this package.
+//
+// # Out of memory
+//
+// Under maxmemory-policy noeviction a full Redis refuses commands that may
+// allocate. Begin on a new key and Complete then fail with store.ErrFull;
+// Begin on an existing key still reports it (one more GET), and Extend keeps
+// working, so a caller can hold its lease while it waits for room or stores
+// a smaller record.
 package redisstore
 
 import (
@@ -46,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,8 +89,8 @@ type Options struct {
 	Timeout time.Duration
 	// PoolSize is the connection pool size (per node for a Cluster) for
 	// commands sent directly; 0 means the go-redis default of 10 per CPU.
-	// Pipelined batches use go-redis's pipeline pool (10 connections) and at
-	// most 4 of them at a time.
+	// Pipelined batches use go-redis's pipeline pool, at most
+	// maxConcurrentBatches of its connections at a time.
 	PoolSize int
 }
 
@@ -91,6 +100,12 @@ type Store struct {
 	ap      *redis.AutoPipeliner // c's
 	prefix  string
 	timeout time.Duration
+
+	// legacyScripts is set once Redis refused a script's flags (before 7.0).
+	legacyScripts atomic.Bool
+	// lastFull is when Redis last refused a write for lack of memory, in
+	// Unix nanoseconds; 0 if never.
+	lastFull atomic.Int64
 }
 
 // New builds the client the options describe. It does not contact Redis;
@@ -158,26 +173,27 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 const maxRetries = 1
 
 // maxPipelined is the largest value (an encoded record) that a completion
-// sends through the auto-pipeliner; a larger one goes directly.
-// maxQueued bounds the commands the auto-pipeliner holds: past it a command
-// fails at once with ErrUnavailable. Together they bound what the commands
-// queued behind a slow Redis hold to about 32 MiB.
+// sends through the auto-pipeliner; a larger one goes directly. maxQueued
+// bounds the commands the auto-pipeliner holds: past it a command fails at
+// once with ErrUnavailable. Together they bound what the commands queued
+// behind a slow Redis hold (docs/architecture.md, "Redis pipelining").
 const (
-	maxPipelined = 8 << 10
-	maxQueued    = 4096
+	maxPipelined         = 8 << 10
+	maxQueued            = 4096
+	maxBatch             = 32
+	maxConcurrentBatches = 4
 )
 
-// pipelineOptions: batches of about 32 commands (a soft bound in go-redis),
-// up to 4 of them in flight on connections of their own. The replies of a
-// batch share one read deadline, and a replay's reply is a whole record:
-// small batches keep what must arrive by then small, and a batch slowed by
-// large records holds up only its own commands. Order between batches is
-// not needed: every caller waits for its own command.
+// pipelineOptions: small batches, a few in flight on connections of their
+// own. The replies of a batch share one read deadline, and a replay's reply
+// is a whole record: small batches keep what must arrive by then small, and
+// a batch slowed by large records holds up only its own commands. Order
+// between batches is not needed: every caller waits for its own command.
 func pipelineOptions() *redis.AutoPipelineOptions {
 	cfg := redis.DefaultAutoPipelineOptions()
 	cfg.MaxQueuedCommands = maxQueued
-	cfg.MaxBatchSize = 32
-	cfg.MaxConcurrentBatches = 4
+	cfg.MaxBatchSize = maxBatch
+	cfg.MaxConcurrentBatches = maxConcurrentBatches
 	cfg.Unordered = true
 	return cfg
 }
@@ -189,6 +205,11 @@ func tuneSimple(o *redis.Options, opts Options) {
 	o.PoolTimeout = opts.Timeout
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = maxRetries
+	// One dial per attempt: go-redis would otherwise dial up to five times
+	// with backoff inside one command, and when the deadline passes in a
+	// backoff the caller sees "context deadline exceeded" instead of the
+	// dial's error (connection refused, no such host).
+	o.DialerRetries = 1
 	o.PoolSize = opts.PoolSize
 	// No CLIENT SETINFO nor CLIENT MAINT_NOTIFICATIONS handshake on every
 	// new connection: fewer round trips when reconnecting after a failure.
@@ -204,6 +225,7 @@ func tuneUniversal(u *redis.UniversalOptions, opts Options) {
 	u.PoolTimeout = opts.Timeout
 	u.ContextTimeoutEnabled = true
 	u.MaxRetries = maxRetries
+	u.DialerRetries = 1
 	u.PoolSize = opts.PoolSize
 	u.DisableIdentity = true
 	u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -214,24 +236,44 @@ func tuneUniversal(u *redis.UniversalOptions, opts Options) {
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return translate("ping", s.c.Ping(ctx).Err())
+	return s.translate("ping", s.c.Ping(ctx).Err())
 }
 
-// Close closes the client.
-func (s *Store) Close() error { return s.c.Close() }
+// Close closes the client. go-redis closes its connections one by one and
+// may wait on each when Redis is gone: Close returns after the store's
+// timeout at the latest, leaving the rest to finish in the background.
+func (s *Store) Close() error {
+	done := make(chan error, 1)
+	go func() { done <- s.c.Close() }()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("redis close: gave up after %v", s.timeout)
+	}
+}
 
 func (s *Store) redisKey(key string) string {
 	return s.prefix + "{" + key + "}"
 }
 
-// translate maps a client error to the store's sentinel errors. The original
-// error stays in the chain for logs.
-func translate(op string, err error) error {
+// translate maps a client error to the store's sentinel errors. The client's
+// error stays in the chain and in the message: it names the cause.
+func (s *Store) translate(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if strings.HasPrefix(err.Error(), "OOM ") {
+	if isOOM(err) {
+		s.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("redis %s: %w: %w", op, store.ErrFull, err)
 	}
 	return fmt.Errorf("redis %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+// isOOM reports Redis's refusal of a write for lack of memory, sent as is
+// or from inside a script.
+func isOOM(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }

@@ -93,8 +93,9 @@ func TestUnavailable(t *testing.T) {
 			}
 			tt.fault(srv)
 			ops := map[string]func() error{
-				"begin": func() error { _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); return err },
-				"get":   func() error { _, err := s.Get(ctx, "k"); return err },
+				"begin":   func() error { _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); return err },
+				"inspect": func() error { _, err := s.Inspect(ctx, "k"); return err },
+				"health":  func() error { _, err := s.Health(ctx); return err },
 				"complete": func() error {
 					return s.Complete(ctx, "k", "t", &store.Record{Status: 200}, time.Minute)
 				},

@@ -55,7 +55,7 @@ func TestRoundTrips(t *testing.T) {
 			_, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
 			return err
 		}, map[string]int{"set": 1}},
-		{"get", func() error { _, err := s.Get(ctx, "k"); return err }, map[string]int{"get": 1}},
+		{"inspect", func() error { _, err := s.Inspect(ctx, "k"); return err }, map[string]int{"get": 1, "pttl": 1}},
 		{"release", func() error { return s.Release(ctx, "k", token) }, map[string]int{"evalsha": 1, "get": 1}},
 	}
 	for _, st := range steps {

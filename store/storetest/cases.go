@@ -112,27 +112,6 @@ func testCompleteThenBegin(t *testing.T, h *harness) {
 	}
 }
 
-func testGetAfterComplete(t *testing.T, h *harness) {
-	rec := records()["binary body"]
-	key := h.key("k")
-	tok := h.acquire(key, rec.Fingerprint, time.Minute)
-	h.complete(key, tok, rec, time.Hour)
-	got, err := h.Store.Get(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Get: %v", err)
-	}
-	assertRecord(t, got, rec)
-}
-
-func testGetNotFound(t *testing.T, h *harness) {
-	h.acquire(h.key("inflight"), fingerprint(1), time.Minute)
-	for _, k := range []string{"absent", "inflight"} {
-		if rec, err := h.Store.Get(context.Background(), h.key(k)); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("Get(%s) = %+v, %v; want ErrNotFound", k, rec, err)
-		}
-	}
-}
-
 func testLeaseExpiry(t *testing.T, h *harness) {
 	key, lease := h.key("k"), h.lease()
 	old := h.acquire(key, fingerprint(1), lease)
@@ -223,8 +202,8 @@ func testCompleteAfterRelease(t *testing.T, h *harness) {
 	if err := h.Store.Extend(context.Background(), key, tok, time.Minute); !errors.Is(err, store.ErrLockLost) {
 		t.Fatalf("Extend after Release = %v, want ErrLockLost", err)
 	}
-	if rec, err := h.Store.Get(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("Get after failed Complete = %+v, %v; want ErrNotFound", rec, err)
+	if e, err := h.Store.Inspect(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Inspect after failed Complete = %+v, %v; want ErrNotFound", e, err)
 	}
 }
 
@@ -237,12 +216,12 @@ func testManyKeys(t *testing.T, h *harness) {
 		h.complete(key, tok, rec, time.Hour)
 	}
 	for i := range 200 {
-		got, err := h.Store.Get(context.Background(), h.key(fmt.Sprint("key-", i)))
+		got, err := h.Store.Inspect(context.Background(), h.key(fmt.Sprint("key-", i)))
 		if err != nil {
-			t.Fatalf("Get key-%d: %v", i, err)
+			t.Fatalf("Inspect key-%d: %v", i, err)
 		}
-		if !bytes.Equal(got.Body, rec.Body) {
-			t.Fatalf("Get key-%d body = %x, want %x", i, got.Body, rec.Body)
+		if got.Record == nil || !bytes.Equal(got.Record.Body, rec.Body) {
+			t.Fatalf("Inspect key-%d = %+v, want the record", i, got)
 		}
 	}
 }

@@ -17,8 +17,13 @@ type Store interface {
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error
-	Get(ctx context.Context, key string) (*store.Record, error)
 	Ping(ctx context.Context) error
+
+	// The operator's view.
+	Inspect(ctx context.Context, key string) (store.Entry, error)
+	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error)
+	Health(ctx context.Context) (store.Health, error)
 }
 
 // Harness is a store under test and its clock.
@@ -46,8 +51,16 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"BeginSeesInFlight", testBeginSeesInFlight},
 		{"RaceExactlyOneAcquires", testRace},
 		{"CompleteThenBeginReplays", testCompleteThenBegin},
-		{"GetAfterComplete", testGetAfterComplete},
-		{"GetMissingOrInFlight", testGetNotFound},
+		{"RetriedCompletionIsNotALostLease", testCompleteTwice},
+		{"InspectRecord", testInspectRecord},
+		{"InspectLease", testInspectLease},
+		{"InspectMissing", testInspectMissing},
+		{"DeleteRecord", testDeleteRecord},
+		{"DeleteLeaseFencesOwner", testDeleteLease},
+		{"DeleteMissing", testDeleteMissing},
+		{"ListPagesEveryKeyOnce", testListPages},
+		{"ListFiltersByState", testListState},
+		{"Health", testHealth},
 		{"ExpiredLeaseFencesOldOwner", testLeaseExpiry},
 		{"ReleaseWrongTokenIsNoop", testReleaseWrongToken},
 		{"ReleaseThenBeginAcquires", testReleaseThenBegin},

@@ -1,0 +1,66 @@
+package admin
+
+import (
+	"net/http"
+	"testing"
+)
+
+var apiCalls = []struct{ method, target, body string }{
+	{"GET", "/admin/keys/0123abcd", ""},
+	{"DELETE", "/admin/keys/0123abcd", ""},
+	{"GET", "/admin/keys", ""},
+	{"POST", "/admin/hash", `{"key":"k"}`},
+	{"GET", "/admin/anything", ""},
+}
+
+// Without a token the API does not exist: nothing tells a prober it is there.
+func TestAdminAPIIsOffWithoutAToken(t *testing.T) {
+	e := newEnv(t, "")
+	for _, c := range apiCalls {
+		if rec := e.do(t, c.method, c.target, bearer, c.body); rec.Code != http.StatusNotFound {
+			t.Errorf("%s %s = %d, want 404 while no token is configured", c.method, c.target, rec.Code)
+		}
+	}
+}
+
+func TestAdminAPIRequiresTheBearerToken(t *testing.T) {
+	e := newEnv(t, testToken)
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + testToken + "x", "Basic " + testToken, testToken} {
+		for _, c := range apiCalls {
+			rec := e.do(t, c.method, c.target, auth, c.body)
+			if rec.Code != http.StatusUnauthorized {
+				t.Errorf("%s %s with Authorization %q = %d, want 401", c.method, c.target, auth, rec.Code)
+				continue
+			}
+			if got := rec.Header().Get("WWW-Authenticate"); len(got) < 6 || got[:6] != "Bearer" {
+				t.Errorf("WWW-Authenticate = %q, want the Bearer scheme", got)
+			}
+			if p := problemOf(t, rec); p.Type != probUnauthorized.Type {
+				t.Errorf("problem type %q, want %q", p.Type, probUnauthorized.Type)
+			}
+		}
+	}
+	if got := e.ops(opDelete, resultUnauthorized); got != 5 {
+		t.Errorf("unauthorized deletes counted %v, want 5", got)
+	}
+	if rec := e.do(t, "GET", "/admin/keys", "bearer "+testToken, ""); rec.Code != http.StatusOK {
+		t.Errorf("the right token (scheme in lower case) got %d, want 200", rec.Code)
+	}
+}
+
+// A reload that changes the token (admin.token_file rewritten) applies to
+// the next request: the old token stops working.
+func TestReplacedTokenAppliesToTheNextRequest(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.token.Set("rotated")
+	if rec := e.do(t, "GET", "/admin/keys", bearer, ""); rec.Code != http.StatusUnauthorized {
+		t.Errorf("old token after rotation: %d, want 401", rec.Code)
+	}
+	if rec := e.do(t, "GET", "/admin/keys", "Bearer rotated", ""); rec.Code != http.StatusOK {
+		t.Errorf("new token: %d, want 200", rec.Code)
+	}
+	e.token.Set("")
+	if rec := e.do(t, "GET", "/admin/keys", "Bearer rotated", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("token removed: %d, want 404", rec.Code)
+	}
+}

@@ -1,0 +1,50 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// entryJSON is one key as the key API shows it. The fields of a completed
+// record are omitted for a lease.
+type entryJSON struct {
+	KeyHash     string              `json:"key_hash"`
+	State       string              `json:"state"`
+	ExpiresAt   string              `json:"expires_at"`
+	CreatedAt   string              `json:"created_at,omitempty"`
+	Status      int                 `json:"status,omitempty"`
+	Headers     map[string][]string `json:"headers,omitempty"`
+	BodyBytes   *int                `json:"body_bytes,omitempty"`
+	BodyOmitted *bool               `json:"body_omitted,omitempty"`
+}
+
+type listJSON struct {
+	Keys       []entryJSON `json:"keys"`
+	NextCursor string      `json:"next_cursor"`
+}
+
+func newEntryJSON(e store.Entry) entryJSON {
+	out := entryJSON{KeyHash: e.Key, State: e.State.String(), ExpiresAt: rfc3339(e.ExpiresAt)}
+	if e.State != store.Completed || e.Record == nil {
+		return out
+	}
+	rec := e.Record
+	n, omitted := e.BodyBytes, rec.BodyOmitted
+	out.CreatedAt = rfc3339(rec.CreatedAt)
+	out.Status = rec.Status
+	out.Headers = rec.Header
+	if out.Headers == nil {
+		out.Headers = map[string][]string{}
+	}
+	out.BodyBytes, out.BodyOmitted = &n, &omitted
+	return out
+}
+
+// rfc3339 formats t in UTC with milliseconds, the precision records keep.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}

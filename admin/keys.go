@@ -1,0 +1,250 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Key API limits.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+	maxKeyHashLen    = 128     // hex digits; storage keys are far shorter
+	maxHashBody      = 1 << 20 // POST /admin/hash request body
+	opTimeout        = 10 * time.Second
+)
+
+// Operations, the values of the "operation" label.
+const (
+	opGet    = "get"
+	opDelete = "delete"
+	opList   = "list"
+	opHash   = "hash"
+)
+
+func (h *Handler) routeKeys(mux *http.ServeMux) {
+	handle := func(pattern, op string, fn http.HandlerFunc) {
+		mux.HandleFunc(pattern, requireToken(h.token, h.metrics, op, fn))
+	}
+	handle("GET /admin/keys/{key_hash}", opGet, h.getKey)
+	handle("DELETE /admin/keys/{key_hash}", opDelete, h.deleteKey)
+	handle("GET /admin/keys", opList, h.listKeys)
+	handle("POST /admin/hash", opHash, h.hashKey)
+	// Everything else under /admin/ is 404 without the token, so that a
+	// prober learns nothing; with it, a clear 404 or 405.
+	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", http.NotFound))
+}
+
+func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
+	key, ok := h.keyHash(w, r, opGet)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	e, err := h.keys.Inspect(ctx, key)
+	if err != nil {
+		h.storeFailed(w, opGet, key, err)
+		return
+	}
+	h.metrics.count(opGet, resultOK)
+	writeJSON(w, http.StatusOK, newEntryJSON(e))
+}
+
+func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request) {
+	key, ok := h.keyHash(w, r, opDelete)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	if err := h.keys.Delete(ctx, key); err != nil {
+		h.storeFailed(w, opDelete, key, err)
+		return
+	}
+	h.metrics.count(opDelete, resultOK)
+	h.log.Warn("admin deleted key", "key_hash", key, "remote_addr", r.RemoteAddr)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
+	if h.keys == nil {
+		h.unsupported(w, opList)
+		return
+	}
+	state, limit, cursor, detail := listParams(r.URL.Query())
+	if detail != "" {
+		h.badRequest(w, opList, detail)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	entries, next, err := h.keys.List(ctx, state, cursor, limit)
+	if err != nil {
+		if p, _ := storeProblem(err); p == probInternal && cursor != "" {
+			// The store answered and refused the request: the cursor is
+			// not one it handed out (or its node left the cluster).
+			h.badRequest(w, opList, err.Error()+".")
+			return
+		}
+		h.storeFailed(w, opList, "", err)
+		return
+	}
+	out := listJSON{Keys: make([]entryJSON, len(entries)), NextCursor: next}
+	for i, e := range entries {
+		out.Keys[i] = newEntryJSON(e)
+	}
+	h.metrics.count(opList, resultOK)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listParams reads state, limit and cursor; detail says what is wrong.
+func listParams(q url.Values) (state store.State, limit int, cursor, detail string) {
+	switch q.Get("state") {
+	case "", "all":
+	case "in_flight":
+		state = store.InFlight
+	case "completed":
+		state = store.Completed
+	default:
+		return 0, 0, "", "state must be in_flight, completed or all."
+	}
+	limit = defaultListLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			return 0, 0, "", "limit must be an integer from 1 to " + strconv.Itoa(maxListLimit) + "."
+		}
+		limit = n
+	}
+	return state, limit, q.Get("cursor"), ""
+}
+
+// hashRequest is the body of POST /admin/hash: the parts of a request that
+// name its storage key.
+type hashRequest struct {
+	Key     string            `json:"key"`
+	Method  string            `json:"method"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+}
+
+func (h *Handler) hashKey(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Hasher == nil {
+		h.unsupported(w, opHash)
+		return
+	}
+	var in hashRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxHashBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		h.badRequest(w, opHash, "The body must be a JSON object with key, method, host, path and headers: "+err.Error()+".")
+		return
+	}
+	req, detail := in.request()
+	if detail != "" {
+		h.badRequest(w, opHash, detail)
+		return
+	}
+	sum, err := h.opts.Hasher.KeyHash(req, in.Key)
+	if err != nil {
+		h.badRequest(w, opHash, err.Error()+".")
+		return
+	}
+	h.metrics.count(opHash, resultOK)
+	writeJSON(w, http.StatusOK, map[string]string{"key_hash": sum})
+}
+
+// request builds the request the hash is asked for; method defaults to
+// POST and path to "/".
+func (in hashRequest) request() (*http.Request, string) {
+	if in.Key == "" {
+		return nil, "key is required."
+	}
+	method := strings.ToUpper(in.Method)
+	if method == "" {
+		method = http.MethodPost
+	}
+	path := in.Path
+	if path == "" {
+		path = "/"
+	}
+	u, err := url.ParseRequestURI(path)
+	if err != nil || u.Host != "" {
+		return nil, "path must be an absolute path such as /v1/charges."
+	}
+	hdr := make(http.Header, len(in.Headers))
+	for name, v := range in.Headers {
+		hdr.Set(name, v)
+	}
+	return &http.Request{Method: method, URL: u, Host: in.Host, Header: hdr, RequestURI: path}, ""
+}
+
+// keyHash reads and checks the {key_hash} path value.
+func (h *Handler) keyHash(w http.ResponseWriter, r *http.Request, op string) (string, bool) {
+	if h.keys == nil {
+		h.unsupported(w, op)
+		return "", false
+	}
+	key := r.PathValue("key_hash")
+	if !validKeyHash(key) {
+		h.badRequest(w, op, "A key_hash is the lowercase hex storage key found in the proxy's logs (or from POST /admin/hash).")
+		return "", false
+	}
+	return key, true
+}
+
+func validKeyHash(s string) bool {
+	if s == "" || len(s) > maxKeyHashLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Handler) badRequest(w http.ResponseWriter, op, detail string) {
+	h.metrics.count(op, resultBadRequest)
+	writeProblem(w, probBadRequest, detail)
+}
+
+func (h *Handler) unsupported(w http.ResponseWriter, op string) {
+	h.metrics.count(op, resultError)
+	writeProblem(w, probUnsupported, "")
+}
+
+func (h *Handler) storeFailed(w http.ResponseWriter, op, key string, err error) {
+	p, result := storeProblem(err)
+	h.metrics.count(op, result)
+	if result == resultNotFound {
+		writeProblem(w, p, "Nothing is stored under key_hash "+key+": never used, expired, or deleted.")
+		return
+	}
+	h.log.Error("admin operation failed", "operation", op, "key_hash", key, "error", err)
+	writeProblem(w, p, err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, probInternal, err.Error())
+		return
+	}
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(body)
+}

@@ -1,0 +1,207 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+var (
+	created = time.Date(2026, 11, 30, 9, 0, 0, 123e6, time.UTC)
+	expires = created.Add(24 * time.Hour)
+)
+
+func completedEntry(key string) store.Entry {
+	return store.Entry{
+		Key: key, State: store.Completed, ExpiresAt: expires, BodyBytes: 11,
+		Record: &store.Record{
+			Status: 201, CreatedAt: created,
+			Header: map[string][]string{"Content-Type": {"application/json"}},
+			Body:   []byte(`{"id":"c1"}`),
+		},
+	}
+}
+
+func leaseEntry(key string) store.Entry {
+	return store.Entry{Key: key, State: store.InFlight, ExpiresAt: expires}
+}
+
+func TestGetKeyAnswersTheDocumentedShape(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["aa01"] = completedEntry("aa01")
+	e.st.entries["bb02"] = leaseEntry("bb02")
+	for _, tc := range []struct{ key, want string }{
+		{"aa01", `{"key_hash":"aa01","state":"completed","expires_at":"2026-12-01T09:00:00.123Z",` +
+			`"created_at":"2026-11-30T09:00:00.123Z","status":201,"headers":{"Content-Type":["application/json"]},` +
+			`"body_bytes":11,"body_omitted":false}`},
+		{"bb02", `{"key_hash":"bb02","state":"in_flight","expires_at":"2026-12-01T09:00:00.123Z"}`},
+	} {
+		rec := e.do(t, "GET", "/admin/keys/"+tc.key, bearer, "")
+		if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != tc.want {
+			t.Errorf("GET %s = %d %s\nwant 200 %s", tc.key, rec.Code, rec.Body.String(), tc.want)
+		}
+	}
+	if got := e.ops(opGet, resultOK); got != 2 {
+		t.Errorf("get ok counted %v, want 2", got)
+	}
+}
+
+func TestAbsentKeyIsKeyNotFound(t *testing.T) {
+	e := newEnv(t, testToken)
+	for _, method := range []string{"GET", "DELETE"} {
+		rec := e.do(t, method, "/admin/keys/abcdef", bearer, "")
+		if rec.Code != http.StatusNotFound {
+			t.Fatalf("%s absent key = %d, want 404", method, rec.Code)
+		}
+		if p := problemOf(t, rec); p.Type != "https://idempotency-proxy.dev/problems/key-not-found" {
+			t.Errorf("%s: problem type %q, want key-not-found", method, p.Type)
+		}
+	}
+	if got := e.ops(opDelete, resultNotFound); got != 1 {
+		t.Errorf("delete not_found counted %v, want 1", got)
+	}
+}
+
+func TestDeleteRemovesTheKeyAndIsLoggedAtWarn(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["cc03"] = leaseEntry("cc03")
+	rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, "")
+	if rec.Code != http.StatusNoContent || rec.Body.Len() != 0 {
+		t.Fatalf("DELETE = %d %q, want 204 and no body", rec.Code, rec.Body.String())
+	}
+	if _, ok := e.st.entries["cc03"]; ok {
+		t.Error("the key is still in the store")
+	}
+	var line map[string]any
+	if err := json.Unmarshal(e.logs.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", e.logs.String(), err)
+	}
+	if line["level"] != "WARN" || line["key_hash"] != "cc03" {
+		t.Errorf("log line %v, want level WARN with key_hash cc03", line)
+	}
+}
+
+func TestMalformedAdminRequestsAre400(t *testing.T) {
+	e := newEnv(t, testToken, func(o *Options) { o.Hasher = fakeHasher{} })
+	for _, c := range []struct{ method, target, body string }{
+		{"GET", "/admin/keys/ABCDEF", ""},
+		{"GET", "/admin/keys/not-hex", ""},
+		{"DELETE", "/admin/keys/" + strings.Repeat("a", 129), ""},
+		{"GET", "/admin/keys?state=done", ""},
+		{"GET", "/admin/keys?limit=0", ""},
+		{"GET", "/admin/keys?limit=1001", ""},
+		{"GET", "/admin/keys?limit=ten", ""},
+		{"GET", "/admin/keys?cursor=bogus", ""},
+		{"POST", "/admin/hash", `not json`},
+		{"POST", "/admin/hash", `{"method":"POST"}`},
+		{"POST", "/admin/hash", `{"key":"k","body":"x"}`},
+		{"POST", "/admin/hash", `{"key":"k","path":"http://elsewhere/x"}`},
+		{"POST", "/admin/hash", `{"key":"refuse"}`},
+	} {
+		rec := e.do(t, c.method, c.target, bearer, c.body)
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("%s %s %s = %d, want 400", c.method, c.target, c.body, rec.Code)
+			continue
+		}
+		if p := problemOf(t, rec); p.Type != probBadRequest.Type || p.Detail == "" {
+			t.Errorf("%s %s: problem %+v, want %s with a detail", c.method, c.target, p, probBadRequest.Type)
+		}
+	}
+}
+
+func TestListPassesStateLimitAndCursor(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["aa01"] = completedEntry("aa01")
+	e.st.entries["bb02"] = leaseEntry("bb02")
+	e.st.next = "page2"
+	for _, tc := range []struct {
+		query string
+		want  []any
+		keys  int
+	}{
+		{"", []any{store.State(0), "", 100}, 2},
+		{"?state=all&limit=1000", []any{store.State(0), "", 1000}, 2},
+		{"?state=in_flight&limit=5&cursor=c1", []any{store.InFlight, "c1", 5}, 1},
+		{"?state=completed", []any{store.Completed, "", 100}, 1},
+	} {
+		rec := e.do(t, "GET", "/admin/keys"+tc.query, bearer, "")
+		if rec.Code != http.StatusOK {
+			t.Fatalf("list%s = %d %s", tc.query, rec.Code, rec.Body.String())
+		}
+		var out listJSON
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(e.st.listArgs) != fmt.Sprint(tc.want) || len(out.Keys) != tc.keys || out.NextCursor != "page2" {
+			t.Errorf("list%s: store got %v, answer %+v; want %v, %d keys, next_cursor page2", tc.query, e.st.listArgs, out, tc.want, tc.keys)
+		}
+	}
+	// An empty page is [] on the wire, not null.
+	e.st.entries = map[string]store.Entry{}
+	e.st.next = ""
+	if rec := e.do(t, "GET", "/admin/keys", bearer, ""); strings.TrimSpace(rec.Body.String()) != `{"keys":[],"next_cursor":""}` {
+		t.Errorf("empty list = %s", rec.Body.String())
+	}
+}
+
+// The operator sees why the store failed, not only that it did.
+func TestStoreFailureShowsTheCause(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.opErr = fmt.Errorf("inspect: %w: dial tcp 127.0.0.1:6390: connect: connection refused", store.ErrUnavailable)
+	rec := e.do(t, "GET", "/admin/keys/aa01", bearer, "")
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", rec.Code)
+	}
+	if p := problemOf(t, rec); !strings.Contains(p.Detail, "connection refused") {
+		t.Errorf("detail %q does not carry the cause", p.Detail)
+	}
+	e.st.opErr = errors.New("something else")
+	if rec := e.do(t, "DELETE", "/admin/keys/aa01", bearer, ""); rec.Code != http.StatusInternalServerError {
+		t.Errorf("unknown store error: %d, want 500", rec.Code)
+	}
+	if got := e.ops(opDelete, resultError); got != 1 {
+		t.Errorf("delete error counted %v, want 1", got)
+	}
+}
+
+// A store without operator methods answers 501, never a panic.
+func TestStoreWithoutKeyAPIAnswers501(t *testing.T) {
+	e := newEnv(t, testToken, func(o *Options) { o.Store = pingOnly{} })
+	for _, c := range apiCalls[:4] {
+		if rec := e.do(t, c.method, c.target, bearer, c.body); rec.Code != http.StatusNotImplemented {
+			t.Errorf("%s %s = %d, want 501", c.method, c.target, rec.Code)
+		}
+	}
+}
+
+// fakeHasher echoes the request it was asked about; the key "refuse" is an error.
+type fakeHasher struct{}
+
+func (fakeHasher) KeyHash(r *http.Request, key string) (string, error) {
+	if key == "refuse" {
+		return "", errors.New("not protected")
+	}
+	return strings.Join([]string{r.Method, r.Host, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), key}, "|"), nil
+}
+
+func TestHashBuildsTheRequestItIsAskedAbout(t *testing.T) {
+	e := newEnv(t, testToken, func(o *Options) { o.Hasher = fakeHasher{} })
+	for _, tc := range []struct{ body, want string }{
+		{`{"key":"k1","method":"put","host":"api.example","path":"/v1/x?a=1","headers":{"authorization":"Bearer c"}}`,
+			"PUT|api.example|/v1/x|a=1|Bearer c|k1"},
+		{`{"key":"k2"}`, "POST||/|||k2"},
+	} {
+		rec := e.do(t, "POST", "/admin/hash", bearer, tc.body)
+		var out map[string]string
+		json.Unmarshal(rec.Body.Bytes(), &out)
+		if rec.Code != http.StatusOK || out["key_hash"] != tc.want {
+			t.Errorf("hash %s = %d %s, want key_hash %q", tc.body, rec.Code, rec.Body.String(), tc.want)
+		}
+	}
+}

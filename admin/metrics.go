@@ -1,0 +1,99 @@
+package admin
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Results, the values of the "result" label.
+const (
+	resultOK           = "ok"
+	resultNotFound     = "not_found"
+	resultBadRequest   = "bad_request"
+	resultUnauthorized = "unauthorized"
+	resultError        = "error"
+)
+
+var (
+	operations = []string{opGet, opDelete, opList, opHash}
+	results    = []string{resultOK, resultNotFound, resultBadRequest, resultUnauthorized, resultError}
+)
+
+// Metrics are the admin listener's collectors.
+type Metrics struct {
+	ops            *prometheus.CounterVec
+	evictionUnsafe prometheus.Gauge
+	full           prometheus.Gauge
+}
+
+// NewMetrics registers the admin metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_admin_operations_total",
+			Help: "Operator key API calls, by operation (get, delete, list, hash) and result.",
+		}, []string{"operation", "result"}),
+		evictionUnsafe: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_store_eviction_unsafe",
+			Help: "1 when the store may evict the proxy's keys on its own (Redis maxmemory-policy other than noeviction).",
+		}),
+		full: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_store_full",
+			Help: "1 when the store refuses writes for lack of space (memory store at max_bytes, Redis at maxmemory).",
+		}),
+	}
+	reg.MustRegister(m.ops, m.evictionUnsafe, m.full)
+	// Every series exists from the start, so rate() and alerts see the
+	// first delete.
+	for _, op := range operations {
+		for _, res := range results {
+			m.ops.WithLabelValues(op, res)
+		}
+	}
+	return m
+}
+
+func (m *Metrics) count(op, result string) {
+	if op == "other" {
+		return // unknown /admin/ paths are not an operation
+	}
+	m.ops.WithLabelValues(op, result).Inc()
+}
+
+// StoreStats is what the memory store reports of its size.
+type StoreStats struct {
+	// Bytes is the recorded data held: keys, headers and bodies.
+	Bytes int64
+	// Records is the number of completed records held.
+	Records int64
+	// Evictions counts completed records dropped to make room
+	// (when_full: evict_oldest) since the start.
+	Evictions uint64
+}
+
+// RegisterStoreStats exposes the memory store's size on reg, read from
+// stats at every scrape.
+func RegisterStoreStats(reg prometheus.Registerer, stats func() StoreStats) {
+	reg.MustRegister(statsCollector{stats})
+}
+
+var (
+	descBytes = prometheus.NewDesc("idempotency_proxy_store_bytes",
+		"Bytes of recorded data held by the memory store (keys, headers and bodies).", nil, nil)
+	descRecords = prometheus.NewDesc("idempotency_proxy_store_records",
+		"Completed records held by the memory store.", nil, nil)
+	descEvictions = prometheus.NewDesc("idempotency_proxy_store_evictions_total",
+		"Completed records the memory store dropped to make room (when_full: evict_oldest).", nil, nil)
+)
+
+type statsCollector struct{ stats func() StoreStats }
+
+func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descBytes
+	ch <- descRecords
+	ch <- descEvictions
+}
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(s.Records))
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(s.Evictions))
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+)
+
+// checkLines splits --check output into "STATUS what" prefixes, one a check.
+func checkLines(t *testing.T, out string) []string {
+	t.Helper()
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			t.Fatalf("--check line %q has no status and name", l)
+		}
+		got = append(got, f[0]+" "+f[1])
+	}
+	return got
+}
+
+func TestCheckPassesWhenStoreAndUpstreamAnswer(t *testing.T) {
+	up, execs := countingUpstream(t)
+	code, out, errs := runBinary(t, nil, "--upstream", up.URL, "--check")
+	if code != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 0", code, out, errs)
+	}
+	if got := strings.Join(checkLines(t, out), ", "); got != "ok config, ok store, ok upstream" {
+		t.Errorf("checks = %s\n%s", got, out)
+	}
+	if execs.Load() != 0 {
+		t.Error("--check sent an HTTP request upstream; it must only connect")
+	}
+}
+
+func TestCheckFailsWhenTheUpstreamRefuses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, out, _ := runBinary(t, nil, "--upstream", "http://"+addr, "--check")
+	if code != 1 || !strings.Contains(out, "FAIL  upstream") || !strings.Contains(out, "connection refused") {
+		t.Fatalf("exit %d, stdout:\n%s\nwant 1 and a FAIL upstream line with the cause", code, out)
+	}
+}
+
+func TestCheckOfInvalidConfigExits2LikeValidate(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	writeFile(t, bad, "upstream:\n  url: http://127.0.0.1:1\ndefaults:\n  ttl: soon\n")
+	code, out, errs := runBinary(t, nil, "--config", bad, "--check")
+	if code != 2 || !strings.Contains(errs, "defaults.ttl") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 naming defaults.ttl, no checks run", code, out, errs)
+	}
+}
+
+func TestCheckReportsRedisVersionAndEvictionPolicy(t *testing.T) {
+	up, _ := countingUpstream(t)
+	safe := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	code, out, errs := runBinary(t, nil, "--upstream", up.URL, "--redis-url", safe.URL(), "--check")
+	if code != 0 || !regexp.MustCompile(`ok +store +.*redis \d+\.\d+.*maxmemory-policy noeviction`).MatchString(out) {
+		t.Fatalf("noeviction: exit %d\n%s%s\nwant 0 and the server version and policy", code, out, errs)
+	}
+
+	unsafe := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	code, out, _ = runBinary(t, nil, "--upstream", up.URL, "--redis-url", unsafe.URL(), "--check")
+	if code != 0 || !regexp.MustCompile(`WARN +store +.*allkeys-lru.*noeviction`).MatchString(out) {
+		t.Fatalf("allkeys-lru: exit %d\n%s\nwant 0 with a WARN store line naming the fix", code, out)
+	}
+}
+
+func TestCheckFailsWithTheStoresRootCause(t *testing.T) {
+	up, _ := countingUpstream(t)
+	locked := redistest.Start(t)
+	// Set after start: redistest waits for an unauthenticated PING.
+	if err := locked.Client(t).ConfigSet(t.Context(), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	down := redistest.Start(t)
+	downURL := down.URL()
+	down.Kill()
+	for name, tc := range map[string]struct{ url, cause string }{
+		"refused": {downURL, "connection refused"},
+		"noauth":  {locked.URL(), "NOAUTH"},
+		"bad db":  {"redis://:secret@" + locked.Addr() + "/99", "DB index is out of range"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out, _ := runBinary(t, nil, "--upstream", up.URL, "--redis-url", tc.url, "--check")
+			if code != 1 || !regexp.MustCompile(`FAIL +store .*`+tc.cause).MatchString(out) {
+				t.Fatalf("exit %d\n%s\nwant 1 and a FAIL store line naming %q", code, out, tc.cause)
+			}
+			if strings.Contains(out, "secret") {
+				t.Errorf("the Redis password was printed:\n%s", out)
+			}
+		})
+	}
+}

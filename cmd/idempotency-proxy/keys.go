@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// adminTokenEnv carries the admin token to `keys`, as it does to the proxy
+// (admin.token).
+const adminTokenEnv = "IDEMPOTENCY_PROXY_ADMIN_TOKEN"
+
+const keysUsage = `Usage: idempotency-proxy keys COMMAND [flags]
+
+Commands (they call the admin API of a running proxy; see docs/operating.md):
+  get HASH                 show the lease or record under a key_hash
+  delete HASH              remove it (a lease's request is then fenced)
+  list [--state S] [--limit N] [--cursor C]
+                           list keys: S is in_flight, completed or all
+  hash --key K [--method M] [--path P] [--host H] [--header 'Name: value']...
+                           the key_hash a request with key K would use
+
+Flags of every command:
+  --admin URL              the proxy's admin listener (default http://127.0.0.1:9090)
+  --token-file FILE        read the admin token from FILE; otherwise it comes
+                           from ` + adminTokenEnv + `
+
+Output is JSON on stdout. Exit status: 0 success, 1 failed call (404
+included; the problem is printed on stderr), 2 bad usage.
+`
+
+// keysCmd is one parsed `keys` invocation.
+type keysCmd struct {
+	admin     *url.URL
+	token     string
+	method    string
+	path      string
+	body      []byte
+	onSuccess func(status int, body []byte) []byte // rewrites what is printed
+}
+
+// runKeys runs `idempotency-proxy keys ...`.
+func runKeys(args, env []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, keysUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, err := parseKeys(args[0], args[1:], env)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, keysUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idempotency-proxy keys: %v\n\n%s", err, keysUsage)
+		return exitUsage
+	}
+	return cmd.run(stdout, stderr)
+}
+
+// headerList collects repeated --header flags.
+type headerList map[string]string
+
+func (h headerList) String() string { return "" }
+
+func (h headerList) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, " \t") {
+		return fmt.Errorf("want 'Name: value', got %q", v)
+	}
+	h[http.CanonicalHeaderKey(name)] = strings.TrimSpace(value)
+	return nil
+}
+
+func parseKeys(sub string, args, env []string) (*keysCmd, error) {
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
+	tokenFile := fs.String("token-file", "", "")
+	var state, cursor, key, method, path, host string
+	var limit int
+	headers := headerList{}
+	var positional int // HASH arguments wanted
+	switch sub {
+	case "get", "delete":
+		positional = 1
+	case "list":
+		fs.StringVar(&state, "state", "all", "")
+		fs.IntVar(&limit, "limit", 100, "")
+		fs.StringVar(&cursor, "cursor", "", "")
+	case "hash":
+		fs.StringVar(&key, "key", "", "")
+		fs.StringVar(&method, "method", "POST", "")
+		fs.StringVar(&path, "path", "/", "")
+		fs.StringVar(&host, "host", "", "")
+		fs.Var(headers, "header", "")
+	default:
+		return nil, fmt.Errorf("unknown command %q", sub)
+	}
+	args, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(args) != positional {
+		if positional == 1 {
+			return nil, fmt.Errorf("%s takes one key_hash", sub)
+		}
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(args, " "))
+	}
+
+	c := &keysCmd{method: http.MethodGet}
+	if c.admin, err = url.Parse(*adminURL); err != nil || (c.admin.Scheme != "http" && c.admin.Scheme != "https") || c.admin.Host == "" {
+		return nil, fmt.Errorf("--admin: want http://HOST:PORT, got %q", *adminURL)
+	}
+	if c.token, err = cliToken(*tokenFile, env); err != nil {
+		return nil, err
+	}
+	switch sub {
+	case "get":
+		c.path = "/admin/keys/" + url.PathEscape(args[0])
+	case "delete":
+		c.method, c.path = http.MethodDelete, "/admin/keys/"+url.PathEscape(args[0])
+		hash := args[0]
+		c.onSuccess = func(int, []byte) []byte {
+			b, _ := json.Marshal(map[string]any{"key_hash": hash, "deleted": true})
+			return b
+		}
+	case "list":
+		if state != "all" && state != "in_flight" && state != "completed" {
+			return nil, fmt.Errorf("--state: want in_flight, completed or all, got %q", state)
+		}
+		if limit < 1 || limit > 1000 {
+			return nil, fmt.Errorf("--limit: want 1 to 1000, got %d", limit)
+		}
+		q := url.Values{"state": {state}, "limit": {strconv.Itoa(limit)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		c.path = "/admin/keys?" + q.Encode()
+	case "hash":
+		if key == "" {
+			return nil, errors.New("--key is required")
+		}
+		c.method, c.path = http.MethodPost, "/admin/hash"
+		c.body, _ = json.Marshal(map[string]any{"key": key, "method": method, "host": host, "path": path, "headers": headers})
+	}
+	return c, nil
+}
+
+// parseInterleaved parses flags wherever they appear among the positional
+// arguments (`keys get HASH --admin URL`), which flag.Parse alone does not.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// cliToken reads --token-file, else the environment; "" sends no token and
+// the proxy answers 401.
+func cliToken(file string, env []string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, adminTokenEnv+"="); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", nil
+}
+
+func (c *keysCmd) run(stdout, stderr io.Writer) int {
+	req, err := http.NewRequest(c.method, strings.TrimSuffix(c.admin.String(), "/")+c.path, bytes.NewReader(c.body))
+	if err != nil {
+		fmt.Fprintf(stderr, "idempotency-proxy keys: %v\n", err)
+		return exitUsage
+	}
+	if c.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	res, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "idempotency-proxy keys: %v\n", err)
+		return exitFailure
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		fmt.Fprintf(stderr, "idempotency-proxy keys: reading the answer: %v\n", err)
+		return exitFailure
+	}
+	if res.StatusCode >= 300 {
+		if len(bytes.TrimSpace(body)) == 0 {
+			body = []byte(res.Status)
+		}
+		fmt.Fprintf(stderr, "%s\n", bytes.TrimSpace(body))
+		if res.StatusCode == http.StatusNotFound && !strings.Contains(res.Header.Get("Content-Type"), "problem") {
+			fmt.Fprintln(stderr, "idempotency-proxy keys: the admin API is off on this proxy: set admin.token or admin.token_file")
+		}
+		return exitFailure
+	}
+	if c.onSuccess != nil {
+		body = c.onSuccess(res.StatusCode, body)
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, body, "", "  ") != nil {
+		out.Reset()
+		out.Write(body)
+	}
+	out.WriteByte('\n')
+	stdout.Write(out.Bytes())
+	return exitOK
+}

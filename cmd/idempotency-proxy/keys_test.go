@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestKeysBadUsageExits2(t *testing.T) {
+	for _, args := range [][]string{
+		{"keys"},
+		{"keys", "frobnicate"},
+		{"keys", "get"},
+		{"keys", "get", "a", "b"},
+		{"keys", "delete"},
+		{"keys", "list", "--state", "done"},
+		{"keys", "list", "--limit", "0"},
+		{"keys", "list", "--limit", "1001"},
+		{"keys", "hash"},
+		{"keys", "hash", "--key", "k", "--header", "no colon"},
+		{"keys", "get", "ab", "--admin", "ftp://x"},
+		{"keys", "get", "ab", "--token-file", "/nonexistent/token"},
+		{"keys", "get", "ab", "--no-such-flag"},
+	} {
+		if code, _, errs := runBinary(t, nil, args...); code != 2 || errs == "" {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and a reason", strings.Join(args, " "), code, errs)
+		}
+	}
+}
+
+// fakeAdmin records the requests the CLI makes and answers from a table.
+type fakeAdmin struct {
+	mu   sync.Mutex
+	reqs []string // "METHOD URI AUTH BODY"
+	srv  *httptest.Server
+}
+
+func newFakeAdmin(t *testing.T) *fakeAdmin {
+	f := &fakeAdmin{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		b, _ := json.Marshal(body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, r.Method+" "+r.RequestURI+" "+r.Header.Get("Authorization")+" "+string(b))
+		f.mu.Unlock()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/absent"):
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"type":"https://idempotency-proxy.dev/problems/key-not-found","status":404}`))
+		case r.Method == "DELETE":
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"ok":true}`))
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeAdmin) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reqs[len(f.reqs)-1]
+}
+
+func TestKeysCallsTheAdminAPI(t *testing.T) {
+	f := newFakeAdmin(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("from-file\n"), 0o600)
+	env := []string{adminTokenEnv + "=from-env"}
+	for _, tc := range []struct {
+		args         []string
+		wantReq, out string
+	}{
+		{[]string{"get", "ab12"}, "GET /admin/keys/ab12 Bearer from-env null", `"ok": true`},
+		{[]string{"get", "--admin", f.srv.URL, "ab12", "--token-file", tokenFile}, "GET /admin/keys/ab12 Bearer from-file null", `"ok": true`},
+		{[]string{"delete", "ab12"}, "DELETE /admin/keys/ab12 Bearer from-env null", `"deleted": true`},
+		{[]string{"list", "--state", "in_flight", "--limit", "5", "--cursor", "c 1"}, "GET /admin/keys?cursor=c+1&limit=5&state=in_flight Bearer from-env null", `"ok": true`},
+		{[]string{"hash", "--key", "k1", "--path", "/v1/charges", "--host", "api", "--header", "authorization: Bearer x"},
+			`POST /admin/hash Bearer from-env {"headers":{"Authorization":"Bearer x"},"host":"api","key":"k1","method":"POST","path":"/v1/charges"}`, `"ok": true`},
+	} {
+		args := append([]string{"keys"}, tc.args...)
+		if !strings.Contains(strings.Join(tc.args, " "), "--admin") {
+			args = append(args, "--admin", f.srv.URL)
+		}
+		code, out, errs := runBinary(t, env, args...)
+		if code != 0 || !strings.Contains(out, tc.out) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out, errs)
+			continue
+		}
+		if got := f.last(); got != tc.wantReq {
+			t.Errorf("%v sent\n  %s\nwant\n  %s", tc.args, got, tc.wantReq)
+		}
+	}
+}
+
+func TestKeysFailedCallExits1WithTheProblemOnStderr(t *testing.T) {
+	f := newFakeAdmin(t)
+	code, out, errs := runBinary(t, nil, "keys", "get", "absent", "--admin", f.srv.URL)
+	if code != 1 || out != "" || !strings.Contains(errs, "key-not-found") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 and the problem on stderr", code, out, errs)
+	}
+	f.srv.Close()
+	if code, _, errs := runBinary(t, nil, "keys", "list", "--admin", f.srv.URL); code != 1 || !strings.Contains(errs, "connection refused") {
+		t.Fatalf("admin down: exit %d, stderr %q; want 1 with the cause", code, errs)
+	}
+}

@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"errors"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// The hash an operator computes must be the storage key the request path
+// used, or `keys get` finds nothing.
+func TestKeyHashIsTheStorageKeyOfTheRequest(t *testing.T) {
+	h := newKeyHashHandler(t, []Route{{Pattern: "/open/", Policy: withScope(nil)}})
+	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer client-a")
+	want := storageKey(req, "k-1", []string{"Authorization"})
+
+	got, err := h.KeyHash(req, "k-1")
+	if err != nil || got != want {
+		t.Fatalf("KeyHash = %q, %v; want %q", got, err, want)
+	}
+	other := req.Clone(req.Context())
+	other.Header.Set("Authorization", "Bearer client-b")
+	if h2, _ := h.KeyHash(other, "k-1"); h2 == got {
+		t.Error("two clients' keys hash the same: scope headers ignored")
+	}
+	// A route without scope headers shares one namespace.
+	open := httptest.NewRequest("POST", "http://api.example/open/x", nil)
+	open.Header.Set("Authorization", "Bearer client-a")
+	if got, _ := h.KeyHash(open, "k-1"); got != storageKey(open, "k-1", nil) {
+		t.Error("the matched route's scope headers were not used")
+	}
+}
+
+func TestKeyHashRefusesWhatTheProxyWouldRefuse(t *testing.T) {
+	h := newKeyHashHandler(t, []Route{{Pattern: "/internal/", Disabled: true, Policy: DefaultPolicy()}})
+	for name, tc := range map[string]struct {
+		method, target, key string
+		want                error
+	}{
+		"unprotected method": {"GET", "/v1/x", "k", ErrNotProtected},
+		"disabled route":     {"POST", "/internal/x", "k", ErrNotProtected},
+		"empty key":          {"POST", "/v1/x", "", errEmptyKey},
+		"key too long":       {"POST", "/v1/x", strings.Repeat("k", 256), errKeyTooLong},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := h.KeyHash(httptest.NewRequest(tc.method, tc.target, nil), tc.key)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func withScope(scope []string) Policy {
+	p := DefaultPolicy()
+	p.ScopeHeaders = scope
+	return p
+}
+
+func newKeyHashHandler(t *testing.T, routes []Route) *Handler {
+	t.Helper()
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	h, err := New(Options{Upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, Store: st, Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -1,0 +1,101 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// TestEvictOldestDropsOldestRecordsNeverLeases fills a store with records
+// and one lease, then writes more: the oldest records go first, the lease
+// never, and every eviction is counted.
+func TestEvictOldestDropsOldestRecordsNeverLeases(t *testing.T) {
+	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
+	per := recordSize("k00", rec)
+	s, c := newTestStore(t, Options{MaxBytes: 5*per + entryOverhead + 10, WhenFull: EvictOldest, SweepInterval: -1})
+	ctx := context.Background()
+	lease, err := s.Begin(ctx, "lease", store.Fingerprint{}, time.Hour)
+	if err != nil {
+		t.Fatalf("Begin lease: %v", err)
+	}
+	for i := range 8 {
+		key := fmt.Sprintf("k%02d", i)
+		b, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+		if err != nil {
+			t.Fatalf("Begin %s: %v", key, err)
+		}
+		if err := s.Complete(ctx, key, b.Token, rec, time.Hour); err != nil {
+			t.Fatalf("Complete %s: %v", key, err)
+		}
+		c.Advance(time.Millisecond)
+	}
+	for i := range 8 {
+		key := fmt.Sprintf("k%02d", i)
+		_, err := s.Inspect(ctx, key)
+		if gone := errors.Is(err, store.ErrNotFound); gone != (i < 3) {
+			t.Errorf("Inspect %s = %v; want evicted only for the 3 oldest", key, err)
+		}
+	}
+	if e, err := s.Inspect(ctx, "lease"); err != nil || e.State != store.InFlight {
+		t.Fatalf("lease after evictions = %+v, %v; want in flight", e, err)
+	}
+	if err := s.Extend(ctx, "lease", lease.Token, time.Hour); err != nil {
+		t.Fatalf("Extend of the lease: %v", err)
+	}
+	st := s.Stats()
+	if st.Evictions != 3 || st.Records != 5 || st.Bytes != s.UsedBytes() || st.Bytes > 5*per+entryOverhead+10 {
+		t.Fatalf("Stats = %+v, want 3 evictions, 5 records, bytes within the bound", st)
+	}
+}
+
+// TestEvictOldestNeverEvictsLeases: a store full of leases still refuses.
+func TestEvictOldestNeverEvictsLeases(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxBytes: 2 * (entryOverhead + 2), WhenFull: EvictOldest, SweepInterval: -1})
+	ctx := context.Background()
+	for _, k := range []string{"k0", "k1"} {
+		if _, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute); err != nil {
+			t.Fatalf("Begin %s: %v", k, err)
+		}
+	}
+	if _, err := s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Begin when full of leases = %v, want ErrFull", err)
+	}
+	if h, _ := s.Health(ctx); !h.Full {
+		t.Fatalf("Health when full of leases = %+v, want Full", h)
+	}
+	if st := s.Stats(); st.Evictions != 0 {
+		t.Fatalf("Stats = %+v, want no evictions", st)
+	}
+}
+
+func TestRejectDoesNotEvict(t *testing.T) {
+	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
+	s, _ := newTestStore(t, Options{MaxBytes: recordSize("k0", rec) + 10, SweepInterval: -1})
+	ctx := context.Background()
+	b, _ := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	if err := s.Complete(ctx, "k0", b.Token, rec, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, err := s.Begin(ctx, "k1", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("Begin of a new key when full = %v, want ErrFull", err)
+	}
+	if _, err := s.Inspect(ctx, "k0"); err != nil {
+		t.Fatalf("record after a refused Begin: %v", err)
+	}
+	if st := s.Stats(); st.Records != 1 || st.Evictions != 0 {
+		t.Fatalf("Stats = %+v, want 1 record, no eviction", st)
+	}
+}
+
+func TestListRejectsMalformedCursor(t *testing.T) {
+	s, _ := newTestStore(t, Options{SweepInterval: -1})
+	for _, c := range []string{"x", "99.", "-1.", "1.***"} {
+		if _, _, err := s.List(context.Background(), 0, c, 10); err == nil {
+			t.Errorf("List with cursor %q succeeded, want an error", c)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package memory
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Inspect returns the lease or record under key, or store.ErrNotFound.
+func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e, ok := s.live(sh, key, s.now())
+	sh.mu.Unlock()
+	if !ok {
+		return store.Entry{}, fmt.Errorf("memory inspect: %w", store.ErrNotFound)
+	}
+	return toEntry(key, e, true)
+}
+
+// Delete removes the lease or record under key, or returns
+// store.ErrNotFound. The owner of a deleted lease then gets
+// store.ErrLockLost from Extend and Complete.
+func (s *Store) Delete(_ context.Context, key string) error {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := s.live(sh, key, s.now())
+	if !ok {
+		return fmt.Errorf("memory delete: %w", store.ErrNotFound)
+	}
+	s.remove(sh, key, e)
+	return nil
+}
+
+// List returns up to limit entries in state (0 for all) from cursor on
+// ("" to start), and the cursor of the next page ("" when done). Keys are
+// visited shard by shard in sorted order, so an entry present for the
+// whole listing is returned exactly once. Listed records carry no Body.
+func (s *Store) List(_ context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
+	if limit <= 0 {
+		return nil, "", errors.New("memory list: limit must be positive")
+	}
+	first, after, err := parseCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []store.Entry
+	now := s.now()
+	for i := first; i < shardCount; i++ {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		keys := make([]string, 0, len(sh.m))
+		for k := range sh.m {
+			if k > after {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		var found []struct {
+			key string
+			e   entry
+		}
+		for _, k := range keys {
+			e := sh.m[k]
+			if now.UnixNano() >= e.expires || !matches(state, e) {
+				continue
+			}
+			found = append(found, struct {
+				key string
+				e   entry
+			}{k, e})
+			if len(out)+len(found) == limit {
+				break
+			}
+		}
+		sh.mu.Unlock()
+		for _, f := range found {
+			ent, err := toEntry(f.key, f.e, false)
+			if err != nil {
+				return nil, "", err
+			}
+			out = append(out, ent)
+		}
+		if len(out) == limit {
+			return out, makeCursor(i, out[len(out)-1].Key), nil
+		}
+		after = ""
+	}
+	return out, "", nil
+}
+
+func matches(state store.State, e entry) bool {
+	switch state {
+	case store.InFlight:
+		return e.enc == nil
+	case store.Completed:
+		return e.enc != nil
+	}
+	return true
+}
+
+// toEntry describes e; withBody false leaves the record's Body nil.
+func toEntry(key string, e entry, withBody bool) (store.Entry, error) {
+	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp}
+	ent.ExpiresAt = unixNano(e.expires)
+	if e.enc == nil {
+		return ent, nil
+	}
+	rec, err := decode(e.enc)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, len(rec.Body)
+	if !withBody {
+		rec.Body = nil
+	}
+	return ent, nil
+}
+
+// A cursor is the shard index and the last key listed, base64url: keys
+// are opaque strings to the store.
+func makeCursor(shard int, last string) string {
+	return strconv.Itoa(shard) + "." + base64.RawURLEncoding.EncodeToString([]byte(last))
+}
+
+func parseCursor(c string) (int, string, error) {
+	if c == "" {
+		return 0, "", nil
+	}
+	n, k, ok := strings.Cut(c, ".")
+	i, err := strconv.Atoi(n)
+	last, err2 := base64.RawURLEncoding.DecodeString(k)
+	if !ok || err != nil || err2 != nil || i < 0 || i >= shardCount {
+		return 0, "", fmt.Errorf("memory list: malformed cursor %q", c)
+	}
+	return i, string(last), nil
+}
+
+// Stats are the store's figures for its gauges and counter.
+type Stats struct {
+	// Bytes is the approximate size of the entries held (UsedBytes).
+	Bytes int64
+	// Records is the number of completed records held, expired ones
+	// included until they are reclaimed.
+	Records int64
+	// Evictions counts the records dropped to make room (EvictOldest).
+	Evictions uint64
+}
+
+// Stats returns the current figures.
+func (s *Store) Stats() Stats {
+	st := Stats{Bytes: s.used.Load(), Records: s.records.Load()}
+	if s.evict != nil {
+		st.Evictions = s.evict.evictions.Load()
+	}
+	return st
+}
+
+// UsedBytes is the approximate size of the entries currently held,
+// expired ones included until they are reclaimed.
+func (s *Store) UsedBytes() int64 { return s.used.Load() }
+
+// Health reports the store as "memory"; it is Full when a lease for a new
+// key would not fit and nothing can be evicted for it.
+func (s *Store) Health(context.Context) (store.Health, error) {
+	full := s.wouldOverflow(entryOverhead + 64)
+	if full && s.evict != nil {
+		full = s.records.Load() == 0
+	}
+	return store.Health{Server: "memory", Full: full}, nil
+}
+
+func unixNano(n int64) time.Time { return time.Unix(0, n).UTC() }
