@@ -94,8 +94,8 @@ func fill(n int) (footprint, error) {
 	fp.accounted = s.UsedBytes()
 	fp.heapAfter, fp.rssSettled = settle()
 	for i := range n {
-		rec, err := s.Get(ctx, storeKey(i))
-		if err != nil || len(rec.Body) != len(upstreamBody) {
+		e, err := s.Inspect(ctx, storeKey(i))
+		if err != nil || e.Record == nil || len(e.Record.Body) != len(upstreamBody) {
 			return fp, fmt.Errorf("record %d: read back: %v", i, err)
 		}
 	}
