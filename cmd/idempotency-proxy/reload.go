@@ -117,5 +117,5 @@ func (r *reloader) reload(trigger string) {
 	r.mu.Lock()
 	r.current = next
 	r.mu.Unlock()
-	r.log.Warn("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
+	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
 }
