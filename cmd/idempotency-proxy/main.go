@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,15 +48,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	fs.String("log-level", "", "debug, info, warn or error (log_level, default info)")
 	validate := fs.Bool("validate", false, "check the configuration, print its problems and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: idempotency-proxy [--config FILE] [--upstream URL] [flags]")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // see parseFailed (usage.go)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return parseFailed(err, fs, stdout, stderr)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
