@@ -79,7 +79,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level)
 	if err := serve(cfg, src, level, log); err != nil {
 		log.Error("stopped", "error", err)
 		return exitFailure
