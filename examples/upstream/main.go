@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -42,7 +43,7 @@ func main() {
 	flag.Parse()
 	log.SetPrefix("upstream: ")
 
-	srv := &http.Server{Addr: *listen, Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
@@ -51,8 +52,14 @@ func main() {
 		defer cancel()
 		srv.Shutdown(shutdown)
 	}()
-	log.Printf("listening on %s", *listen)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+	// Logged once bound, so whoever waits for this line can send requests.
+	log.Printf("listening on %s", ln.Addr())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Print(err)
 		os.Exit(1)
 	}
