@@ -5,15 +5,15 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // proxyBin is the path of the binary built by TestMain.
@@ -22,18 +22,14 @@ var proxyBin string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "idempotency-proxy-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	proxyBin, err = buildProxy(dir)
+	var err error
+	proxyBin, err = testbin.Proxy.Build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
+		testbin.Cleanup()
 		return 1
 	}
-	code := m.Run()
+	code := testbin.Main(m)
 	if leaked := childProcesses(); len(leaked) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: processes still running after the tests: %s\n", strings.Join(leaked, "; "))
 		if code == 0 {
@@ -41,27 +37,6 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// buildProxy builds ./cmd/idempotency-proxy from the module root into dir.
-func buildProxy(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module (GOMOD=%q)", gomod)
-	}
-	bin := filepath.Join(dir, "idempotency-proxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/idempotency-proxy")
-	cmd.Dir = filepath.Dir(gomod)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/idempotency-proxy: %w\n%s", err, stderr.Bytes())
-	}
-	return bin, nil
 }
 
 // childProcesses lists the live children of this test binary (Linux only:

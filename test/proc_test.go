@@ -1,20 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // readyTimeout bounds how long a proxy may take to serve /healthz and
@@ -30,12 +25,10 @@ type proxyProc struct {
 	config string // path of the YAML file
 	listen string // host:port of the proxy listener
 	admin  string // host:port of the admin listener
-	stderr *lockedBuffer
+	stderr *testbin.Buffer
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
-	code int           // exit code once done is closed
+	proc *testbin.Process // the current run; nil before the first
 }
 
 // startProxy writes cfg to a file and runs the binary with it on two free
@@ -43,7 +36,7 @@ type proxyProc struct {
 // process is SIGKILLed in t.Cleanup; its stderr is printed if the test failed.
 func startProxy(t testing.TB, name string, cfg proxyConfig) *proxyProc {
 	t.Helper()
-	p := &proxyProc{t: t, name: name, stderr: &lockedBuffer{}}
+	p := &proxyProc{t: t, name: name, stderr: &testbin.Buffer{}}
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -77,40 +70,24 @@ func (p *proxyProc) AdminURL() string { return "http://" + p.admin }
 func (p *proxyProc) Logs() string { return p.stderr.String() }
 
 func (p *proxyProc) launch() error {
-	p.mu.Lock()
-	cmd := exec.Command(proxyBin, "--config", p.config)
-	cmd.Stdout = p.stderr
-	cmd.Stderr = p.stderr
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("start: %w", err)
+	proc, err := testbin.Launch(testbin.Command{Path: proxyBin, Args: []string{"--config", p.config}, Stdout: p.stderr}, p.stderr)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	p.cmd, p.done = cmd, done
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		}
-		p.mu.Lock()
-		p.code = code
-		p.mu.Unlock()
-		close(done)
-	}()
+	p.mu.Lock()
+	p.proc = proc
 	p.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if err := pollStatus(ctx, p.AdminURL()+path, http.StatusOK, done); err != nil {
-			p.Kill()
-			return fmt.Errorf("%s: %w", path, err)
-		}
+	if err := proc.WaitReady(readyTimeout, p.AdminURL()+"/healthz", p.AdminURL()+"/readyz"); err != nil {
+		proc.Kill()
+		return err
 	}
 	return nil
+}
+
+func (p *proxyProc) current() *testbin.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.proc
 }
 
 // Restart starts the process again on the same ports with the same config
@@ -125,85 +102,39 @@ func (p *proxyProc) Restart() {
 
 // PID is the process id, or 0 when it is not running.
 func (p *proxyProc) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || isClosed(p.done) {
+	proc := p.current()
+	if proc == nil || !proc.Running() {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return proc.PID()
 }
 
 // Kill sends SIGKILL and waits for the exit; a no-op when not running.
 func (p *proxyProc) Kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || isClosed(done) {
-		return
+	if proc := p.current(); proc != nil {
+		proc.Kill()
 	}
-	_ = cmd.Process.Kill()
-	<-done
 }
 
 // Signal sends sig without waiting.
 func (p *proxyProc) Signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && !isClosed(p.done) {
-		_ = p.cmd.Process.Signal(sig)
+	if proc := p.current(); proc != nil {
+		_ = proc.Signal(sig)
 	}
 }
 
 // Wait waits up to timeout for the process to exit and returns its exit
 // code; ok is false on timeout.
 func (p *proxyProc) Wait(timeout time.Duration) (code int, ok bool) {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	select {
-	case <-done:
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.code, true
-	case <-time.After(timeout):
+	proc := p.current()
+	if proc == nil {
 		return 0, false
 	}
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
+	return proc.Wait(timeout)
 }
 
 // pollStatus polls url until it answers want, ctx expires, or exited closes.
-func pollStatus(ctx context.Context, url string, want int, exited <-chan struct{}) error {
-	c := &http.Client{Timeout: time.Second}
-	defer c.CloseIdleConnections()
-	var last string
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("process exited (last: %s)", last)
-		case <-ctx.Done():
-			return fmt.Errorf("no %d within the deadline (last: %s)", want, last)
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
-}
+var pollStatus = testbin.PollStatus
 
 // waitStatus fails the test unless url answers want within timeout.
 func waitStatus(t testing.TB, url string, want int, timeout time.Duration) {
@@ -216,31 +147,4 @@ func waitStatus(t testing.TB, url string, want int, timeout time.Duration) {
 }
 
 // freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen on loopback: %v", err)
-	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// lockedBuffer is a bytes.Buffer safe for the process's writers and the
-// test's readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+var freeAddr = testbin.FreeAddr

@@ -3,110 +3,42 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
-// binary is the idempotency-proxy built once for this package's tests.
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idempotency-proxy-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "idempotency-proxy")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binary:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // proc is a running idempotency-proxy.
 type proc struct {
-	cmd    *exec.Cmd
+	*testbin.Process
 	listen string // proxy address
 	admin  string // admin address
-	logs   *syncBuffer
-	exited chan struct{}
+	logs   *testbin.Buffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr returns a loopback host:port that was free a moment ago.
+var freeAddr = testbin.FreeAddr
 
 // start runs the binary with args plus free listen addresses, and waits
 // until its admin listener answers /healthz.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{listen: freeAddr(t), admin: freeAddr(t), logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{listen: freeAddr(t), admin: freeAddr(t)}
 	args = append(args, "--listen", p.listen, "--admin-listen", p.admin)
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stderr = p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+	p.Process = testbin.Start(t, testbin.Command{Path: testbin.Proxy.Path(t), Args: args, Env: env})
+	p.logs = p.Process.StderrBuffer()
+	if err := p.WaitReady(15*time.Second, "http://"+p.admin+"/healthz"); err != nil {
+		t.Fatalf("the proxy did not start: %v\n%s", err, p.logs.String())
 	}
-	go func() { p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("proxy logs:\n%s", p.logs.String())
-		}
-	})
-	waitFor(t, "the proxy to start", func() bool {
-		select {
-		case <-p.exited:
-			t.Fatalf("proxy exited: %s", p.logs.String())
-		default:
-		}
-		res, err := http.Get("http://" + p.admin + "/healthz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	})
 	return p
 }
 
@@ -124,7 +56,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -132,12 +64,11 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 // exitCode waits for the process to exit and returns its status.
 func (p *proc) exitCode(t *testing.T) int {
 	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
+	code, ok := p.Wait(30 * time.Second)
+	if !ok {
 		t.Fatal("the proxy did not exit")
 	}
-	return p.cmd.ProcessState.ExitCode()
+	return code
 }
 
 func (p *proc) post(t *testing.T, path, key, body string) (*http.Response, string) {
@@ -186,7 +117,7 @@ func (p *proc) metric(t *testing.T, series string) string {
 // runBinary runs the binary to completion and returns its exit code and output.
 func runBinary(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(testbin.Proxy.Path(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,15 +52,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	validate := fs.Bool("validate", false, "check the configuration, print its problems and exit")
 	check := fs.Bool("check", false, "check the configuration, the store and the upstream, one line each, and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: idempotency-proxy [--config FILE] [--upstream URL] [flags]")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // see parseFailed (usage.go)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+		return parseFailed(err, fs, stdout, stderr)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
@@ -93,7 +86,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel)
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level)
 	if err := serve(cfg, src, level, log); err != nil {
 		log.Error("stopped", "error", err)
 		return exitFailure

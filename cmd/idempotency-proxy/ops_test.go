@@ -112,7 +112,7 @@ func TestReload(t *testing.T) {
 
 	// A shorter ttl applies to new requests: their records expire.
 	writeFile(t, file, config("200ms"))
-	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
+	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"level":"INFO","msg":"config reloaded"`) })
 	p.post(t, "/v1/charges", "after", "{}")
 	base := execs.Load()
 	waitFor(t, "the record to expire under the new ttl", func() bool {

@@ -120,7 +120,7 @@ func (r *reloader) reload(trigger string) {
 	r.mu.Lock()
 	r.current = next
 	r.mu.Unlock()
-	r.log.Warn("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
+	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
 }
 
 // reloadToken applies admin.token or re-reads admin.token_file. A file that

@@ -62,7 +62,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		ln.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	errorLog := serverErrorLog(log)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
