@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -31,7 +33,7 @@ const (
 // the admin API enabled, logging at debug so every keyed request has a line.
 func startAdminProxy(t *testing.T, up *upstream, storeYAML string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{t: t, name: "admin", stderr: &lockedBuffer{}}
+	p := &proxyProc{t: t, name: "admin", stderr: &testbin.Buffer{}}
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
