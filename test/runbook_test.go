@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
-
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // The operator runbook for a stuck key (docs/operating.md, "A stuck key"),
