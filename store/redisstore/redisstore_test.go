@@ -37,7 +37,7 @@ func TestConformanceMiniredis(t *testing.T) {
 
 func TestConformanceRedisServer(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL()})
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 2 * time.Second})
 	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s} })
 }
 
