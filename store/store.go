@@ -10,6 +10,13 @@
 //   - Extend, Complete and Release act only while the caller's token still
 //     owns the key (fencing). A lease that expired and was taken by someone
 //     else yields ErrLockLost; a newer owner is never overwritten.
+//   - Complete with the same token and the same record a second time
+//     succeeds (records encode deterministically), so a completion retried
+//     after a lost reply is not mistaken for a lost lease.
+//   - For operators, Inspect and Delete act on one key (the storage key the
+//     proxy passes to Begin), List pages through all of them, and Health
+//     says whether the store may evict keys or is full. Deleting a lease
+//     fences its owner like an expiry does.
 //
 // The package knows nothing of HTTP.
 package store
@@ -31,7 +38,8 @@ var (
 	// that do not tell the two apart apply the same policy.
 	ErrFull = full{}
 	// ErrLockLost means the token no longer owns the key: its lease expired
-	// and the key was released, completed or taken by another owner.
+	// and the key was released, completed or taken by another owner, or an
+	// operator deleted it.
 	ErrLockLost = errors.New("lock lost")
 	// ErrNotFound means there is nothing under the key: no lease, no record.
 	ErrNotFound = errors.New("key not found")

@@ -99,3 +99,29 @@ func TestListRejectsMalformedCursor(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictOldestKeepsTheRecordBeingReplayed: Begin on a key that has a
+// record needs no room, so it evicts nothing — least of all that record,
+// which would make its own retry run again.
+func TestEvictOldestKeepsTheRecordBeingReplayed(t *testing.T) {
+	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
+	per := recordSize("k0", rec)
+	s, _ := newTestStore(t, Options{MaxBytes: 2 * per, WhenFull: EvictOldest, SweepInterval: -1})
+	ctx := context.Background()
+	for _, k := range []string{"k0", "k1"} {
+		b, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute)
+		if err == nil {
+			err = s.Complete(ctx, k, b.Token, rec, time.Hour)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	b, err := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	if err != nil || b.State != store.Completed {
+		t.Fatalf("Begin on the oldest record of a full store = %+v, %v; want completed", b, err)
+	}
+	if st := s.Stats(); st.Evictions != 0 {
+		t.Fatalf("Stats = %+v, want no evictions for a replay", st)
+	}
+}

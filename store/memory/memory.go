@@ -160,19 +160,20 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 	sh := s.shard(key)
 	now := s.now()
 	size := int64(len(key)) + entryOverhead
-	s.makeRoom(size)
 	sh.mu.Lock()
-	if e, ok := s.live(sh, key, now); ok {
+	e, ok := s.live(sh, key, now)
+	if !ok && s.evict != nil && s.wouldOverflow(size) {
+		// Evict only for a key that needs room, and without the lock:
+		// eviction takes other shards' locks.
+		sh.mu.Unlock()
+		s.makeRoom(size)
+		sh.mu.Lock()
+		e, ok = s.live(sh, key, now)
+	}
+	if ok {
 		// A stored encoding never changes: decode it without the lock.
 		sh.mu.Unlock()
-		if e.enc == nil {
-			return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
-		}
-		rec, err := decode(e.enc)
-		if err != nil {
-			return store.BeginResult{}, err
-		}
-		return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
+		return found(e)
 	}
 	defer sh.mu.Unlock()
 	if s.wouldOverflow(size) {
@@ -186,6 +187,18 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 	sh.m[key] = entry{token: token, fp: fp, expires: now.Add(lease).UnixNano(), size: size}
 	s.used.Add(size)
 	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+}
+
+// found reports the live entry e that Begin found.
+func found(e entry) (store.BeginResult, error) {
+	if e.enc == nil {
+		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
+	}
+	rec, err := decode(e.enc)
+	if err != nil {
+		return store.BeginResult{}, err
+	}
+	return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 }
 
 // Extend renews the lease of token on key.
@@ -213,15 +226,21 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	size := int64(len(key)+len(enc)) + entryOverhead
 	sh := s.shard(key)
 	now := s.now()
-	s.makeRoom(int64(len(enc)))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := s.live(sh, key, now)
-	switch {
-	case ok && e.enc != nil && e.token == token && bytes.Equal(e.enc, enc):
-		return nil
-	case !ok || e.enc != nil || e.token != token:
-		return fmt.Errorf("memory complete: %w", store.ErrLockLost)
+	e, err := s.completable(sh, key, token, enc, now)
+	if err != nil || e.enc != nil {
+		return err
+	}
+	if s.evict != nil && s.wouldOverflow(size-e.size) {
+		// Evict without the lock (eviction takes other shards' locks),
+		// then look again: the lease may have changed meanwhile.
+		sh.mu.Unlock()
+		s.makeRoom(size - e.size)
+		sh.mu.Lock()
+		if e, err = s.completable(sh, key, token, enc, now); err != nil || e.enc != nil {
+			return err
+		}
 	}
 	if s.wouldOverflow(size - e.size) {
 		return s.fullError("complete")
@@ -234,6 +253,20 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	}
 	sh.m[key] = ne
 	return nil
+}
+
+// completable returns the lease of token on key, or the record a previous
+// Complete of token stored when it encodes to enc (the caller then has
+// nothing to do), or ErrLockLost. sh.mu must be held.
+func (s *Store) completable(sh *shard, key, token string, enc []byte, now time.Time) (entry, error) {
+	e, ok := s.live(sh, key, now)
+	switch {
+	case ok && e.enc != nil && e.token == token && bytes.Equal(e.enc, enc):
+		return e, nil
+	case !ok || e.enc != nil || e.token != token:
+		return entry{}, fmt.Errorf("memory complete: %w", store.ErrLockLost)
+	}
+	return e, nil
 }
 
 // Release deletes the lease of token on key; it does nothing when token does

@@ -43,7 +43,9 @@ func (s *Store) Delete(_ context.Context, key string) error {
 // List returns up to limit entries in state (0 for all) from cursor on
 // ("" to start), and the cursor of the next page ("" when done). Keys are
 // visited shard by shard in sorted order, so an entry present for the
-// whole listing is returned exactly once. Listed records carry no Body.
+// whole listing is returned exactly once. A cursor is valid only within
+// the process that returned it (shards depend on a per-process seed).
+// Listed records carry no Body.
 func (s *Store) List(_ context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("memory list: limit must be positive")

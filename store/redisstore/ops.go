@@ -165,12 +165,13 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.translate("release", err)
 }
 
-// extend runs extendScript, or on a server older than Redis 7, which does
-// not know script flags and refuses the shebang line as a syntax error,
-// extendScriptLegacy. Without flags Redis (6 and 7 alike) checks memory per
-// command a script calls, and PEXPIRE is not one it refuses when out of
-// memory, so the legacy script runs then too; the flag keeps that true
-// should a later Redis check scripts as a whole.
+// extend runs extendScript, or on a server that does not know script flags
+// (Redis before 7.0, some compatible servers, miniredis) and refuses the
+// shebang line as a Lua syntax error, extendScriptLegacy. Without flags,
+// Redis (6 and 7 alike) checks memory per command a script calls, and
+// PEXPIRE is not one it refuses when out of memory, so the legacy script
+// runs then too; the flag keeps that true should a later Redis check
+// flagless scripts as a whole.
 func (s *Store) extend(ctx context.Context, key, token string, ms int64) (int64, error) {
 	if !s.legacyScripts.Load() {
 		n, err := s.run(ctx, extendScript, false, key, token, ms)

@@ -1,0 +1,84 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// TestScriptsFollowValueLayout writes leases by hand from the Go constants
+// that define the value layout and checks that the scripts read them the
+// same way: the kind byte first, the token after leaseHeader bytes.
+func TestScriptsFollowValueLayout(t *testing.T) {
+	m := miniredis.RunT(t)
+	s := newStore(t, Options{URL: "redis://" + m.Addr()})
+	ctx := context.Background()
+	token := "0123456789abcdef0123456789abcdef"
+	if len(token) != tokenLen {
+		t.Fatalf("test token is %d bytes, tokens are %d", len(token), tokenLen)
+	}
+	lease := func(kind byte, tok string) string {
+		v := make([]byte, leaseHeader, leaseHeader+len(tok))
+		v[0] = kind
+		return string(append(v, tok...))
+	}
+	tests := []struct {
+		name  string
+		value string
+		owned bool
+	}{
+		{"lease with the token", lease(kindLease, token), true},
+		{"record kind", lease(kindRecord, token), false},
+		{"token one byte late", lease(kindLease, "x"+token), false},
+		{"token one byte early", lease(kindLease, token)[1:], false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for op, fn := range map[string]func() error{
+				"extend":   func() error { return s.Extend(ctx, "k", token, time.Minute) },
+				"complete": func() error { return s.Complete(ctx, "k", token, &store.Record{Status: 200}, time.Minute) },
+			} {
+				if err := m.Set("idem:{k}", tt.value); err != nil {
+					t.Fatal(err)
+				}
+				err := fn()
+				if tt.owned && err != nil {
+					t.Errorf("%s of a lease holding the token = %v, want nil", op, err)
+				}
+				if !tt.owned && !errors.Is(err, store.ErrLockLost) {
+					t.Errorf("%s = %v, want ErrLockLost", op, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCloseIsBounded: closing the store of a Redis that stopped answering
+// returns within the store timeout, not after the client's own waits.
+func TestCloseIsBounded(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL(), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	// A command left in the pipeline while Redis does not answer.
+	_, _ = s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute)
+	start := time.Now()
+	_ = s.Close()
+	if elapsed := time.Since(start); elapsed > 2*timeout {
+		t.Fatalf("Close took %v, want at most about the store timeout %v", elapsed, timeout)
+	}
+}
