@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
 )
 
@@ -93,20 +94,14 @@ func (s Store) kind() string {
 	}
 }
 
-// Words accepted by MemoryStore.WhenFull.
-const (
-	WhenFullReject      = "reject"
-	WhenFullEvictOldest = "evict_oldest"
-)
-
 // MemoryStore configures the in-process store.
 type MemoryStore struct {
 	// MaxBytes bounds the recorded data; when full, WhenFull decides.
 	MaxBytes Size `config:"max_bytes"`
-	// WhenFull is WhenFullReject (new keys get the store-full answer of
-	// on_store_error) or WhenFullEvictOldest (the oldest completed records
+	// WhenFull is "reject" (new keys get the store-full answer of
+	// on_store_error) or "evict_oldest" (the oldest completed records
 	// are dropped; a lease never is).
-	WhenFull string `config:"when_full"`
+	WhenFull memory.WhenFull `config:"when_full"`
 }
 
 // RedisStore configures the Redis store: URL for one node, Addrs for a
@@ -171,7 +166,7 @@ func Default() *Config {
 		ShutdownTimeout: 30 * time.Second,
 		Upstream:        Upstream{Timeout: proxy.DefaultUpstreamTimeout},
 		Store: Store{
-			Memory: MemoryStore{MaxBytes: 256 * MiB, WhenFull: WhenFullReject},
+			Memory: MemoryStore{MaxBytes: 256 * MiB},
 			Redis: RedisStore{
 				Addrs:     []string{},
 				KeyPrefix: redisstore.DefaultKeyPrefix,

@@ -156,9 +156,6 @@ func checkStore(v *validation, s Store) {
 	if s.Memory.MaxBytes <= 0 {
 		v.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
 	}
-	if w := s.Memory.WhenFull; w != WhenFullReject && w != WhenFullEvictOldest {
-		v.add("store.memory.when_full", "must be one of %s, %s", WhenFullReject, WhenFullEvictOldest)
-	}
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
 		switch {

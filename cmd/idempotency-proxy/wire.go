@@ -31,7 +31,7 @@ func openStore(c config.Store, log *slog.Logger) (storeCloser, error) {
 			Timeout:    c.Redis.Timeout,
 		})
 	}
-	return memory.New(memory.Options{MaxBytes: int64(c.Memory.MaxBytes)}), nil
+	return memory.New(memory.Options{MaxBytes: int64(c.Memory.MaxBytes), WhenFull: c.Memory.WhenFull}), nil
 }
 
 func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *proxy.Metrics) proxy.Options {

@@ -45,6 +45,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +76,28 @@ const (
 	// leases are never dropped.
 	EvictOldest
 )
+
+var whenFullWords = []string{"reject", "evict_oldest"}
+
+func (w WhenFull) String() string {
+	if int(w) < len(whenFullWords) {
+		return whenFullWords[w]
+	}
+	return "unknown"
+}
+
+// UnmarshalText parses the configuration's words, "reject" and "evict_oldest".
+func (w *WhenFull) UnmarshalText(b []byte) error {
+	i := slices.Index(whenFullWords, string(b))
+	if i < 0 {
+		return fmt.Errorf("must be one of %s", strings.Join(whenFullWords, ", "))
+	}
+	*w = WhenFull(i)
+	return nil
+}
+
+// MarshalText gives the configuration's word.
+func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
 
 // Options configure a Store. The zero value is an unbounded store on the
 // wall clock.
