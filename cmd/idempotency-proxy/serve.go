@@ -45,7 +45,13 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := proxy.NewMetrics(reg, buildVersion())
+	tr, err := startTracing(cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
 	opts := handlerOptions(cfg, st, log, metrics)
+	tr.wrap(&opts)
 	h, err := proxy.New(opts)
 	if err != nil {
 		return err
@@ -62,7 +68,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	}
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           tr.handler(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
