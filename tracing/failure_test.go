@@ -82,6 +82,8 @@ func TestTracedHandlerStreams(t *testing.T) {
 		w.Write([]byte("second chunk\n"))
 	})
 	rg := newRig(t, up)
+	// Runs before the servers close, which wait for the upstream handler.
+	t.Cleanup(func() { close(release) })
 	// Without streaming the first chunk never comes: the deadline turns
 	// that hang into a failure.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -96,7 +98,6 @@ func TestTracedHandlerStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	defer close(release) // unblocks the upstream if the test fails first
 	line, err := bufio.NewReader(res.Body).ReadString('\n')
 	if err != nil || line != "first chunk\n" {
 		t.Fatalf("first line = %q, %v", line, err)
