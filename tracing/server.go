@@ -22,16 +22,13 @@ import (
 func (t *Tracer) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		name, attrs := methodAttrs(r.Method)
+		name, attrs := methodAttrs(r.Method, make([]attribute.KeyValue, 0, 8))
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
 		}
 		attrs = append(attrs, semconv.URLPath(r.URL.Path), semconv.URLScheme(scheme),
-			semconv.NetworkProtocolVersion(strconv.Itoa(r.ProtoMajor)+"."+strconv.Itoa(r.ProtoMinor)))
-		if r.ProtoMajor >= 2 {
-			attrs[len(attrs)-1] = semconv.NetworkProtocolVersion(strconv.Itoa(r.ProtoMajor))
-		}
+			semconv.NetworkProtocolVersion(protocolVersion(r)))
 		attrs = hostAttrs(r.Host, attrs)
 		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 
@@ -43,6 +40,17 @@ func (t *Tracer) Handler(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		returned = true
 	})
+}
+
+// protocolVersion is network.protocol.version: "1.1", "2" or "3".
+func protocolVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "1.1"
+	case r.ProtoMajor >= 2:
+		return strconv.Itoa(r.ProtoMajor)
+	}
+	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
 }
 
 func endServerSpan(span trace.Span, status int, aborted bool) {
@@ -75,7 +83,10 @@ func (t *Tracer) Observe(r *http.Request, o proxy.Observation) {
 	}
 	if o.Route != proxy.DefaultRoute {
 		attrs = append(attrs, semconv.HTTPRoute(o.Route))
-		name, _ := methodAttrs(r.Method)
+		name := "HTTP"
+		if knownMethods[r.Method] {
+			name = r.Method
+		}
 		span.SetName(name + " " + routeTarget(o.Route))
 	}
 	span.SetAttributes(attrs...)

@@ -59,16 +59,13 @@ var knownMethods = map[string]bool{
 	http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
 }
 
-// methodAttrs returns the http.request.method attributes of method and the
-// span name it gives.
-func methodAttrs(method string) (name string, attrs []attribute.KeyValue) {
+// methodAttrs appends the http.request.method attributes of method to
+// attrs and returns the span name it gives.
+func methodAttrs(method string, attrs []attribute.KeyValue) (string, []attribute.KeyValue) {
 	if knownMethods[method] {
-		return method, []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method)}
+		return method, append(attrs, semconv.HTTPRequestMethodKey.String(method))
 	}
-	return "HTTP", []attribute.KeyValue{
-		semconv.HTTPRequestMethodKey.String("_OTHER"),
-		semconv.HTTPRequestMethodOriginal(method),
-	}
+	return "HTTP", append(attrs, semconv.HTTPRequestMethodKey.String("_OTHER"), semconv.HTTPRequestMethodOriginal(method))
 }
 
 // hostAttrs returns server.address and server.port of a host[:port].

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -27,7 +28,7 @@ type transport struct {
 }
 
 func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	name, attrs := methodAttrs(r.Method)
+	name, attrs := methodAttrs(r.Method, make([]attribute.KeyValue, 0, 6))
 	attrs = append(attrs, semconv.URLFull(redactedURL(r.URL)))
 	attrs = hostAttrs(r.URL.Host, attrs)
 	ctx, span := tr.tracer.Start(r.Context(), name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
