@@ -26,6 +26,7 @@ type Handler struct {
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
 	metrics         *Metrics
+	observe         func(*http.Request, Observation)
 	owners          owners
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
@@ -50,6 +51,7 @@ func New(opts Options) (*Handler, error) {
 		store:           opts.Store,
 		log:             opts.Logger,
 		metrics:         opts.Metrics,
+		observe:         opts.Observe,
 	}
 	if h.upstreamTimeout <= 0 {
 		h.upstreamTimeout = DefaultUpstreamTimeout
@@ -119,6 +121,7 @@ type exchange struct {
 	outcome Outcome
 	status  int
 	keyHash string
+	key     string // the scoped storage key keyHash abbreviates
 }
 
 // ServeHTTP handles one request: route → pass-through check → key → body →
@@ -167,7 +170,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 	pol := &x.route.policy
 	fp := fingerprint(r, body, pol.FingerprintHeaders)
 	skey := storageKey(r, key, pol.ScopeHeaders)
-	x.keyHash = skey[:12]
+	x.key, x.keyHash = skey, skey[:12]
 
 	// Store calls and the upstream call run detached from the client: a
 	// Begin cut short could leave a lease nobody holds the token of, and a
@@ -234,6 +237,9 @@ func (h *Handler) finish(r *http.Request, x *exchange) {
 	label := x.route.label
 	d := time.Since(x.start)
 	x.route.metrics.observe(x.outcome, d)
+	if h.observe != nil {
+		h.observe(r, Observation{Route: label, Outcome: x.outcome, KeyHash: x.key})
+	}
 	if x.outcome != OutcomePassthrough && h.log.Enabled(r.Context(), slog.LevelDebug) {
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 			slog.String("route", label), slog.String("method", r.Method),

@@ -41,4 +41,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the handler's metrics; nil means a private registry.
 	Metrics *Metrics
+	// Observe, when set, is called with every answered request (see
+	// Observation); tracing annotates the request's span with it.
+	Observe func(*http.Request, Observation)
 }

@@ -46,7 +46,13 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	}
 	token := admin.NewToken(tok)
 	reg, metrics, adminMetrics := newRegistry(st)
+	tr, err := startTracing(cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
 	opts := handlerOptions(cfg, st, log, metrics)
+	tr.wrap(&opts)
 	h, err := proxy.New(opts)
 	if err != nil {
 		return err
@@ -64,7 +70,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	}
 	errorLog := serverErrorLog(log)
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           tr.handler(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,

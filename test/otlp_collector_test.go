@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// collectedSpan is one span an OTLP export delivered, with its resource.
+type collectedSpan struct {
+	*tracepb.Span
+	Resource map[string]string
+}
+
+func (s collectedSpan) ID() string       { return hex.EncodeToString(s.GetSpanId()) }
+func (s collectedSpan) TraceID() string  { return hex.EncodeToString(s.GetTraceId()) }
+func (s collectedSpan) ParentID() string { return hex.EncodeToString(s.GetParentSpanId()) }
+
+// Attr returns the attribute's value as text ("" when absent).
+func (s collectedSpan) Attr(key string) string {
+	for _, kv := range s.GetAttributes() {
+		if kv.GetKey() == key {
+			return anyValue(kv.GetValue())
+		}
+	}
+	return ""
+}
+
+func anyValue(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_BoolValue:
+		return fmt.Sprint(x.BoolValue)
+	case *commonpb.AnyValue_IntValue:
+		return fmt.Sprint(x.IntValue)
+	}
+	return v.String()
+}
+
+// otlpCollector is an in-process OTLP/HTTP trace receiver: it decodes each
+// ExportTraceServiceRequest (protobuf) and keeps its spans.
+type otlpCollector struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	exports int
+	spans   []collectedSpan
+}
+
+func startCollector(t *testing.T) *otlpCollector {
+	t.Helper()
+	c := &otlpCollector{}
+	c.srv = httptest.NewServer(http.HandlerFunc(c.export))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *otlpCollector) URL() string { return c.srv.URL }
+
+func (c *otlpCollector) export(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	req := &coltracepb.ExportTraceServiceRequest{}
+	if r.URL.Path != "/v1/traces" || err != nil || proto.Unmarshal(body, req) != nil {
+		http.Error(w, "not an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	c.exports++
+	for _, rs := range req.GetResourceSpans() {
+		res := map[string]string{}
+		for _, kv := range rs.GetResource().GetAttributes() {
+			res[kv.GetKey()] = anyValue(kv.GetValue())
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				c.spans = append(c.spans, collectedSpan{Span: sp, Resource: res})
+			}
+		}
+	}
+	c.mu.Unlock()
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.Write(out)
+}
+
+// Spans returns what was exported so far, and how many exports carried it.
+func (c *otlpCollector) Spans() ([]collectedSpan, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]collectedSpan(nil), c.spans...), c.exports
+}
+
+// tracedProxy is an idempotency-proxy process on the memory store, started
+// with its own environment (the OTEL_* variables of a test).
+type tracedProxy struct {
+	cmd    *exec.Cmd
+	listen string
+	stderr *lockedBuffer
+	done   chan struct{}
+}
+
+// startTracedProxy runs the binary with config lines after the listeners,
+// the upstream and the memory store, and env on top of this process's
+// environment without its OTEL_* variables. It returns once /readyz is 200.
+func startTracedProxy(t *testing.T, upstream, config string, env ...string) *tracedProxy {
+	t.Helper()
+	p := &tracedProxy{listen: freeAddr(t), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	admin := freeAddr(t)
+	file := filepath.Join(t.TempDir(), "proxy.yaml")
+	yaml := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\nstore:\n  kind: memory\n%s",
+		p.listen, admin, upstream, config)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(proxyBin, "--config", file)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	setDeathSignal(p.cmd)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("proxy stderr:\n%s", p.stderr.String())
+		}
+	})
+	waitStatus(t, "http://"+admin+"/readyz", http.StatusOK, readyTimeout)
+	return p
+}
+
+func (p *tracedProxy) URL() string { return "http://" + p.listen }
+
+// Stop sends SIGTERM and waits for the process to exit: it drains, then
+// exports the spans still queued.
+func (p *tracedProxy) Stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("proxy did not exit after SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("proxy exited with %d", code)
+	}
+}
+
+// headerUpstream answers 201 and records the trace context headers of each
+// request, by idempotency key.
+type headerUpstream struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	received map[string][]http.Header
+}
+
+func startHeaderUpstream(t *testing.T) *headerUpstream {
+	t.Helper()
+	u := &headerUpstream{received: map[string][]http.Header{}}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		key := r.Header.Get("Idempotency-Key")
+		u.received[key] = append(u.received[key], r.Header.Clone())
+		u.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":"ch_1"}`))
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *headerUpstream) URL() string { return u.srv.URL }
+
+// Received returns the headers of the requests with key.
+func (u *headerUpstream) Received(key string) []http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.received[key]
+}

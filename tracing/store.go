@@ -1,0 +1,90 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Span names of the store operations.
+const (
+	SpanStoreBegin    = "idempotency.store.begin"
+	SpanStoreExtend   = "idempotency.store.extend"
+	SpanStoreComplete = "idempotency.store.complete"
+	SpanStoreRelease  = "idempotency.store.release"
+)
+
+// Store returns st with a span around each Begin, Extend, Complete and
+// Release, a child of the span in the operation's context. Ping, which
+// only readiness probes call, is not traced.
+func (t *Tracer) Store(st proxy.Store) proxy.Store {
+	return &tracedStore{next: st, tracer: t.tracer}
+}
+
+type tracedStore struct {
+	next   proxy.Store
+	tracer trace.Tracer
+}
+
+var _ proxy.Store = (*tracedStore)(nil)
+
+func (s *tracedStore) start(ctx context.Context, name, key string) (context.Context, trace.Span) {
+	return s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(AttrKeyHash.String(key)))
+}
+
+func (s *tracedStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+	ctx, span := s.start(ctx, SpanStoreBegin, key)
+	res, err := s.next.Begin(ctx, key, fp, lease)
+	if err == nil {
+		span.SetAttributes(AttrStoreState.String(res.State.String()))
+	}
+	endStoreSpan(span, err)
+	return res, err
+}
+
+func (s *tracedStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	ctx, span := s.start(ctx, SpanStoreExtend, key)
+	err := s.next.Extend(ctx, key, token, lease)
+	endStoreSpan(span, err)
+	return err
+}
+
+func (s *tracedStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	ctx, span := s.start(ctx, SpanStoreComplete, key)
+	err := s.next.Complete(ctx, key, token, rec, ttl)
+	endStoreSpan(span, err)
+	return err
+}
+
+func (s *tracedStore) Release(ctx context.Context, key, token string) error {
+	ctx, span := s.start(ctx, SpanStoreRelease, key)
+	err := s.next.Release(ctx, key, token)
+	endStoreSpan(span, err)
+	return err
+}
+
+func (s *tracedStore) Ping(ctx context.Context) error { return s.next.Ping(ctx) }
+
+func endStoreSpan(span trace.Span, err error) {
+	if err != nil {
+		kind := "_OTHER"
+		switch {
+		case errors.Is(err, store.ErrLockLost):
+			kind = "lock_lost"
+		case errors.Is(err, store.ErrUnavailable):
+			kind = "unavailable"
+		}
+		span.SetAttributes(semconv.ErrorTypeKey.String(kind))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
