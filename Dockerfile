@@ -17,7 +17,7 @@ ARG VERSION=dev
 # Static build (no cgo) so the binary runs on distroless/static without libc.
 # This is the same command the README documents for a local build.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o idempotency-proxy ./cmd/idempotency-proxy
+    CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags "-s -w -X main.version=$VERSION" -o idempotency-proxy ./cmd/idempotency-proxy
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /src/idempotency-proxy /usr/local/bin/idempotency-proxy

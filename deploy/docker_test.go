@@ -12,7 +12,7 @@ import (
 
 // buildCommand is the documented way to build the binary; the Dockerfile,
 // the README and docs/operating.md must all say exactly this.
-const buildCommand = `CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o idempotency-proxy ./cmd/idempotency-proxy`
+const buildCommand = `CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags "-s -w -X main.version=$VERSION" -o idempotency-proxy ./cmd/idempotency-proxy`
 
 type instruction struct {
 	cmd  string // upper case: FROM, RUN, COPY…
