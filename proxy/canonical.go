@@ -104,7 +104,7 @@ func appendCanonicalJSON(dst, body []byte, ignore []JSONPointer) ([]byte, bool) 
 	out := c.out
 	c.in, c.out, c.ignore = nil, nil, nil
 	c.members = c.members[:0]
-	if cap(c.tmp) <= 64<<10 { // do not keep what one huge body grew
+	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 { // do not keep what one huge body grew
 		canonicalizers.Put(c)
 	}
 	if !ok {
@@ -132,6 +132,7 @@ type canonicalizer struct {
 type memberSpan struct {
 	nameStart, nameEnd int
 	start, end         int
+	escaped            bool // the name has a backslash escape
 }
 
 var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
@@ -179,6 +180,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 			return -1
 		}
 		m := memberSpan{nameStart: name + 1, nameEnd: i - 1}
+		m.escaped = bytes.IndexByte(in[m.nameStart:m.nameEnd], '\\') >= 0
 		var drop bool
 		var child uint64
 		if mask != 0 {
@@ -233,11 +235,11 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 // from one and 1 from the other; equal names keep the order they came in.
 func (c *canonicalizer) compare(a, b memberSpan) int {
 	x, y := c.in[a.nameStart:a.nameEnd], c.in[b.nameStart:b.nameEnd]
-	if bytes.IndexByte(x, '\\') >= 0 {
+	if a.escaped {
 		c.nameA = appendUnescaped(c.nameA[:0], x)
 		x = c.nameA
 	}
-	if bytes.IndexByte(y, '\\') >= 0 {
+	if b.escaped {
 		c.nameB = appendUnescaped(c.nameB[:0], y)
 		y = c.nameB
 	}
