@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"unicode/utf8"
 )
 
 // FingerprintJSON says how a JSON request body enters the payload
@@ -88,9 +89,16 @@ func fingerprintBody(scratch, body []byte, mode FingerprintJSON, ignore []JSONPo
 // bytes of their decoded names (members with the same name keep their
 // order), whitespace between tokens is dropped, and every token is copied
 // as sent. It reports false, with dst's contents unchanged, when body is
-// not one JSON text or nests deeper than maxJSONDepth. At most
+// not one JSON text in UTF-8 or nests deeper than maxJSONDepth. At most
 // MaxFingerprintIgnore pointers are used.
 func appendCanonicalJSON(dst, body []byte, ignore []JSONPointer) ([]byte, bool) {
+	// JSON is UTF-8 (RFC 8259 §8.1). Readers differ on other bytes —
+	// encoding/json reads "\xff" as U+FFFD, so {"\xff":1,"\ufffd":2}
+	// repeats a name for it — and the order of members would then carry a
+	// meaning the canonical form drops.
+	if !utf8.Valid(body) {
+		return dst, false
+	}
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.out, c.ignore = body, dst, ignore
 	var mask uint64

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 func FuzzCanonicalJSON(f *testing.F) {
@@ -17,7 +18,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, ptr string) {
 		out, ok := appendCanonicalJSON(nil, doc, nil)
-		valid := json.Valid(doc) && jsonDepth(doc) <= maxJSONDepth
+		valid := json.Valid(doc) && utf8.Valid(doc) && jsonDepth(doc) <= maxJSONDepth
 		if ok != valid {
 			t.Fatalf("canonical(%q) ok = %v, but valid = %v", doc, ok, valid)
 		}

@@ -76,7 +76,9 @@ func TestCanonicalJSONLeavesOutIgnoredMembers(t *testing.T) {
 
 func TestCanonicalJSONRefusesWhatIsNotOneJSONText(t *testing.T) {
 	deep := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
-	for _, doc := range []string{``, ` `, `{`, `{"a":1}x`, `{"a":1} {}`, `{"a" 1}`, `[1,]`, `{"a":01}`, `'a'`, `a=1&b=2`, deep} {
+	for _, doc := range []string{``, ` `, `{`, `{"a":1}x`, `{"a":1} {}`, `{"a" 1}`, `[1,]`, `{"a":01}`, `'a'`, `a=1&b=2`, deep,
+		"{\"\xff\":1,\"\\ufffd\":2}", // not UTF-8: read as a repeated name by encoding/json
+	} {
 		dst := []byte("prefix")
 		out, ok := appendCanonicalJSON(dst, []byte(doc), nil)
 		if ok || string(out) != "prefix" {
