@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,20 @@ func TestCanonicalJSONSortsMembersAndDropsWhitespace(t *testing.T) {
 		{`{"a":1,"\u0061":2}`, `{"a":1,"\u0061":2}`},
 		{`{"\u0061":2,"a":1}`, `{"\u0061":2,"a":1}`},
 	}
+	// Enough repeats that an unstable sort would show.
+	var in, want strings.Builder
+	in.WriteString(`{"z":0`)
+	want.WriteString(`{`)
+	for i := range 40 {
+		fmt.Fprintf(&in, `,"a":%d,"m":%d`, i, i)
+		fmt.Fprintf(&want, `"a":%d,`, i)
+	}
+	for i := range 40 {
+		fmt.Fprintf(&want, `"m":%d,`, i)
+	}
+	in.WriteString(`}`)
+	want.WriteString(`"z":0}`)
+	tests = append(tests, struct{ in, want string }{in.String(), want.String()})
 	for _, tc := range tests {
 		got, ok := canonical(t, tc.in)
 		if !ok || got != tc.want {

@@ -246,6 +246,14 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 			t.Errorf("%s: %q, %v; want absent", name, got, err)
 		}
 	}
+	// Containers skipped on the way to the key count towards the bound too.
+	pad := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for n, want := range map[int]error{maxJSONDepth - 1: nil, maxJSONDepth: errNoKey} {
+		body := `{"pad":` + pad(n) + `,"id":"x"}`
+		if _, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != want {
+			t.Errorf("%d nested arrays before the key: %v, want %v", n, err, want)
+		}
+	}
 	// Nesting within the bound is followed.
 	ptr := strings.Repeat("/id", maxJSONDepth)
 	ok := strings.Repeat(`{"id":`, maxJSONDepth) + `"x"` + strings.Repeat("}", maxJSONDepth)
