@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -14,6 +15,15 @@ const DefaultUpstreamControlHeader = "Idempotency-Control"
 // ExpiresHeader carries, with advertise_expiry, the HTTP-date after which
 // a keyed response's key is forgotten.
 const ExpiresHeader = "Idempotency-Expires"
+
+// CheckUpstreamControlHeader reports why name cannot be a route's
+// upstream_control_header; "" (disabled) is valid.
+func CheckUpstreamControlHeader(name string) error {
+	if name != "" && !isToken(name) {
+		return fmt.Errorf("%q is not a valid header name", name)
+	}
+	return nil
+}
 
 // takeUpstreamControl removes the header name from an upstream response's
 // header h and reports whether it carried the token no-store: deliver the

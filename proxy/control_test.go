@@ -61,3 +61,16 @@ func TestExpiresIsCreationPlusTTLRoundedDown(t *testing.T) {
 		t.Errorf("not an HTTP-date: %v", err)
 	}
 }
+
+func TestCheckUpstreamControlHeader(t *testing.T) {
+	for _, ok := range []string{"", "Idempotency-Control", "x-control"} {
+		if err := CheckUpstreamControlHeader(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"Idempotency Control", "a:b", "é"} {
+		if err := CheckUpstreamControlHeader(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
