@@ -92,13 +92,6 @@ func fingerprintBody(scratch, body []byte, mode FingerprintJSON, ignore []JSONPo
 // not one JSON text in UTF-8 or nests deeper than maxJSONDepth. At most
 // MaxFingerprintIgnore pointers are used.
 func appendCanonicalJSON(dst, body []byte, ignore []JSONPointer) ([]byte, bool) {
-	// JSON is UTF-8 (RFC 8259 §8.1). Readers differ on other bytes —
-	// encoding/json reads "\xff" as U+FFFD, so {"\xff":1,"\ufffd":2}
-	// repeats a name for it — and the order of members would then carry a
-	// meaning the canonical form drops.
-	if !utf8.Valid(body) {
-		return dst, false
-	}
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.out, c.ignore = body, dst, ignore
 	var mask uint64
@@ -108,7 +101,12 @@ func appendCanonicalJSON(dst, body []byte, ignore []JSONPointer) ([]byte, bool) 
 		}
 	}
 	i := c.value(skipWS(body, 0), 0, mask)
-	ok := i >= 0 && skipWS(body, i) == len(body)
+	// JSON is UTF-8 (RFC 8259 §8.1). Readers differ on other bytes —
+	// encoding/json reads "\xff" as U+FFFD, so {"\xff":1,"\ufffd":2}
+	// repeats a name for it — and the order of members would then carry a
+	// meaning the canonical form drops. Checked last: a body that is not
+	// JSON fails the scan at its first bytes.
+	ok := i >= 0 && skipWS(body, i) == len(body) && utf8.Valid(body)
 	out := c.out
 	c.in, c.out, c.ignore = nil, nil, nil
 	c.members = c.members[:0]
