@@ -191,3 +191,39 @@ func BenchmarkCanonicalFingerprint(b *testing.B) {
 		})
 	}
 }
+
+// Allocations are the same on every machine, unlike times, so they are
+// pinned here: a header key costs what parseKey costs (nothing), a JSON key
+// only its string, a canonical fingerprint nothing once its buffers are
+// warm.
+func TestKeySourceAndCanonicalAllocations(t *testing.T) {
+	if raceEnabled() {
+		t.Skip("the race detector drops sync.Pool items and adds allocations")
+	}
+	bodies := benchKeyBodies(64 << 10)
+	header := &http.Request{Header: http.Header{"Idempotency-Key": {`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}}, URL: &url.URL{RawQuery: "idempotency_key=k1"}}
+	bare := &http.Request{Header: http.Header{}, URL: &url.URL{RawQuery: "a=1&idempotency_key=k1"}}
+	ignore := []JSONPointer{mustPointer(t, "/created")}
+	var scratch []byte
+	headerOnly := []KeySource{HeaderKeySource("Idempotency-Key")}
+	query := mustSources(t, "header:Idempotency-Key", "query:idempotency_key")
+	json := mustSources(t, "json:/a/b/order_id")
+	tests := []struct {
+		name string
+		max  float64
+		run  func()
+	}{
+		{"header", 0, func() { requestKey(header, headerOnly, nil, false) }},
+		{"query", 0, func() { requestKey(bare, query, nil, false) }},
+		{"json", 1, func() { requestKey(bare, json, bodies["order_id/last"], true) }},
+		{"canonical", 0, func() {
+			_, scratch = fingerprintBody(scratch, bodies["id/last"], FingerprintCanonical, ignore)
+		}},
+	}
+	for _, tc := range tests {
+		tc.run() // warm the pools and buffers
+		if got := testing.AllocsPerRun(50, tc.run); got > tc.max {
+			t.Errorf("%s: %.0f allocations, want at most %.0f", tc.name, got, tc.max)
+		}
+	}
+}
