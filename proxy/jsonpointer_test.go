@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseJSONPointerUnescapesTokens(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"/", []string{""}},
+		{"/id", []string{"id"}},
+		{"/a/b/order_id", []string{"a", "b", "order_id"}},
+		{"/a~1b", []string{"a/b"}},
+		{"/m~0n", []string{"m~n"}},
+		{"/~01", []string{"~1"}}, // ~0 first, then a plain 1: not "/"
+		{"/items/0", []string{"items", "0"}},
+	}
+	for _, tc := range tests {
+		p, err := ParseJSONPointer(tc.in)
+		if err != nil {
+			t.Errorf("ParseJSONPointer(%q): %v", tc.in, err)
+			continue
+		}
+		if !slices.Equal(p.tokens, tc.want) || p.String() != tc.in {
+			t.Errorf("ParseJSONPointer(%q) = %q (%q), want %q", tc.in, p.tokens, p.String(), tc.want)
+		}
+	}
+}
+
+func TestParseJSONPointerRejectsBadSyntax(t *testing.T) {
+	for in, want := range map[string]string{
+		"id":    `must start with "/"`,
+		"/a~2":  `"~" must be followed by 0`,
+		"/a~":   `"~" must be followed by 0`,
+		"/a/b~": `"~" must be followed by 0`,
+	} {
+		_, err := ParseJSONPointer(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseJSONPointer(%q) error = %v, want one containing %q", in, err, want)
+		}
+	}
+}
+
+func TestJSONPointerArrayIndexes(t *testing.T) {
+	for tok, want := range map[string]int{"0": 0, "7": 7, "10": 10, "01": -1, "-": -1, "": -1, "1e2": -1, "9999999999": -1} {
+		if got := arrayIndex(tok); got != want {
+			t.Errorf("arrayIndex(%q) = %d, want %d", tok, got, want)
+		}
+	}
+}
+
+func TestJSONPointerLookup(t *testing.T) {
+	doc := `{"a/b": 1, "m~n": 2, "esc\u002fd": 3, "items": [ {"id": "x"}, {"id": "y"} ],
+		"0": "zero", "dup": "first", "dup": "second", "": "empty", "nested": {"deep": {"v": [true, null]}}}`
+	tests := []struct{ ptr, want string }{
+		{"", strings.TrimSpace(doc)},
+		{"/a~1b", "1"},
+		{"/m~0n", "2"},
+		{"/esc~1d", "3"}, // the member name is decoded before it is compared
+		{"/items/1/id", `"y"`},
+		{"/items/0", `{"id": "x"}`},
+		{"/0", `"zero"`}, // an index token names a member of an object
+		{"/dup", `"first"`},
+		{"/", `"empty"`},
+		{"/nested/deep/v/1", "null"},
+	}
+	for _, tc := range tests {
+		p, err := ParseJSONPointer(tc.ptr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := p.lookup([]byte(doc))
+		if !ok || string(got) != tc.want {
+			t.Errorf("lookup(%q) = %q, %v; want %q", tc.ptr, got, ok, tc.want)
+		}
+	}
+	for _, ptr := range []string{"/missing", "/items/2", "/items/-", "/items/01", "/a~1b/x", "/items/x", "/nested/deep/v/2"} {
+		p, _ := ParseJSONPointer(ptr)
+		if got, ok := p.lookup([]byte(doc)); ok {
+			t.Errorf("lookup(%q) = %q, want no value", ptr, got)
+		}
+	}
+}
+
+// The scanner accepts exactly the JSON texts encoding/json accepts, up to
+// the nesting bound.
+func TestSkipValueAgreesWithEncodingJSON(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, `[]`, `""`, `0`, `-0`, `1.5e+3`, `true`, `null`, ` {"a" : [1, "b", {}]} `,
+		`"\u00e9\ud83d\ude00\n"`, `"\ud800"`, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `1e`, `-`, `+1`,
+		`"\x"`, `"a` + "\x01" + `"`, `"\u12"`, `{"a" 1}`, `{1:2}`, `[1 2]`, `tru`, `nul`, `"abc`,
+		`{"a":1}}`, `[1]]`, `{"a":{"b":[]}}`, "\"\xff\"", `1 2`, ``, ` `,
+	} {
+		end := skipValue([]byte(doc), skipWS([]byte(doc), 0), 0)
+		got := end >= 0 && skipWS([]byte(doc), end) == len(doc)
+		if want := json.Valid([]byte(doc)); got != want {
+			t.Errorf("scanner on %q: valid = %v, encoding/json says %v", doc, got, want)
+		}
+	}
+}
+
+func TestScannerBoundsNesting(t *testing.T) {
+	ok := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
+	if skipValue([]byte(ok), 0, 0) != len(ok) {
+		t.Errorf("%d nested arrays refused", maxJSONDepth)
+	}
+	deep := "[" + ok + "]"
+	if skipValue([]byte(deep), 0, 0) != -1 {
+		t.Errorf("%d nested arrays accepted", maxJSONDepth+1)
+	}
+}
+
+func TestAppendUnescapedDecodesLikeEncodingJSON(t *testing.T) {
+	for _, s := range []string{`plain`, `a\"b\\c\/d`, `\b\f\n\r\t`, `\u00e9`, `\ud83d\ude00`, `\ud800`, `\ud800x`, `\ud800\u0041`, `\udc00\ud800`} {
+		var want string
+		if err := json.Unmarshal([]byte(`"`+s+`"`), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(appendUnescaped(nil, []byte(s))); got != want {
+			t.Errorf("appendUnescaped(%q) = %q, want %q", s, got, want)
+		}
+	}
+}

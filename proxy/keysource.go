@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// KeySourceKind says where in a request a KeySource looks for the key.
+type KeySourceKind uint8
+
+const (
+	// KeyFromHeader reads a header, raw or as an RFC 8941 string.
+	KeyFromHeader KeySourceKind = iota + 1
+	// KeyFromQuery reads a query parameter that must appear once.
+	KeyFromQuery
+	// KeyFromJSON reads the string or integer at a JSON pointer in the body.
+	KeyFromJSON
+	// KeyFromBodySHA256 uses the hex SHA-256 of a non-empty body.
+	KeyFromBodySHA256
+)
+
+// KeySource is one place an idempotency key may come from, written
+// "header:NAME", "query:NAME", "json:/pointer" or "body_sha256" in the
+// configuration (docs/request-handling.md, "Where the key comes from").
+// A route's sources are tried in order and the first one present gives the
+// key, so clients that cannot send an Idempotency-Key header (webhook
+// senders, partners with an order id in the payload) are still protected.
+type KeySource struct {
+	Kind KeySourceKind
+	// Name is the header's canonical name, or the query parameter's name.
+	Name string
+	// Pointer locates the key in a JSON body (KeyFromJSON).
+	Pointer JSONPointer
+}
+
+// HeaderKeySource is the source of the "header" shorthand: [header:NAME].
+func HeaderKeySource(name string) KeySource {
+	return KeySource{Kind: KeyFromHeader, Name: http.CanonicalHeaderKey(name)}
+}
+
+const keySourceForms = "header:NAME, query:NAME, json:/pointer or body_sha256"
+
+// ParseKeySource parses the configuration form of a key source.
+func ParseKeySource(s string) (KeySource, error) {
+	if s == "body_sha256" {
+		return KeySource{Kind: KeyFromBodySHA256}, nil
+	}
+	kind, arg, ok := strings.Cut(s, ":")
+	if !ok {
+		if s == "" {
+			return KeySource{}, errors.New("empty key source: want " + keySourceForms)
+		}
+		return KeySource{}, fmt.Errorf("key source %q: want %s", s, keySourceForms)
+	}
+	arg = strings.TrimSpace(arg)
+	switch kind {
+	case "header":
+		if arg == "" {
+			return KeySource{}, fmt.Errorf("key source %q: header: needs a header name, as in header:Idempotency-Key", s)
+		}
+		if !isToken(arg) {
+			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid header name", s, arg)
+		}
+		return HeaderKeySource(arg), nil
+	case "query":
+		if arg == "" {
+			return KeySource{}, fmt.Errorf("key source %q: query: needs a parameter name, as in query:idempotency_key", s)
+		}
+		return KeySource{Kind: KeyFromQuery, Name: arg}, nil
+	case "json":
+		p, err := ParseJSONPointer(arg)
+		if err != nil {
+			return KeySource{}, fmt.Errorf("key source %q: %w", s, err)
+		}
+		if p.IsRoot() {
+			return KeySource{}, fmt.Errorf("key source %q: json: needs a pointer to a member, as in json:/id", s)
+		}
+		return KeySource{Kind: KeyFromJSON, Pointer: p}, nil
+	case "body_sha256":
+		return KeySource{}, fmt.Errorf("key source %q: body_sha256 takes no argument", s)
+	}
+	return KeySource{}, fmt.Errorf("key source %q: unknown kind %q: want %s", s, kind, keySourceForms)
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of a header name.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// String returns the configuration form of the source.
+func (k KeySource) String() string {
+	switch k.Kind {
+	case KeyFromHeader:
+		return "header:" + k.Name
+	case KeyFromQuery:
+		return "query:" + k.Name
+	case KeyFromJSON:
+		return "json:" + k.Pointer.String()
+	case KeyFromBodySHA256:
+		return "body_sha256"
+	}
+	return ""
+}
+
+// MarshalText returns the configuration form of the source.
+func (k KeySource) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText parses the configuration form, as ParseKeySource.
+func (k *KeySource) UnmarshalText(text []byte) error {
+	s, err := ParseKeySource(string(text))
+	if err != nil {
+		return err
+	}
+	*k = s
+	return nil
+}
+
+// readsBody reports whether the source needs the request body.
+func (k KeySource) readsBody() bool {
+	return k.Kind == KeyFromJSON || k.Kind == KeyFromBodySHA256
+}
+
+// describe names the source for a client, in a problem's detail.
+func (k KeySource) describe() string {
+	switch k.Kind {
+	case KeyFromHeader:
+		return "the " + k.Name + " header"
+	case KeyFromQuery:
+		return "the " + k.Name + " query parameter"
+	case KeyFromJSON:
+		return "a JSON string or integer at " + k.Pointer.String() + " in the body"
+	case KeyFromBodySHA256:
+		return "a body"
+	}
+	return ""
+}
+
+// DescribeKeySources names what a request must carry for sources to find
+// a key, for the detail of a missing-key problem: "the Idempotency-Key
+// header or a JSON string or integer at /id in the body".
+func DescribeKeySources(sources []KeySource) string {
+	var b strings.Builder
+	for i, k := range sources {
+		switch {
+		case i == 0:
+		case i == len(sources)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(k.describe())
+	}
+	return b.String()
+}

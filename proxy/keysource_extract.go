@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+var (
+	// errNeedBody means requestKey reached a source that reads the body
+	// before the caller read it: read it (bounded) and ask again.
+	errNeedBody = errors.New("the idempotency key may be in the request body")
+
+	errKeyEscape = errors.New("the idempotency key is not validly percent-encoded")
+)
+
+// keySourceError is a key that a source found but that is not valid. It
+// names the source, so a client learns where the proxy looked.
+type keySourceError struct {
+	source KeySource
+	err    error
+}
+
+func (e *keySourceError) Error() string { return e.err.Error() + " (" + e.source.String() + ")" }
+func (e *keySourceError) Unwrap() error { return e.err }
+
+// requestKey returns the idempotency key from the first of sources present
+// in r. It returns errNoKey when none is, errNeedBody when it reached a
+// source that reads the body and haveBody is false, and any other error
+// (a *keySourceError) for a key that is present but invalid: 400
+// invalid-key. A present but invalid key never falls through to the next
+// source, or a client's typo would silently pick another key.
+//
+// body is the whole request body, already read; it is neither copied nor
+// kept.
+func requestKey(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, error) {
+	for i := range sources {
+		k := &sources[i]
+		if k.readsBody() && !haveBody {
+			return "", errNeedBody
+		}
+		key, err := k.extract(r, body)
+		switch {
+		case err == errNoKey:
+			continue
+		case err != nil:
+			return "", &keySourceError{source: *k, err: err}
+		}
+		return key, nil
+	}
+	return "", errNoKey
+}
+
+// extract returns the key this source finds, errNoKey, or why it is invalid.
+func (k *KeySource) extract(r *http.Request, body []byte) (string, error) {
+	switch k.Kind {
+	case KeyFromHeader:
+		return parseKey(r.Header, k.Name)
+	case KeyFromQuery:
+		return queryKey(r.URL.RawQuery, k.Name)
+	case KeyFromJSON:
+		return jsonKey(body, k.Pointer)
+	case KeyFromBodySHA256:
+		if len(body) == 0 {
+			// Every body-less request would share one key, and differ
+			// only in path: absent, not a key.
+			return "", errNoKey
+		}
+		sum := sha256.Sum256(body)
+		return hex.EncodeToString(sum[:]), nil
+	}
+	return "", errNoKey
+}
+
+// queryKey returns the one value of the query parameter name in rawQuery.
+// Parameters are separated by "&" and percent-decoded as url.ParseQuery
+// does ("+" is a space); it allocates only for an escaped key.
+func queryKey(rawQuery, name string) (string, error) {
+	var value string
+	found := false
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k != name {
+			if strings.IndexByte(k, '%') < 0 && strings.IndexByte(k, '+') < 0 {
+				continue
+			}
+			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
+				continue
+			}
+		}
+		if found {
+			return "", errKeyMultiple
+		}
+		value, found = v, true
+	}
+	if !found {
+		return "", errNoKey
+	}
+	if strings.IndexByte(value, '%') >= 0 || strings.IndexByte(value, '+') >= 0 {
+		v, err := url.QueryUnescape(value)
+		if err != nil {
+			return "", errKeyEscape
+		}
+		value = v
+	}
+	if err := checkKey(value); err != nil {
+		return "", err
+	}
+	return value, nil
+}
+
+// jsonKey returns the string or integer at p in body. Anything else —
+// a body that is not JSON up to the value, no value there, another type,
+// an integer beyond 64 bits — is absent: the body belongs to the upstream,
+// and the proxy does not refuse what it cannot use.
+func jsonKey(body []byte, p JSONPointer) (string, error) {
+	v, ok := p.lookup(body)
+	if !ok {
+		return "", errNoKey
+	}
+	var key string
+	switch {
+	case v[0] == '"':
+		raw := v[1 : len(v)-1]
+		if bytes.IndexByte(raw, '\\') < 0 {
+			key = string(raw)
+		} else {
+			key = string(appendUnescaped(make([]byte, 0, len(raw)), raw))
+		}
+	case isInt64(v):
+		key = string(v)
+	default:
+		return "", errNoKey
+	}
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// isInt64 reports whether the JSON number v is an integer (no fraction or
+// exponent) within the int64 range, as sent.
+func isInt64(v []byte) bool {
+	digits := v
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 19 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	if len(digits) < 19 {
+		return true
+	}
+	limit := "9223372036854775807"
+	if v[0] == '-' {
+		limit = "9223372036854775808"
+	}
+	return string(digits) <= limit
+}

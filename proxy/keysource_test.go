@@ -1,0 +1,303 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestParseKeySourceForms(t *testing.T) {
+	tests := []struct {
+		in, want string
+		kind     KeySourceKind
+	}{
+		{"header:Idempotency-Key", "header:Idempotency-Key", KeyFromHeader},
+		{"header:x-github-delivery", "header:X-Github-Delivery", KeyFromHeader},
+		{"header: X-Shopify-Webhook-Id", "header:X-Shopify-Webhook-Id", KeyFromHeader},
+		{"query:idempotency_key", "query:idempotency_key", KeyFromQuery},
+		{"json:/id", "json:/id", KeyFromJSON},
+		{"json:/a/b~1c/order_id", "json:/a/b~1c/order_id", KeyFromJSON},
+		{"body_sha256", "body_sha256", KeyFromBodySHA256},
+	}
+	for _, tc := range tests {
+		var k KeySource
+		if err := k.UnmarshalText([]byte(tc.in)); err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		if k.Kind != tc.kind || k.String() != tc.want {
+			t.Errorf("%q parsed as %v %q, want %v %q", tc.in, k.Kind, k, tc.kind, tc.want)
+		}
+		again, err := ParseKeySource(k.String())
+		if err != nil || again.String() != k.String() {
+			t.Errorf("%q does not round-trip: %q, %v", k, again, err)
+		}
+	}
+}
+
+func TestParseKeySourceRejectsWithAReason(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                  "empty key source: want header:NAME, query:NAME, json:/pointer or body_sha256",
+		"Idempotency-Key":   `key source "Idempotency-Key": want header:NAME`,
+		"header:":           "header: needs a header name",
+		"header:Bad Name":   `"Bad Name" is not a valid header name`,
+		"header:a:b":        `"a:b" is not a valid header name`,
+		"query:":            "query: needs a parameter name",
+		"json:id":           `JSON pointer "id" must start with "/"`,
+		"json:":             "json: needs a pointer to a member",
+		"json:/a~2":         `"~" must be followed by 0`,
+		"body_sha256:x":     "body_sha256 takes no argument",
+		"cookie:session":    `unknown kind "cookie"`,
+		"Header:X-Delivery": `unknown kind "Header"`,
+	} {
+		_, err := ParseKeySource(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseKeySource(%q) error = %v, want one containing %q", in, err, want)
+		}
+	}
+}
+
+func mustSources(t testing.TB, specs ...string) []KeySource {
+	t.Helper()
+	out := make([]KeySource, len(specs))
+	for i, s := range specs {
+		k, err := ParseKeySource(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = k
+	}
+	return out
+}
+
+func keyRequest(target string, header http.Header) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, target, nil)
+	for name, values := range header {
+		r.Header[name] = values
+	}
+	return r
+}
+
+func TestFirstKeySourcePresentGivesTheKey(t *testing.T) {
+	sources := mustSources(t, "header:Idempotency-Key", "header:X-GitHub-Delivery", "query:key", "json:/id", "body_sha256")
+	body := []byte(`{"id":"evt_1","object":"event"}`)
+	tests := []struct {
+		name   string
+		target string
+		header http.Header
+		body   []byte
+		want   string
+	}{
+		{"first header", "/?key=q", http.Header{"Idempotency-Key": {"k1"}, "X-Github-Delivery": {"d1"}}, body, "k1"},
+		{"second header", "/?key=q", http.Header{"X-Github-Delivery": {"d1"}}, body, "d1"},
+		{"query", "/?key=q", nil, body, "q"},
+		{"json", "/", nil, body, "evt_1"},
+		{"body hash", "/", nil, []byte(`{"other":1}`), bodyHex([]byte(`{"other":1}`))},
+		{"body hash of a cut body", "/", nil, []byte(`{"object":"event","id":`), bodyHex([]byte(`{"object":"event","id":`))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := requestKey(keyRequest(tc.target, tc.header), sources, tc.body, true)
+			if err != nil || got != tc.want {
+				t.Errorf("key = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func bodyHex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func TestKeyFromBodyAsksForTheBodyOnlyWhenReached(t *testing.T) {
+	sources := mustSources(t, "header:Idempotency-Key", "json:/id")
+	r := keyRequest("/", http.Header{"Idempotency-Key": {"k"}})
+	if got, err := requestKey(r, sources, nil, false); err != nil || got != "k" {
+		t.Fatalf("with the header: %q, %v; want the header's key without the body", got, err)
+	}
+	r = keyRequest("/", nil)
+	if _, err := requestKey(r, sources, nil, false); err != errNeedBody {
+		t.Fatalf("without the header: %v, want errNeedBody", err)
+	}
+	if got, err := requestKey(r, sources, []byte(`{"id":7}`), true); err != nil || got != "7" {
+		t.Fatalf("with the body: %q, %v; want 7", got, err)
+	}
+	if _, err := requestKey(r, sources, nil, true); err != errNoKey {
+		t.Fatalf("empty body: %v, want errNoKey", err)
+	}
+}
+
+// A key that is present but invalid is refused: falling through to the
+// next source would let a malformed key silently become another one.
+func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
+	sources := mustSources(t, "header:Idempotency-Key", "query:key", "json:/id")
+	tests := []struct {
+		name   string
+		target string
+		header http.Header
+		body   string
+		want   error
+	}{
+		{"two header lines", "/", http.Header{"Idempotency-Key": {"a", "b"}}, `{"id":"x"}`, errKeyMultiple},
+		{"header list", "/", http.Header{"Idempotency-Key": {"a, b"}}, `{"id":"x"}`, errKeyMultiple},
+		{"empty header", "/", http.Header{"Idempotency-Key": {""}}, `{"id":"x"}`, errEmptyKey},
+		{"two query values", "/?key=a&key=b", nil, `{"id":"x"}`, errKeyMultiple},
+		{"escaped name, twice", "/?key=a&k%65y=b", nil, `{"id":"x"}`, errKeyMultiple},
+		{"empty query value", "/?key=", nil, `{"id":"x"}`, errEmptyKey},
+		{"query without =", "/?key", nil, `{"id":"x"}`, errEmptyKey},
+		{"bad escape", "/?key=%zz", nil, `{"id":"x"}`, errKeyEscape},
+		{"query control char", "/?key=a%00b", nil, `{"id":"x"}`, errKeyCharset},
+		{"json empty string", "/", nil, `{"id":""}`, errEmptyKey},
+		{"json non-ASCII", "/", nil, `{"id":"caf\u00e9"}`, errKeyCharset},
+		{"json escaped newline", "/", nil, `{"id":"a\nb"}`, errKeyCharset},
+		{"json too long", "/", nil, `{"id":"` + strings.Repeat("k", 256) + `"}`, errKeyTooLong},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := requestKey(keyRequest(tc.target, tc.header), sources, []byte(tc.body), true)
+			var kerr *keySourceError
+			if !errors.Is(err, tc.want) || !errors.As(err, &kerr) {
+				t.Fatalf("key = %q, %v; want a *keySourceError wrapping %v", got, err, tc.want)
+			}
+			if !strings.Contains(err.Error(), kerr.source.String()) {
+				t.Errorf("error %q does not name its source", err)
+			}
+		})
+	}
+}
+
+func TestQueryKeyIsDecoded(t *testing.T) {
+	sources := mustSources(t, "query:idempotency_key")
+	for target, want := range map[string]string{
+		"/?idempotency_key=abc":                         "abc",
+		"/?a=1&idempotency_key=abc&b=2":                 "abc",
+		"/?idempotency_key=a%2Fb+c":                     "a/b c",
+		"/?idempotency%5Fkey=x":                         "x",
+		"/?idempotency_key=x=y":                         "x=y",
+		"/?idempotency_key=" + strings.Repeat("k", 255): strings.Repeat("k", 255),
+	} {
+		got, err := requestKey(keyRequest(target, nil), sources, nil, true)
+		if err != nil || got != want {
+			t.Errorf("%s: key %q, %v; want %q", target, got, err, want)
+		}
+	}
+	for _, target := range []string{"/", "/?other=1", "/?Idempotency_key=x", "/?idempotency_keyx=1"} {
+		if got, err := requestKey(keyRequest(target, nil), sources, nil, true); err != errNoKey {
+			t.Errorf("%s: key %q, %v; want absent", target, got, err)
+		}
+	}
+}
+
+func TestJSONKeyIsAStringOrAnInteger(t *testing.T) {
+	tests := []struct{ ptr, body, want string }{
+		{"/id", `{"id":"evt_1NqT"}`, "evt_1NqT"},
+		{"/id", ` { "type" : "x" , "id" : "evt_2" } `, "evt_2"},
+		{"/id", `{"id":"a\"b\\c\/d"}`, `a"b\c/d`},
+		{"/id", `{"id":"\u0041BC"}`, "ABC"},
+		{"/id", `{"id":12345}`, "12345"},
+		{"/id", `{"id":-7}`, "-7"},
+		{"/id", `{"id":9223372036854775807}`, "9223372036854775807"},
+		{"/id", `{"id":-9223372036854775808}`, "-9223372036854775808"},
+		{"/a/b/order_id", `{"a":{"x":[1,{"y":null}],"b":{"order_id":"ord_9"}}}`, "ord_9"},
+		{"/data/object/id", `{"data":{"object":{"id":"ch_1"}},"id":"evt_3"}`, "ch_1"},
+		{"/items/1/sku", `{"items":[{"sku":"a"},{"sku":"b"}]}`, "b"},
+		{"/id", `{"id":"first","id":"second"}`, "first"},
+	}
+	for _, tc := range tests {
+		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+tc.ptr), []byte(tc.body), true)
+		if err != nil || got != tc.want {
+			t.Errorf("%s in %s: %q, %v; want %q", tc.ptr, tc.body, got, err, tc.want)
+		}
+	}
+}
+
+// The body belongs to the upstream: whatever it holds, a json source
+// finds a key or finds none, and never refuses the request.
+func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
+	deep := strings.Repeat(`{"id":`, maxJSONDepth+1) + `"x"` + strings.Repeat("}", maxJSONDepth+1)
+	for name, body := range map[string]string{
+		"empty":            ``,
+		"form":             `id=evt_1&type=x`,
+		"not JSON":         `<id>evt_1</id>`,
+		"truncated":        `{"id":"evt_`,
+		"truncated before": `{"type":"x",`,
+		"no member":        `{"type":"x"}`,
+		"array body":       `[{"id":"x"}]`,
+		"null":             `{"id":null}`,
+		"bool":             `{"id":true}`,
+		"object":           `{"id":{"v":1}}`,
+		"array":            `{"id":[1]}`,
+		"float":            `{"id":1.5}`,
+		"exponent":         `{"id":1e3}`,
+		"huge":             `{"id":9223372036854775808}`,
+		"huge negative":    `{"id":-9223372036854775809}`,
+		"very huge":        `{"id":` + strings.Repeat("9", 5000) + `}`,
+		"bad earlier":      `{"a":tru,"id":"x"}`,
+		"control in name":  "{\"a\x01\":1,\"id\":\"x\"}",
+		"deep":             deep,
+	} {
+		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
+		if err != errNoKey {
+			t.Errorf("%s: %q, %v; want absent", name, got, err)
+		}
+	}
+	// Containers skipped on the way to the key count towards the bound too.
+	pad := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for n, want := range map[int]error{maxJSONDepth - 1: nil, maxJSONDepth: errNoKey} {
+		body := `{"pad":` + pad(n) + `,"id":"x"}`
+		if _, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != want {
+			t.Errorf("%d nested arrays before the key: %v, want %v", n, err, want)
+		}
+	}
+	// Nesting within the bound is followed.
+	ptr := strings.Repeat("/id", maxJSONDepth)
+	ok := strings.Repeat(`{"id":`, maxJSONDepth) + `"x"` + strings.Repeat("}", maxJSONDepth)
+	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+ptr), []byte(ok), true); err != nil || got != "x" {
+		t.Errorf("%d levels: %q, %v; want x", maxJSONDepth, got, err)
+	}
+	deepPtr := strings.Repeat("/id", maxJSONDepth+1)
+	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+deepPtr), []byte(deep), true); err != errNoKey {
+		t.Errorf("%d levels: %q, %v; want absent", maxJSONDepth+1, got, err)
+	}
+}
+
+// Only what precedes the value is read: a large body with the key first
+// costs a few bytes of scanning, whatever follows.
+func TestJSONKeyDoesNotReadPastTheValue(t *testing.T) {
+	got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(`{"id":"evt_1", this is not JSON`), true)
+	if err != nil || got != "evt_1" {
+		t.Fatalf("%q, %v; want evt_1", got, err)
+	}
+}
+
+func TestBodySHA256KeyIsTheHexDigestOfANonEmptyBody(t *testing.T) {
+	sources := mustSources(t, "body_sha256")
+	body := []byte("payload=1")
+	got, err := requestKey(keyRequest("/", nil), sources, body, true)
+	if want := bodyHex(body); err != nil || got != want {
+		t.Fatalf("%q, %v; want %q", got, err, want)
+	}
+	if got, err := requestKey(keyRequest("/", nil), sources, nil, true); err != errNoKey {
+		t.Fatalf("empty body: %q, %v; want absent", got, err)
+	}
+}
+
+func TestDescribeKeySources(t *testing.T) {
+	for _, tc := range []struct {
+		specs []string
+		want  string
+	}{
+		{[]string{"header:Idempotency-Key"}, "the Idempotency-Key header"},
+		{[]string{"header:Idempotency-Key", "json:/id"}, "the Idempotency-Key header or a JSON string or integer at /id in the body"},
+		{[]string{"query:k", "header:X-Key", "body_sha256"}, "the k query parameter, the X-Key header or a body"},
+	} {
+		if got := DescribeKeySources(mustSources(t, tc.specs...)); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
+		}
+	}
+}
