@@ -485,20 +485,6 @@ func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
 	}
 }
 
-// A protocol upgrade hands the connection over: it is passed through, not
-// locked or recorded, even on a protected method with a key.
-func TestUpgradeIsPassedThrough(t *testing.T) {
-	e := newEnv(t, nil)
-	e.do(t, "POST", "/ws", "k", "{}", "Connection", "Upgrade", "Upgrade", "websocket")
-	r := e.do(t, "POST", "/ws", "k", "{}", "Connection", "Upgrade", "Upgrade", "websocket")
-	if r.replayed() || e.up.calls.Load() != 2 {
-		t.Fatalf("upgrade requests: replayed=%v executions=%d, want 2 plain executions", r.replayed(), e.up.calls.Load())
-	}
-	if got := e.outcomes(DefaultRoute, OutcomePassthrough); got != 2 {
-		t.Errorf("passthrough = %v, want 2", got)
-	}
-}
-
 func TestNewRejectsImpossiblePolicies(t *testing.T) {
 	st := newFlaky(t)
 	up := newUpstream(t, nil)

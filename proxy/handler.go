@@ -131,12 +131,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	x.route = h.routes.Load().match(r)
 	pol := &x.route.policy
-	// Protocol upgrades (WebSocket…) hand the connection over: there is no
-	// response to record.
-	if !x.route.protects(r.Method) || r.Header["Upgrade"] != nil {
+	// A real protocol upgrade (WebSocket) hands the connection over: there
+	// is no response to record. Any other upgrade offer is dropped.
+	if !x.route.protects(r.Method) || isUpgrade(r) {
 		h.rp.ServeHTTP(w, r)
 		return
 	}
+	dropUpgrade(r.Header)
 	key, err := parseKey(r.Header, pol.Header)
 	switch {
 	case err == errNoKey && pol.RequireKey:
@@ -150,6 +151,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, &x, OutcomeInvalidKey, probInvalidKey, err.Error()+".")
 		return
 	}
+	keepKeyHeader(r.Header, pol.Header)
 	body, err := readBody(r, pol.MaxRequestBody)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
@@ -165,9 +167,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveKeyed decides what a request with a valid key gets.
 func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange, key string, body []byte) {
 	pol := &x.route.policy
-	fp := fingerprint(r, body, pol.FingerprintHeaders)
-	skey := storageKey(r, key, pol.ScopeHeaders)
-	x.keyHash = skey[:12]
+	// The one place the host joins the fingerprint; fingerprint_host: false
+	// passes "" here.
+	host := normalHost(r.Host)
+	// The body was read to its end, so the trailers are known.
+	fp := fingerprint(r, host, body, pol.FingerprintHeaders)
+	skey := storageKey(r, key, x.route.scope)
+	x.keyHash = skey
 
 	// Store calls and the upstream call run detached from the client: a
 	// Begin cut short could leave a lease nobody holds the token of, and a

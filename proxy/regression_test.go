@@ -100,7 +100,7 @@ func TestRegressionAbortBeforeSendIsRecordedUnderKeep(t *testing.T) {
 
 func storageKeyFor(key string) string {
 	r := httptest.NewRequest("POST", "/x", nil)
-	return storageKey(r, key, DefaultPolicy().ScopeHeaders)
+	return storageKey(r, key, parseScope(DefaultPolicy().ScopeHeaders))
 }
 
 // Outside an http.Server (no http.ServerContextKey in the request context,
