@@ -17,9 +17,11 @@ import (
 // writes keep succeeding so the reverse proxy reads the upstream response to
 // the end and the retry can be replayed (SPEC §5).
 type capture struct {
-	rw    http.ResponseWriter
-	limit int64
-	route *route
+	rw http.ResponseWriter
+	// limit is max_response_body: the most the record may hold, headers
+	// and body together. bodyLimit is what the headers leave of it.
+	limit, bodyLimit int64
+	route            *route
 
 	wroteHeader bool
 	status      int
@@ -67,8 +69,15 @@ func (c *capture) WriteHeader(code int) {
 	}
 	if c.recording {
 		c.header = recordableHeader(h)
-		if n := c.declared; n >= 0 {
-			if n > c.limit {
+		c.bodyLimit = c.limit - headerSize(c.header)
+		if c.bodyLimit < 0 {
+			// The headers alone are over the limit: keep what a client
+			// needs to read the answer, the status and Content-Type.
+			c.header = contentTypeOnly(c.header)
+			c.omitted, c.bodyLimit = true, 0
+		}
+		if n := c.declared; n >= 0 && !c.omitted {
+			if n > c.bodyLimit {
 				c.omitted = true
 			} else if n > 0 {
 				c.body = make([]byte, 0, n)
@@ -86,7 +95,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	}
 	c.written += int64(len(p))
 	if c.recording && !c.omitted {
-		if int64(len(c.body)+len(p)) > c.limit {
+		if int64(len(c.body)+len(p)) > c.bodyLimit {
 			c.omitted, c.body = true, nil
 		} else {
 			c.body = append(c.body, p...)
@@ -142,6 +151,25 @@ func recordableHeader(h http.Header) http.Header {
 	return out
 }
 
+// headerSize is what a header counts toward max_response_body: its size
+// on the wire, "Name: value\r\n" per value.
+func headerSize(h http.Header) int64 {
+	var n int64
+	for k, v := range h {
+		for _, s := range v {
+			n += int64(len(k) + len(s) + 4)
+		}
+	}
+	return n
+}
+
+func contentTypeOnly(h http.Header) http.Header {
+	if ct, ok := h["Content-Type"]; ok {
+		return http.Header{"Content-Type": ct}
+	}
+	return http.Header{}
+}
+
 func (c *capture) wroteHeaders() { c.sent.Store(true) }
 
 // cutShort reports whether fewer body bytes arrived than the upstream
@@ -154,6 +182,15 @@ func (c *capture) cutShort(method string) bool {
 // trace reports to the capture when the request starts reaching the upstream.
 func (c *capture) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{WroteHeaders: c.wroteHeaders}
+}
+
+// recordOr records the proxy's own problem response the client was sent
+// through the capture, or, when it was not captured, p with detail.
+func (c *capture) recordOr(fp store.Fingerprint, p problem, detail string) *store.Record {
+	if c.recording && !c.omitted && c.wroteHeader {
+		return c.record(fp)
+	}
+	return problemRecord(p, detail, fp)
 }
 
 // record returns the captured response as a store record. Its header

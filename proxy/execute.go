@@ -23,6 +23,14 @@ type flight struct {
 	fp         store.Fingerprint
 	// done closes when the key is settled, waking local waiters.
 	done chan struct{}
+
+	// rec is the record being stored; omitReason says why it has no body
+	// ("" when it has), for idempotency_proxy_records_body_omitted_total.
+	rec        *store.Record
+	omitReason string
+	// held is set once the store had no room even for rec without its
+	// body: the key stays locked, its lease renewed, until rec fits.
+	held bool
 }
 
 // execute forwards the first request of a key, whose lease this handler
@@ -78,14 +86,20 @@ func (h *Handler) settle(ctx context.Context, f *flight, method string, aborted 
 	case c.upstreamErr != nil && !c.sent.Load():
 		// Nothing reached the upstream: a retry executes safely.
 		outcome = OutcomeUpstreamError
+	case c.upstreamErr != nil && responseHeaderTooLarge(c.upstreamErr):
+		// The upstream answered, so it executed the request; its answer
+		// is too large to read. A retry would execute again and fail the
+		// same way: the 502 is kept whatever on_upstream_error says.
+		outcome = OutcomeUpstreamError
+		rec = c.recordOr(f.fp, probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.")
 	case c.upstreamErr != nil || aborted || !c.wroteHeader || c.cutShort(method):
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
 		// at-most-once.
 		outcome = OutcomeUpstreamError
 		if pol.KeepOnUpstreamError {
-			if c.upstreamErr != nil && c.recording && !c.omitted {
-				rec = c.record(f.fp) // the 502 the client was sent
+			if c.upstreamErr != nil {
+				rec = c.recordOr(f.fp, probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.")
 			} else {
 				rec = problemRecord(probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", f.fp)
 			}
@@ -96,24 +110,38 @@ func (h *Handler) settle(ctx context.Context, f *flight, method string, aborted 
 	default:
 		outcome = OutcomeExecuted
 		rec = c.record(f.fp)
+		if rec.BodyOmitted {
+			f.omitReason = omitTooLarge
+		}
 	}
 
 	if rec == nil {
-		h.settleKey(f, "could not release key before its lease expired; it unlocks at lock_ttl",
-			func() bool { return h.tryRelease(ctx, f) })
+		h.settleKey(ctx, f, "could not release key before its lease expired; it unlocks at lock_ttl",
+			func() attempt { return h.tryRelease(ctx, f) })
 	} else {
-		h.settleKey(f, "could not record response before its lease expired; a retry with its key will execute again",
-			func() bool { return h.tryComplete(ctx, f, rec, leaseLost) })
+		f.rec = rec
+		h.settleKey(ctx, f, "could not record response before its lease expired; a retry with its key will execute again",
+			func() attempt { return h.tryComplete(ctx, f, leaseLost) })
 	}
 	return outcome
 }
 
-// settleKey runs try — record or release — until it succeeds. When the
-// store is briefly unavailable it keeps trying in the background (the
+// attempt is the result of one try at settling a key.
+type attempt uint8
+
+const (
+	settled attempt = iota // recorded, released, or lost to another owner
+	retry                  // the store was unavailable
+)
+
+// settleKey runs try — record or release — until the key is settled. When
+// the store is briefly unavailable it keeps trying in the background (the
 // client already has its response) until the lease would have expired,
-// after which the store settles the key on its own.
-func (h *Handler) settleKey(f *flight, giveUp string, try func() bool) {
-	if try() {
+// after which the store settles the key on its own. A key held because the
+// store is full (f.held) keeps its lease renewed meanwhile: a full store
+// must never let a retry execute again.
+func (h *Handler) settleKey(ctx context.Context, f *flight, giveUp string, try func() attempt) {
+	if try() == settled {
 		h.owners.remove(f.key, f.done)
 		h.settling.Add(-1)
 		return
@@ -121,44 +149,107 @@ func (h *Handler) settleKey(f *flight, giveUp string, try func() bool) {
 	go func() {
 		defer h.settling.Add(-1)
 		defer h.owners.remove(f.key, f.done)
+		renewEvery := max(f.route.policy.LockTTL/3, time.Millisecond)
 		backoff := 50 * time.Millisecond
-		for time.Until(f.lease.until) > backoff {
-			t := time.NewTimer(backoff)
+		for {
+			wait := backoff
+			if f.held {
+				wait = min(wait, renewEvery)
+			}
+			if time.Until(f.lease.until) <= wait {
+				h.log.Warn(giveUp, "route", f.route.label, "key_hash", f.keyHash)
+				return
+			}
+			t := time.NewTimer(wait)
 			<-t.C
-			if try() {
+			if f.held && h.renewHeld(ctx, f) {
+				return // lost: another owner has the key
+			}
+			if try() == settled {
 				return
 			}
 			backoff = min(2*backoff, time.Second)
 		}
-		h.log.Warn(giveUp, "route", f.route.label, "key_hash", f.keyHash)
 	}()
 }
 
-// tryComplete stores rec and reports whether the key is settled: recorded,
-// or lost to another owner. false means the store was unavailable.
-func (h *Handler) tryComplete(ctx context.Context, f *flight, rec *store.Record, leaseLost bool) bool {
-	err := h.complete(ctx, f.key, f.token, rec, f.route.policy.TTL)
+// renewHeld extends the lease of a key held for lack of space and reports
+// whether the lease was lost.
+func (h *Handler) renewHeld(ctx context.Context, f *flight) (lost bool) {
+	ttl := f.route.policy.LockTTL
+	sent := time.Now()
+	err := h.extend(ctx, f.key, f.token, ttl)
 	switch {
 	case err == nil:
+		f.lease.until = sent.Add(ttl)
+	case errors.Is(err, store.ErrLockLost):
+		h.lockLost(f, "renewal while the store was full")
 		return true
+	default:
+		h.log.Warn("could not renew lease of a key held while the store is full", "route", f.route.label, "key_hash", f.keyHash, "error", err)
+	}
+	return false
+}
+
+// tryComplete stores f.rec. When the store has no room for it, it stores
+// the record without its body instead; when there is no room for that
+// either, it holds the key (f.held) so that no retry executes again, and
+// the caller keeps trying.
+func (h *Handler) tryComplete(ctx context.Context, f *flight, leaseLost bool) attempt {
+	ttl := f.route.policy.TTL
+	err := h.complete(ctx, f.key, f.token, f.rec, ttl)
+	if errors.Is(err, store.ErrFull) && len(f.rec.Body) > 0 {
+		f.rec, f.omitReason = withoutBody(f.rec), omitStoreFull
+		err = h.complete(ctx, f.key, f.token, f.rec, ttl)
+	}
+	switch {
+	case err == nil:
+		if f.omitReason != "" {
+			h.metrics.bodyOmitted[f.omitReason].Inc()
+		}
+		if f.held {
+			h.log.Info("store had room again: response recorded", "route", f.route.label, "key_hash", f.keyHash)
+		}
+		return settled
 	case errors.Is(err, store.ErrLockLost):
 		if !leaseLost {
 			h.lockLost(f, "complete")
 		}
-		return true
+		return settled
+	case errors.Is(err, store.ErrFull):
+		if !f.held {
+			f.held = true
+			h.log.Error("store full: no room to record a response, even without its body; the key stays locked (retries get 409) until the record fits",
+				"route", f.route.label, "key_hash", f.keyHash, "error", err)
+		}
+		return retry
 	}
 	h.log.Warn("could not record response yet; retrying until its lease expires", "route", f.route.label, "key_hash", f.keyHash, "error", err)
-	return false
+	return retry
 }
 
-// tryRelease releases the key and reports whether it is settled.
-func (h *Handler) tryRelease(ctx context.Context, f *flight) bool {
+// withoutBody is rec with its body left out, for a store with no room for it.
+func withoutBody(rec *store.Record) *store.Record {
+	out := *rec
+	out.Body, out.BodyOmitted = nil, true
+	out.Header = make(map[string][]string, len(rec.Header))
+	for k, v := range rec.Header {
+		out.Header[k] = v
+	}
+	if _, ok := out.Header["Content-Length"]; ok {
+		out.Header["Content-Length"] = headerZero
+	}
+	return &out
+}
+
+// tryRelease releases the key.
+func (h *Handler) tryRelease(ctx context.Context, f *flight) attempt {
 	err := h.release(ctx, f.key, f.token)
 	if err == nil {
-		return true
+		return settled
 	}
 	h.log.Warn("could not release key yet; retrying until its lease expires", "route", f.route.label, "key_hash", f.keyHash, "error", err)
-	return false
+	return retry
 }
 
 func (h *Handler) lockLost(f *flight, during string) {

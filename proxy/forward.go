@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,13 +27,18 @@ func NewTransport() *http.Transport {
 			Timeout:   5 * time.Second,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		// Go's default, made explicit: an upstream response whose header
+		// section is larger fails after the request was sent. The
+		// upstream has answered, so its key is kept with a 502 whatever
+		// on_upstream_error says (docs/request-handling.md).
+		MaxResponseHeaderBytes: 10 << 20,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    1024,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true,
+		WriteBufferSize:        32 << 10,
+		ReadBufferSize:         32 << 10,
 	}
 }
 
@@ -92,12 +98,24 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	if sent {
 		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			detail = "The upstream did not answer within the upstream timeout; the outcome of the request is unknown."
+		case responseHeaderTooLarge(err):
+			detail = "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered."
 		}
 	}
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
 	writeProblem(w, p, detail)
+}
+
+// responseHeaderTooLarge reports whether the transport refused the
+// upstream's response because its header section exceeded
+// MaxResponseHeaderBytes. net/http has no sentinel for it, only this
+// message; TestResponseHeaderOverTransportLimitIsNotExecutedTwice fails
+// if the message changes.
+func responseHeaderTooLarge(err error) bool {
+	return strings.Contains(err.Error(), "server response headers exceeded")
 }
 
 func isDialError(err error) bool {

@@ -211,17 +211,23 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 }
 
-// storeUnavailable applies on_store_error.
+// storeUnavailable applies on_store_error to a store that could not take
+// the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, x *exchange, body []byte, err error) {
+	full := errors.Is(err, store.ErrFull)
 	if x.route.policy.FailOpen {
 		x.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
-			"route", x.route.label, "key_hash", x.keyHash, "error", err)
+			"route", x.route.label, "key_hash", x.keyHash, "store_full", full, "error", err)
 		r.Body = newBodyReader(body)
 		h.rp.ServeHTTP(w, r)
 		return
 	}
-	h.log.Warn("store unavailable, rejecting request", "route", x.route.label, "key_hash", x.keyHash, "error", err)
+	h.log.Warn("store unavailable, rejecting request", "route", x.route.label, "key_hash", x.keyHash, "store_full", full, "error", err)
+	if full {
+		h.refuse(w, x, OutcomeStoreRejected, probStoreFull, "The idempotency store is full and cannot take new keys, so the request was not forwarded. It is safe to retry with the same key once records expire or the store is enlarged.")
+		return
+	}
 	h.refuse(w, x, OutcomeStoreRejected, probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.")
 }
 

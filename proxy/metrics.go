@@ -48,6 +48,13 @@ const (
 
 var storeOps = []string{OpBegin, OpExtend, OpComplete, OpRelease, OpPing}
 
+// Reasons a record is stored without its body, the values of the "reason"
+// label of idempotency_proxy_records_body_omitted_total.
+const (
+	omitTooLarge  = "too_large"
+	omitStoreFull = "store_full"
+)
+
 // DefaultRoute is the route label of requests that match no configured route.
 const DefaultRoute = "default"
 
@@ -67,6 +74,7 @@ type Metrics struct {
 	storeErrors      *prometheus.CounterVec
 	inflight         prometheus.Gauge
 	lockLost         prometheus.Counter
+	bodyOmitted      map[string]prometheus.Counter // by reason
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -121,6 +129,14 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Completions or lease renewals refused because the lease had expired and another owner may have run the request.",
 		}),
 	}
+	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idempotency_proxy_records_body_omitted_total",
+		Help: "Responses recorded without their body, by reason: too_large (over max_response_body) or store_full (no room in the store for the body).",
+	}, []string{"reason"})
+	m.bodyOmitted = map[string]prometheus.Counter{}
+	for _, reason := range []string{omitTooLarge, omitStoreFull} {
+		m.bodyOmitted[reason] = omitted.WithLabelValues(reason)
+	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idempotency_proxy_build_info",
 		Help: "Always 1; labels carry the version and the Go version the binary was built with.",
@@ -128,7 +144,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
-		m.storeErrors, m.inflight, m.lockLost, buildInfo)
+		m.storeErrors, m.inflight, m.lockLost, omitted, buildInfo)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
