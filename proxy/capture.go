@@ -15,7 +15,7 @@ import (
 // through. It streams every byte to the client as it arrives and keeps a
 // copy, up to a limit, to record. A client that goes away does not stop it:
 // writes keep succeeding so the reverse proxy reads the upstream response to
-// the end and the retry can be replayed (SPEC §5).
+// the end and the retry can be replayed (docs/guarantees.md).
 type capture struct {
 	rw http.ResponseWriter
 	// limit is max_response_body: the most the record may hold, headers

@@ -53,7 +53,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 	if r := e.do(t, "POST", "/x", "k", "{}"); !r.replayed() || r.body != "done" {
 		t.Fatalf("after completion: %d %q replayed=%v, want the replay", r.StatusCode, r.body, r.replayed())
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeConflict); got != dups {
+	if got := e.outcomes(defaultRoute, OutcomeConflict); got != dups {
 		t.Errorf("conflict = %v, want %d", got, dups)
 	}
 }

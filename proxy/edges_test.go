@@ -94,7 +94,7 @@ func TestOnlyARealUpgradeIsPassedThrough(t *testing.T) {
 		if got := e.up.calls.Load(); got != 2 {
 			t.Fatalf("executions = %d, want 2: a real upgrade passes through", got)
 		}
-		if got := e.outcomes(DefaultRoute, OutcomePassthrough); got != 2 {
+		if got := e.outcomes(defaultRoute, OutcomePassthrough); got != 2 {
 			t.Errorf("passthrough = %v, want 2", got)
 		}
 	})

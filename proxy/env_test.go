@@ -173,7 +173,7 @@ func (r *response) problemType() string {
 	}
 	var p struct{ Type string }
 	json.Unmarshal([]byte(r.body), &p)
-	return strings.TrimPrefix(p.Type, ProblemBase)
+	return strings.TrimPrefix(p.Type, problemBase)
 }
 
 func (e *env) outcomes(route string, o Outcome) float64 {

@@ -40,7 +40,7 @@ type flight struct {
 //
 // The upstream call runs on detached, a context without the client's
 // cancellation: a client that gives up must not leave an outcome nobody
-// records (SPEC §5). It is bounded by upstream.timeout, and by Abort.
+// records (docs/guarantees.md). It is bounded by upstream.timeout, and by Abort.
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte, began time.Time) {
 	rt := x.route
 	h.settling.Add(1) // until the key is settled, in settleKey
@@ -178,7 +178,7 @@ func (h *Handler) settleKey(ctx context.Context, f *flight, giveUp string, try f
 func (h *Handler) renewHeld(ctx context.Context, f *flight) (lost bool) {
 	ttl := f.route.policy.LockTTL
 	sent := time.Now()
-	err := h.extend(ctx, f.key, f.token, ttl)
+	err := h.store.Extend(ctx, f.key, f.token, ttl)
 	switch {
 	case err == nil:
 		f.lease.until = sent.Add(ttl)
@@ -197,10 +197,10 @@ func (h *Handler) renewHeld(ctx context.Context, f *flight) (lost bool) {
 // the caller keeps trying.
 func (h *Handler) tryComplete(ctx context.Context, f *flight, leaseLost bool) attempt {
 	ttl := f.route.policy.TTL
-	err := h.complete(ctx, f.key, f.token, f.rec, ttl)
+	err := h.store.Complete(ctx, f.key, f.token, f.rec, ttl)
 	if errors.Is(err, store.ErrFull) && len(f.rec.Body) > 0 {
 		f.rec, f.omitReason = withoutBody(f.rec), omitStoreFull
-		err = h.complete(ctx, f.key, f.token, f.rec, ttl)
+		err = h.store.Complete(ctx, f.key, f.token, f.rec, ttl)
 	}
 	switch {
 	case err == nil:
@@ -244,7 +244,7 @@ func withoutBody(rec *store.Record) *store.Record {
 
 // tryRelease releases the key.
 func (h *Handler) tryRelease(ctx context.Context, f *flight) attempt {
-	err := h.release(ctx, f.key, f.token)
+	err := h.store.Release(ctx, f.key, f.token)
 	if err == nil {
 		return settled
 	}
@@ -279,7 +279,7 @@ func (h *Handler) startLease(ctx context.Context, f *flight, began time.Time) {
 	renew := func() {
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
-		err := h.extend(rctx, f.key, f.token, ttl)
+		err := h.store.Extend(rctx, f.key, f.token, ttl)
 		cancel()
 		l.mu.Lock()
 		defer l.mu.Unlock()

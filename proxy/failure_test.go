@@ -85,10 +85,10 @@ func TestStoreUnavailable(t *testing.T) {
 		if r := e.do(t, "POST", "/x", "k", "{}"); !r.replayed() || e.up.calls.Load() != 1 {
 			t.Fatalf("after recovery: replayed=%v executions=%d, want protection back", r.replayed(), e.up.calls.Load())
 		}
-		if got := e.outcomes(DefaultRoute, OutcomeStoreRejected); got != 1 {
+		if got := e.outcomes(defaultRoute, OutcomeStoreRejected); got != 1 {
 			t.Errorf("store_unavailable_rejected = %v, want 1", got)
 		}
-		if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(OpBegin)); got != 1 {
+		if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opBegin)); got != 1 {
 			t.Errorf("store errors (begin) = %v, want 1", got)
 		}
 	})
@@ -104,7 +104,7 @@ func TestStoreUnavailable(t *testing.T) {
 		if !strings.Contains(e.up.last().Header.Get("Content-Type"), "json") || !strings.Contains(a.body, `{\"v\":1}`) {
 			t.Fatalf("bypassed request lost its body or headers: %s", a.body)
 		}
-		if got := e.outcomes(DefaultRoute, OutcomeStoreBypassed); got != 2 {
+		if got := e.outcomes(defaultRoute, OutcomeStoreBypassed); got != 2 {
 			t.Errorf("store_unavailable_bypassed = %v, want 2", got)
 		}
 	})
@@ -124,7 +124,7 @@ func TestUpstreamDialErrorReleasesKey(t *testing.T) {
 			t.Fatalf("attempt %d: got %d %s, want 502 upstream-unreachable (key released, not recorded)", i, r.StatusCode, r.body)
 		}
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeUpstreamError); got != 2 {
+	if got := e.outcomes(defaultRoute, OutcomeUpstreamError); got != 2 {
 		t.Errorf("upstream_error = %v, want 2", got)
 	}
 }
@@ -206,7 +206,7 @@ func TestReleaseStatuses(t *testing.T) {
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusOK || r.replayed() {
 		t.Fatalf("retry: %d replayed=%v, want a fresh execution", r.StatusCode, r.replayed())
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeReleased); got != 1 {
+	if got := e.outcomes(defaultRoute, OutcomeReleased); got != 1 {
 		t.Errorf("released = %v, want 1", got)
 	}
 }

@@ -47,7 +47,6 @@ func New(opts Options) (*Handler, error) {
 	}
 	h := &Handler{
 		upstreamTimeout: opts.UpstreamTimeout,
-		store:           opts.Store,
 		log:             opts.Logger,
 		metrics:         opts.Metrics,
 	}
@@ -60,6 +59,7 @@ func New(opts Options) (*Handler, error) {
 	if h.metrics == nil {
 		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
 	}
+	h.store = meteredStore{opts.Store, h.metrics}
 	transport := opts.Transport
 	if transport == nil {
 		transport = NewTransport()
@@ -177,13 +177,13 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange
 
 	// Store calls and the upstream call run detached from the client: a
 	// Begin cut short could leave a lease nobody holds the token of, and a
-	// client that gives up must not cancel the work (SPEC §5). The store
+	// client that gives up must not cancel the work (docs/guarantees.md). The store
 	// bounds each call with its own timeout.
 	detached := context.WithoutCancel(r.Context())
 	var w8 waiter
 	for {
 		began := time.Now()
-		res, err := h.begin(detached, skey, fp, pol.LockTTL)
+		res, err := h.store.Begin(detached, skey, fp, pol.LockTTL)
 		if err != nil {
 			h.storeUnavailable(w, r, x, body, err)
 			return
@@ -252,33 +252,4 @@ func (h *Handler) finish(r *http.Request, x *exchange) {
 			slog.String("outcome", string(x.outcome)), slog.Int("status", x.status),
 			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", x.keyHash))
 	}
-}
-
-// begin, extend, complete and release time the store and count its errors.
-func (h *Handler) begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	t := time.Now()
-	res, err := h.store.Begin(ctx, key, fp, lease)
-	h.metrics.observeStore(OpBegin, time.Since(t), err != nil)
-	return res, err
-}
-
-func (h *Handler) extend(ctx context.Context, key, token string, lease time.Duration) error {
-	t := time.Now()
-	err := h.store.Extend(ctx, key, token, lease)
-	h.metrics.observeStore(OpExtend, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
-	return err
-}
-
-func (h *Handler) complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	t := time.Now()
-	err := h.store.Complete(ctx, key, token, rec, ttl)
-	h.metrics.observeStore(OpComplete, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
-	return err
-}
-
-func (h *Handler) release(ctx context.Context, key, token string) error {
-	t := time.Now()
-	err := h.store.Release(ctx, key, token)
-	h.metrics.observeStore(OpRelease, time.Since(t), err != nil)
-	return err
 }

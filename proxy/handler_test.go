@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Rows of the SPEC §4 table.
+// Rows of the table in docs/request-handling.md.
 
 func TestFirstRequestExecutesOnceAndIsReplayed(t *testing.T) {
 	e := newEnv(t, nil)
@@ -32,10 +32,10 @@ func TestFirstRequestExecutesOnceAndIsReplayed(t *testing.T) {
 	if got := e.up.calls.Load(); got != 1 {
 		t.Fatalf("upstream executions = %d, want 1", got)
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeExecuted); got != 1 {
+	if got := e.outcomes(defaultRoute, OutcomeExecuted); got != 1 {
 		t.Errorf("executed = %v, want 1", got)
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeReplayed); got != 3 {
+	if got := e.outcomes(defaultRoute, OutcomeReplayed); got != 3 {
 		t.Errorf("replayed = %v, want 3", got)
 	}
 }
@@ -85,7 +85,7 @@ func TestNoKey(t *testing.T) {
 		if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 2 {
 			t.Fatalf("status %d, executions %d; want 201 and 2 executions", r.StatusCode, e.up.calls.Load())
 		}
-		if got := e.outcomes(DefaultRoute, OutcomeNoKey); got != 2 {
+		if got := e.outcomes(defaultRoute, OutcomeNoKey); got != 2 {
 			t.Errorf("no_key = %v, want 2", got)
 		}
 	})

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +11,7 @@ import (
 // Outcome is the value of the "outcome" label: what the proxy did with a request.
 type Outcome string
 
-// Outcomes, as documented in the README and SPEC §6.
+// Outcomes, as documented in docs/operating.md.
 const (
 	OutcomePassthrough   Outcome = "passthrough"                // method or route not protected
 	OutcomeNoKey         Outcome = "no_key"                     // forwarded without a key
@@ -25,13 +26,16 @@ const (
 	OutcomeStoreBypassed Outcome = "store_unavailable_bypassed" // forwarded unprotected, fail_open
 	OutcomeUpstreamError Outcome = "upstream_error"             // 502 from the proxy
 	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses)
-	// OutcomeBadRequest is not in SPEC §6: a request body that could not be
-	// read (client gone or too slow) fits none of its outcomes.
+	// OutcomeBadRequest: a request body that could not be read (client
+	// gone or too slow) fits none of the other outcomes.
 	OutcomeBadRequest Outcome = "bad_request"
 )
 
-// Outcomes lists every outcome, so that each route's series exist from the start.
-var Outcomes = []Outcome{
+// Outcomes returns every outcome, a copy the caller may keep.
+func Outcomes() []Outcome { return slices.Clone(allOutcomes) }
+
+// allOutcomes lists every outcome, so that each route's series exist from the start.
+var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest,
@@ -39,14 +43,14 @@ var Outcomes = []Outcome{
 
 // Store operations, the values of the "operation" label.
 const (
-	OpBegin    = "begin"
-	OpExtend   = "extend"
-	OpComplete = "complete"
-	OpRelease  = "release"
-	OpPing     = "ping"
+	opBegin    = "begin"
+	opExtend   = "extend"
+	opComplete = "complete"
+	opRelease  = "release"
+	opPing     = "ping"
 )
 
-var storeOps = []string{OpBegin, OpExtend, OpComplete, OpRelease, OpPing}
+var storeOps = []string{opBegin, opExtend, opComplete, opRelease, opPing}
 
 // Reasons a record is stored without its body, the values of the "reason"
 // label of idempotency_proxy_records_body_omitted_total.
@@ -55,8 +59,8 @@ const (
 	omitStoreFull = "store_full"
 )
 
-// DefaultRoute is the route label of requests that match no configured route.
-const DefaultRoute = "default"
+// defaultRoute is the route label of requests that match no configured route.
+const defaultRoute = "default"
 
 // Buckets for a loopback sidecar: from 100µs (a replay from memory) to 60s
 // (the default upstream timeout).
@@ -149,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
 	}
-	m.route(DefaultRoute)
+	m.route(defaultRoute)
 	return m
 }
 
@@ -157,11 +161,11 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 // the first request of each outcome, and returns them.
 func (m *Metrics) route(label string) *routeMetrics {
 	rm := &routeMetrics{
-		requests: make(map[Outcome]prometheus.Counter, len(Outcomes)),
-		duration: make(map[Outcome]prometheus.Observer, len(Outcomes)),
+		requests: make(map[Outcome]prometheus.Counter, len(allOutcomes)),
+		duration: make(map[Outcome]prometheus.Observer, len(allOutcomes)),
 		upstream: m.upstreamDuration.WithLabelValues(label),
 	}
-	for _, o := range Outcomes {
+	for _, o := range allOutcomes {
 		rm.requests[o] = m.requests.WithLabelValues(label, string(o))
 		rm.duration[o] = m.requestDuration.WithLabelValues(label, string(o))
 	}
@@ -183,5 +187,5 @@ func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
 
 // ObservePing records a readiness ping of the store.
 func (m *Metrics) ObservePing(d time.Duration, err error) {
-	m.observeStore(OpPing, d, err != nil)
+	m.observeStore(opPing, d, err != nil)
 }

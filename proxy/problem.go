@@ -6,9 +6,9 @@ import (
 	"strconv"
 )
 
-// ProblemBase prefixes the type URI of every problem the proxy answers
+// problemBase prefixes the type URI of every problem the proxy answers
 // itself, so a client can tell the proxy's 422 from its upstream's.
-const ProblemBase = "https://idempotency-proxy.dev/problems/"
+const problemBase = "https://idempotency-proxy.dev/problems/"
 
 // problem is one kind of error response (RFC 9457).
 type problem struct {
@@ -20,16 +20,16 @@ type problem struct {
 }
 
 var (
-	probMissingKey    = problem{ProblemBase + "missing-key", "Idempotency key required", http.StatusBadRequest, 0}
-	probInvalidKey    = problem{ProblemBase + "invalid-key", "Invalid idempotency key", http.StatusBadRequest, 0}
-	probBadBody       = problem{ProblemBase + "body-unreadable", "Request body could not be read", http.StatusBadRequest, 0}
-	probTooLarge      = problem{ProblemBase + "body-too-large", "Request body too large", http.StatusRequestEntityTooLarge, 0}
-	probInFlight      = problem{ProblemBase + "in-flight", "Request with this idempotency key is in progress", http.StatusConflict, 1}
-	probMismatch      = problem{ProblemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
-	probStore         = problem{ProblemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable, 2}
-	probStoreFull     = problem{ProblemBase + "store-full", "Idempotency store full", http.StatusServiceUnavailable, 5}
-	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
-	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
+	probMissingKey    = problem{problemBase + "missing-key", "Idempotency key required", http.StatusBadRequest, 0}
+	probInvalidKey    = problem{problemBase + "invalid-key", "Invalid idempotency key", http.StatusBadRequest, 0}
+	probBadBody       = problem{problemBase + "body-unreadable", "Request body could not be read", http.StatusBadRequest, 0}
+	probTooLarge      = problem{problemBase + "body-too-large", "Request body too large", http.StatusRequestEntityTooLarge, 0}
+	probInFlight      = problem{problemBase + "in-flight", "Request with this idempotency key is in progress", http.StatusConflict, 1}
+	probMismatch      = problem{problemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
+	probStore         = problem{problemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable, 2}
+	probStoreFull     = problem{problemBase + "store-full", "Idempotency store full", http.StatusServiceUnavailable, 5}
+	probUnreachable   = problem{problemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
+	probUpstreamError = problem{problemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 )
 
 type problemBody struct {

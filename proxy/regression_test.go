@@ -16,7 +16,7 @@ import (
 
 // When the memory store is full, Complete stores the record without its body
 // but with the header the capture wrote, which carries the original
-// Content-Length. The replay must still announce 0 bytes: SPEC §5 says
+// Content-Length. The replay must still announce 0 bytes: docs/guarantees.md says
 // duplicates get "Content-Length: 0" and an empty body.
 func TestRegressionFullMemoryStoreReplaysStaleContentLength(t *testing.T) {
 	st := memory.New(memory.Options{MaxBytes: 2048, SweepInterval: -1})
@@ -48,7 +48,7 @@ func TestRegressionFullMemoryStoreReplaysStaleContentLength(t *testing.T) {
 // A request that never reached the upstream (the upstream timeout fired
 // while the connection was still being dialled: the Transport returns the
 // context error, not the dial *net.OpError) is not an ambiguous failure:
-// even under on_upstream_error: keep, its key is released (SPEC §5).
+// even under on_upstream_error: keep, its key is released (docs/guarantees.md).
 func TestRegressionTimeoutWhileDiallingIsRecordedUnderKeep(t *testing.T) {
 	var dials atomic.Int64
 	var e *env

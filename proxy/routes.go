@@ -33,7 +33,7 @@ type routeTable struct {
 }
 
 func newRouteTable(def Policy, routes []Route, m *Metrics) (t *routeTable, err error) {
-	if err := checkPolicy(DefaultRoute, def); err != nil {
+	if err := checkPolicy(defaultRoute, def); err != nil {
 		return nil, err
 	}
 	for _, r := range routes {
@@ -43,7 +43,7 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (t *routeTable, err e
 	}
 	t = &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
-		fallback:  &route{label: DefaultRoute, policy: def, metrics: m.route(DefaultRoute), scope: parseScope(def.ScopeHeaders)},
+		fallback:  &route{label: defaultRoute, policy: def, metrics: m.route(defaultRoute), scope: parseScope(def.ScopeHeaders)},
 	}
 	if len(routes) == 0 {
 		return t, nil

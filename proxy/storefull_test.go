@@ -78,7 +78,7 @@ func TestFullStoreAnswersStoreFull(t *testing.T) {
 		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
 			t.Fatalf("got %d, executions %d; want the request forwarded", r.StatusCode, e.up.calls.Load())
 		}
-		if got := e.outcomes(DefaultRoute, OutcomeStoreBypassed); got != 1 {
+		if got := e.outcomes(defaultRoute, OutcomeStoreBypassed); got != 1 {
 			t.Errorf("store_unavailable_bypassed = %v, want 1", got)
 		}
 	})
