@@ -23,19 +23,20 @@ type capture struct {
 	limit, bodyLimit int64
 	route            *route
 
-	wroteHeader bool
-	status      int
-	header      http.Header
-	body        []byte
-	omitted     bool
-	recording   bool
-	clientGone  bool
-	written     int64
+	responseStarted bool
+	status          int
+	header          http.Header
+	body            []byte
+	omitted         bool
+	recording       bool
+	clientGone      bool
+	written         int64
 
 	// declared is the upstream's Content-Length, -1 when it sent none.
 	declared int64
 
-	// upstreamErr is set by the reverse proxy's error handler.
+	// upstreamErr is the upstream exchange's failure, told by the reverse
+	// proxy's error handler (upstreamFailed).
 	upstreamErr error
 	// sent is set, from the transport's goroutine, once the request's
 	// headers were written to an upstream connection: from then on the
@@ -56,10 +57,10 @@ func (c *capture) WriteHeader(code int) {
 		}
 		return
 	}
-	if c.wroteHeader {
+	if c.responseStarted {
 		return
 	}
-	c.wroteHeader = true
+	c.responseStarted = true
 	c.status = code
 	h := c.rw.Header()
 	c.recording = !c.route.releases(code)
@@ -90,7 +91,7 @@ func (c *capture) WriteHeader(code int) {
 }
 
 func (c *capture) Write(p []byte) (int, error) {
-	if !c.wroteHeader {
+	if !c.responseStarted {
 		c.WriteHeader(http.StatusOK)
 	}
 	c.written += int64(len(p))
@@ -170,7 +171,14 @@ func contentTypeOnly(h http.Header) http.Header {
 	return http.Header{}
 }
 
-func (c *capture) wroteHeaders() { c.sent.Store(true) }
+// requestSent is the trace hook that notes the request's headers were
+// written upstream.
+func (c *capture) requestSent() { c.sent.Store(true) }
+
+func (c *capture) upstreamFailed(err error) (sent bool) {
+	c.upstreamErr = err
+	return c.sent.Load()
+}
 
 // cutShort reports whether fewer body bytes arrived than the upstream
 // declared. Under net/http's server the reverse proxy panics on a broken
@@ -181,13 +189,13 @@ func (c *capture) cutShort(method string) bool {
 
 // trace reports to the capture when the request starts reaching the upstream.
 func (c *capture) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{WroteHeaders: c.wroteHeaders}
+	return &httptrace.ClientTrace{WroteHeaders: c.requestSent}
 }
 
 // recordOr records the proxy's own problem response the client was sent
 // through the capture, or, when it was not captured, p with detail.
 func (c *capture) recordOr(fp store.Fingerprint, p problem, detail string) *store.Record {
-	if c.recording && !c.omitted && c.wroteHeader {
+	if c.recording && !c.omitted && c.responseStarted {
 		return c.record(fp)
 	}
 	return problemRecord(p, detail, fp)

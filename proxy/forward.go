@@ -1,14 +1,12 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 )
@@ -75,44 +73,6 @@ func hideIdempotencyKey(h http.Header) {
 			h[name[1]] = v
 		}
 	}
-}
-
-// upstreamError is the reverse proxy's one error path. For a request being
-// executed, it notes the error on the capture so the key is settled by
-// on_upstream_error; the client gets a 502 either way.
-func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	p, detail := probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key."
-	// A connection that broke while the request was being written counts
-	// as sent: the upstream may have started on it, so on_upstream_error
-	// decides. Pass-through requests carry no trace: only a failed dial
-	// proves nothing was sent.
-	var sent bool
-	if c, ok := w.(*capture); ok {
-		c.upstreamErr = err
-		sent = c.sent.Load()
-	} else {
-		sent = !isDialError(err)
-	}
-	if sent {
-		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			detail = "The upstream did not answer within the upstream timeout; the outcome of the request is unknown."
-		case responseHeaderTooLarge(err):
-			detail = "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered."
-		}
-	}
-	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
-	writeProblem(w, p, detail)
-}
-
-// responseHeaderTooLarge reports whether the transport refused the
-// upstream's response because its header section exceeded
-// MaxResponseHeaderBytes. net/http has no sentinel for it, only this
-// message; TestResponseHeaderOverTransportLimitIsNotExecutedTwice fails
-// if the message changes.
-func responseHeaderTooLarge(err error) bool {
-	return strings.Contains(err.Error(), "server response headers exceeded")
 }
 
 func isDialError(err error) bool {
