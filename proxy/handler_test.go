@@ -179,3 +179,22 @@ func TestScopeHeadersSeparateClients(t *testing.T) {
 		t.Fatalf("alice's retry: replayed=%v body %q, want her own response", r.replayed(), r.body)
 	}
 }
+
+func TestNewRejectsImpossiblePolicies(t *testing.T) {
+	st := newFlaky(t)
+	up := newUpstream(t, nil)
+	for name, change := range map[string]func(*Policy){
+		"zero lock_ttl":      func(p *Policy) { p.LockTTL = 0 },
+		"lock_ttl over ttl":  func(p *Policy) { p.LockTTL = 2 * p.TTL },
+		"wait without bound": func(p *Policy) { p.Concurrent, p.WaitTimeout = Wait, 0 },
+		"no header":          func(p *Policy) { p.Header = "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := DefaultPolicy()
+			change(&p)
+			if _, err := New(Options{Upstream: up.url(t), Store: st, Default: DefaultPolicy(), Routes: []Route{{Pattern: "/x/", Policy: p}}}); err == nil {
+				t.Fatal("New accepted the policy")
+			}
+		})
+	}
+}
