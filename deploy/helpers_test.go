@@ -97,7 +97,7 @@ func checkOutcomes(t *testing.T, where, expr string) []string {
 	var used []string
 	for _, m := range outcomeMatcherRE.FindAllStringSubmatch(expr, -1) {
 		for v := range strings.SplitSeq(m[1], "|") {
-			if !slices.Contains(proxy.Outcomes, proxy.Outcome(v)) {
+			if !slices.Contains(proxy.Outcomes(), proxy.Outcome(v)) {
 				t.Errorf("%s: outcome %q is not one of proxy.Outcomes", where, v)
 				continue
 			}

@@ -172,7 +172,7 @@ func BenchmarkFingerprint(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchRequestBody)))
 	for b.Loop() {
-		fingerprint(r, benchRequestBody, headers)
+		fingerprint(r, "proxy.invalid", benchRequestBody, headers)
 	}
 }
 

@@ -15,25 +15,28 @@ import (
 // through. It streams every byte to the client as it arrives and keeps a
 // copy, up to a limit, to record. A client that goes away does not stop it:
 // writes keep succeeding so the reverse proxy reads the upstream response to
-// the end and the retry can be replayed (SPEC §5).
+// the end and the retry can be replayed (docs/guarantees.md).
 type capture struct {
-	rw    http.ResponseWriter
-	limit int64
-	route *route
+	rw http.ResponseWriter
+	// limit is max_response_body: the most the record may hold, headers
+	// and body together. bodyLimit is what the headers leave of it.
+	limit, bodyLimit int64
+	route            *route
 
-	wroteHeader bool
-	status      int
-	header      http.Header
-	body        []byte
-	omitted     bool
-	recording   bool
-	clientGone  bool
-	written     int64
+	responseStarted bool
+	status          int
+	header          http.Header
+	body            []byte
+	omitted         bool
+	recording       bool
+	clientGone      bool
+	written         int64
 
 	// declared is the upstream's Content-Length, -1 when it sent none.
 	declared int64
 
-	// upstreamErr is set by the reverse proxy's error handler.
+	// upstreamErr is the upstream exchange's failure, told by the reverse
+	// proxy's error handler (upstreamFailed).
 	upstreamErr error
 	// sent is set, from the transport's goroutine, once the request's
 	// headers were written to an upstream connection: from then on the
@@ -54,10 +57,10 @@ func (c *capture) WriteHeader(code int) {
 		}
 		return
 	}
-	if c.wroteHeader {
+	if c.responseStarted {
 		return
 	}
-	c.wroteHeader = true
+	c.responseStarted = true
 	c.status = code
 	h := c.rw.Header()
 	c.recording = !c.route.releases(code)
@@ -67,8 +70,15 @@ func (c *capture) WriteHeader(code int) {
 	}
 	if c.recording {
 		c.header = recordableHeader(h)
-		if n := c.declared; n >= 0 {
-			if n > c.limit {
+		c.bodyLimit = c.limit - headerSize(c.header)
+		if c.bodyLimit < 0 {
+			// The headers alone are over the limit: keep what a client
+			// needs to read the answer, the status and Content-Type.
+			c.header = contentTypeOnly(c.header)
+			c.omitted, c.bodyLimit = true, 0
+		}
+		if n := c.declared; n >= 0 && !c.omitted {
+			if n > c.bodyLimit {
 				c.omitted = true
 			} else if n > 0 {
 				c.body = make([]byte, 0, n)
@@ -81,12 +91,12 @@ func (c *capture) WriteHeader(code int) {
 }
 
 func (c *capture) Write(p []byte) (int, error) {
-	if !c.wroteHeader {
+	if !c.responseStarted {
 		c.WriteHeader(http.StatusOK)
 	}
 	c.written += int64(len(p))
 	if c.recording && !c.omitted {
-		if int64(len(c.body)+len(p)) > c.limit {
+		if int64(len(c.body)+len(p)) > c.bodyLimit {
 			c.omitted, c.body = true, nil
 		} else {
 			c.body = append(c.body, p...)
@@ -142,7 +152,33 @@ func recordableHeader(h http.Header) http.Header {
 	return out
 }
 
-func (c *capture) wroteHeaders() { c.sent.Store(true) }
+// headerSize is what a header counts toward max_response_body: its size
+// on the wire, "Name: value\r\n" per value.
+func headerSize(h http.Header) int64 {
+	var n int64
+	for k, v := range h {
+		for _, s := range v {
+			n += int64(len(k) + len(s) + 4)
+		}
+	}
+	return n
+}
+
+func contentTypeOnly(h http.Header) http.Header {
+	if ct, ok := h["Content-Type"]; ok {
+		return http.Header{"Content-Type": ct}
+	}
+	return http.Header{}
+}
+
+// requestSent is the trace hook that notes the request's headers were
+// written upstream.
+func (c *capture) requestSent() { c.sent.Store(true) }
+
+func (c *capture) upstreamFailed(err error) (sent bool) {
+	c.upstreamErr = err
+	return c.sent.Load()
+}
 
 // cutShort reports whether fewer body bytes arrived than the upstream
 // declared. Under net/http's server the reverse proxy panics on a broken
@@ -153,7 +189,16 @@ func (c *capture) cutShort(method string) bool {
 
 // trace reports to the capture when the request starts reaching the upstream.
 func (c *capture) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{WroteHeaders: c.wroteHeaders}
+	return &httptrace.ClientTrace{WroteHeaders: c.requestSent}
+}
+
+// recordOr records the proxy's own problem response the client was sent
+// through the capture, or, when it was not captured, p with detail.
+func (c *capture) recordOr(fp store.Fingerprint, p problem, detail string) *store.Record {
+	if c.recording && !c.omitted && c.responseStarted {
+		return c.record(fp)
+	}
+	return problemRecord(p, detail, fp)
 }
 
 // record returns the captured response as a store record. Its header

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestConcurrentDuplicatesReject(t *testing.T) {
 	if r := e.do(t, "POST", "/x", "k", "{}"); !r.replayed() || r.body != "done" {
 		t.Fatalf("after completion: %d %q replayed=%v, want the replay", r.StatusCode, r.body, r.replayed())
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeConflict); got != dups {
+	if got := e.outcomes(defaultRoute, OutcomeConflict); got != dups {
 		t.Errorf("conflict = %v, want %d", got, dups)
 	}
 }
@@ -156,25 +157,21 @@ func TestWaiterExecutesAfterRelease(t *testing.T) {
 	}
 }
 
+// Many keys, each sent by several clients at once, execute once per key,
+// and every client gets that execution's response: duplicates wait for it
+// (concurrent: wait), so every outcome is a real response, never a 409.
 func TestManyKeysConcurrently(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.Concurrent, p.WaitTimeout = ConcurrentWait, 30*time.Second }))
 	const keys, perKey = 16, 8
 	var wg sync.WaitGroup
-	bodies := make([][]string, keys)
+	results := make([][]*response, keys)
 	for k := range keys {
-		bodies[k] = make([]string, perKey)
+		results[k] = make([]*response, perKey)
 		for i := range perKey {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for attempt := 0; attempt < 10000; attempt++ {
-					r := e.do(t, "POST", "/x", "key-"+strconv.Itoa(k), "{}")
-					if r.StatusCode == http.StatusConflict {
-						continue // a real client honours Retry-After; the test just retries
-					}
-					bodies[k][i] = r.body
-					return
-				}
+				results[k][i] = e.do(t, "POST", "/x", "key-"+strconv.Itoa(k), "{}")
 			}()
 		}
 	}
@@ -182,11 +179,26 @@ func TestManyKeysConcurrently(t *testing.T) {
 	if got := e.up.calls.Load(); got != keys {
 		t.Fatalf("executions = %d, want %d", got, keys)
 	}
+	executions := map[string]bool{}
 	for k := range keys {
-		for i := range perKey {
-			if bodies[k][i] != bodies[k][0] {
-				t.Fatalf("key %d: response %d differs from the recorded one", k, i)
+		fresh := 0
+		for i, r := range results[k] {
+			if r.StatusCode != http.StatusCreated || !strings.Contains(r.body, `"execution"`) {
+				t.Fatalf("key %d, client %d: %d %q, want the upstream's 201", k, i, r.StatusCode, r.body)
+			}
+			if r.body != results[k][0].body {
+				t.Fatalf("key %d: client %d got %q, client 0 %q: one key, two responses", k, i, r.body, results[k][0].body)
+			}
+			if !r.replayed() {
+				fresh++
 			}
 		}
+		if fresh != 1 {
+			t.Fatalf("key %d: %d clients got a fresh execution, want 1", k, fresh)
+		}
+		if executions[results[k][0].body] {
+			t.Fatalf("key %d got another key's response", k)
+		}
+		executions[results[k][0].body] = true
 	}
 }

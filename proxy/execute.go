@@ -5,218 +5,216 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
-	"sync"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// flight is one executed request: what its capture records, its lease, and
-// what settling its key needs. It is allocated once per execution.
-type flight struct {
-	capture capture
-	lease   lease
-
-	route      *route
-	keyHash    string
-	key, token string
-	fp         store.Fingerprint
-	// done closes when the key is settled, waking local waiters.
-	done chan struct{}
-}
-
 // execute forwards the first request of a key, whose lease this handler
-// took at began, and settles the key — records the response or releases
+// took at q.began, and settles the key — records the response or releases
 // the lease — in a defer, so that settling also happens when the reverse
 // proxy aborts the response with http.ErrAbortHandler.
 //
 // The upstream call runs on detached, a context without the client's
 // cancellation: a client that gives up must not leave an outcome nobody
-// records (SPEC §5). It is bounded by upstream.timeout, and by Abort.
-func (h *Handler) execute(detached context.Context, w http.ResponseWriter, r *http.Request, x *exchange, key, token string, fp store.Fingerprint, body []byte, began time.Time) {
-	rt := x.route
+// records (docs/guarantees.md). It is bounded by upstream.timeout, and by
+// Abort.
+func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
+	rt := q.route
+	q.executed = true
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
-	f := &flight{
-		capture: capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt},
-		route:   rt, keyHash: x.keyHash, key: key, token: token, fp: fp,
-	}
-	f.done = h.owners.add(key, cancel)
+	q.capture = capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt}
+	q.done = h.owners.add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()
 	}
-	h.startLease(detached, f, began)
+	h.startLease(detached, q)
 
-	out := r.WithContext(httptrace.WithClientTrace(ctx, f.capture.trace()))
-	setBody(out, body)
+	out := q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
+	setBody(out, q.body)
 	start := time.Now()
 	defer func() {
 		p := recover()
 		cancel()
 		rt.metrics.upstream.Observe(time.Since(start).Seconds())
-		x.status = f.capture.status
-		x.outcome = h.settle(detached, f, r.Method, p != nil)
+		q.status = q.capture.status
+		q.outcome = h.conclude(detached, q, p != nil)
 		if p != nil {
 			panic(p)
 		}
 	}()
-	h.rp.ServeHTTP(&f.capture, out)
+	h.rp.ServeHTTP(&q.capture, out)
 }
 
-// settle decides what the store keeps of an executed request, starts
-// keeping it, and returns the request's outcome.
+// conclude decides what the store keeps of an executed request — its
+// response, a 502, or nothing (the key is released) —, starts settling the
+// key accordingly, and returns the request's outcome.
 //
 // ctx is detached from the client, which may be long gone; every store
 // operation is bounded by the store's own timeout.
-func (h *Handler) settle(ctx context.Context, f *flight, method string, aborted bool) Outcome {
-	c, pol := &f.capture, &f.route.policy
-	leaseLost := f.lease.stop()
+func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcome {
+	c, pol := &q.capture, &q.route.policy
+	leaseLost := q.lease.stop()
 
-	var outcome Outcome
 	var rec *store.Record
+	outcome := OutcomeUpstreamError
+	var f failure // of the upstream exchange, 0 when it answered
+	if c.upstreamErr != nil {
+		f = upstreamFailure(c.upstreamErr, c.sent.Load())
+	}
 	switch {
-	case c.upstreamErr != nil && !c.sent.Load():
+	case f == failUnreachable:
 		// Nothing reached the upstream: a retry executes safely.
-		outcome = OutcomeUpstreamError
-	case c.upstreamErr != nil || aborted || !c.wroteHeader || c.cutShort(method):
+	case f == failResponseTooLarge:
+		// The upstream answered, so it executed the request; its answer
+		// is too large to read. A retry would execute again and fail the
+		// same way: the 502 is kept whatever on_upstream_error says.
+		rec = h.problemRecord(q, f)
+	case f != 0 || aborted || !c.responseStarted || c.cutShort(q.in.Method):
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
 		// at-most-once.
-		outcome = OutcomeUpstreamError
 		if pol.KeepOnUpstreamError {
-			if c.upstreamErr != nil && c.recording && !c.omitted {
-				rec = c.record(f.fp) // the 502 the client was sent
-			} else {
-				rec = problemRecord(probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", f.fp)
-			}
+			rec = h.problemRecord(q, failResponseCutShort)
 		}
 	case !c.recording:
 		// A release status: "not processed, try again".
 		outcome = OutcomeReleased
 	default:
 		outcome = OutcomeExecuted
-		rec = c.record(f.fp)
+		rec = c.record(q.fp)
+		if rec.BodyOmitted {
+			q.omitReason = omitTooLarge
+		}
 	}
 
 	if rec == nil {
-		h.settleKey(f, "could not release key before its lease expired; it unlocks at lock_ttl",
-			func() bool { return h.tryRelease(ctx, f) })
+		h.settleKey(ctx, q, "could not release key before its lease expired; it unlocks at lock_ttl",
+			func() attempt { return h.tryRelease(ctx, q) })
 	} else {
-		h.settleKey(f, "could not record response before its lease expired; a retry with its key will execute again",
-			func() bool { return h.tryComplete(ctx, f, rec, leaseLost) })
+		q.rec = rec
+		h.settleKey(ctx, q, "could not record response before its lease expired; a retry with its key will execute again",
+			func() attempt { return h.tryComplete(ctx, q, leaseLost) })
 	}
 	return outcome
 }
 
-// settleKey runs try — record or release — until it succeeds. When the
-// store is briefly unavailable it keeps trying in the background (the
+// problemRecord is the record of a 502 the proxy answered (or, for a
+// response cut short, would have): the problem response the client was
+// sent when the capture has it, else the one of f.
+func (h *Handler) problemRecord(q *request, f failure) *store.Record {
+	c := &q.capture
+	if c.upstreamErr != nil && c.recording && !c.omitted && c.responseStarted {
+		return c.record(q.fp)
+	}
+	p, detail, _ := problemFor(q, f, c.upstreamErr)
+	return problemRecord(p, detail, q.fp)
+}
+
+// attempt is the result of one try at settling a key.
+type attempt uint8
+
+const (
+	settled attempt = iota // recorded, released, or lost to another owner
+	retry                  // the store was unavailable
+)
+
+// settleKey runs try — record or release — until the key is settled. When
+// the store is briefly unavailable it keeps trying in the background (the
 // client already has its response) until the lease would have expired,
-// after which the store settles the key on its own.
-func (h *Handler) settleKey(f *flight, giveUp string, try func() bool) {
-	if try() {
-		h.owners.remove(f.key, f.done)
+// after which the store settles the key on its own. A key held because the
+// store is full (q.held) keeps its lease renewed meanwhile: a full store
+// must never let a retry execute again.
+func (h *Handler) settleKey(ctx context.Context, q *request, giveUp string, try func() attempt) {
+	if try() == settled {
+		h.owners.remove(q.keyHash, q.done)
 		h.settling.Add(-1)
 		return
 	}
 	go func() {
 		defer h.settling.Add(-1)
-		defer h.owners.remove(f.key, f.done)
+		defer h.owners.remove(q.keyHash, q.done)
+		renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
 		backoff := 50 * time.Millisecond
-		for time.Until(f.lease.until) > backoff {
-			t := time.NewTimer(backoff)
-			<-t.C
-			if try() {
+		for {
+			wait := backoff
+			if q.held {
+				wait = min(wait, renewEvery)
+			}
+			if q.lease.until.Sub(h.clock.Now()) <= wait {
+				h.log.Warn(giveUp, "route", q.route.label, "key_hash", q.keyHash)
+				return
+			}
+			<-h.clock.After(wait)
+			if q.held && h.renewHeld(ctx, q) {
+				return // lost: another owner has the key
+			}
+			if try() == settled {
 				return
 			}
 			backoff = min(2*backoff, time.Second)
 		}
-		h.log.Warn(giveUp, "route", f.route.label, "key_hash", f.keyHash)
 	}()
 }
 
-// tryComplete stores rec and reports whether the key is settled: recorded,
-// or lost to another owner. false means the store was unavailable.
-func (h *Handler) tryComplete(ctx context.Context, f *flight, rec *store.Record, leaseLost bool) bool {
-	err := h.complete(ctx, f.key, f.token, rec, f.route.policy.TTL)
+// tryComplete stores q.rec. When the store has no room for it, it stores
+// the record without its body instead; when there is no room for that
+// either, it holds the key (q.held) so that no retry executes again, and
+// the caller keeps trying.
+func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) attempt {
+	ttl := q.route.policy.TTL
+	err := h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)
+	if errors.Is(err, store.ErrFull) && len(q.rec.Body) > 0 {
+		q.rec, q.omitReason = withoutBody(q.rec), omitStoreFull
+		err = h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)
+	}
 	switch {
 	case err == nil:
-		return true
+		if q.omitReason != "" {
+			h.metrics.bodyOmitted[q.omitReason].Inc()
+		}
+		if q.held {
+			h.log.Info("store had room again: response recorded", "route", q.route.label, "key_hash", q.keyHash)
+		}
+		return settled
 	case errors.Is(err, store.ErrLockLost):
 		if !leaseLost {
-			h.lockLost(f, "complete")
+			h.lockLost(q, "complete")
 		}
-		return true
+		return settled
+	case errors.Is(err, store.ErrFull):
+		if !q.held {
+			q.held = true
+			h.log.Error("store full: no room to record a response, even without its body; the key stays locked (retries get 409) until the record fits",
+				"route", q.route.label, "key_hash", q.keyHash, "error", err)
+		}
+		return retry
 	}
-	h.log.Warn("could not record response yet; retrying until its lease expires", "route", f.route.label, "key_hash", f.keyHash, "error", err)
-	return false
+	h.log.Warn("could not record response yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	return retry
 }
 
-// tryRelease releases the key and reports whether it is settled.
-func (h *Handler) tryRelease(ctx context.Context, f *flight) bool {
-	err := h.release(ctx, f.key, f.token)
+// withoutBody is rec with its body left out, for a store with no room for it.
+func withoutBody(rec *store.Record) *store.Record {
+	out := *rec
+	out.Body, out.BodyOmitted = nil, true
+	out.Header = make(map[string][]string, len(rec.Header))
+	for k, v := range rec.Header {
+		out.Header[k] = v
+	}
+	if _, ok := out.Header["Content-Length"]; ok {
+		out.Header["Content-Length"] = headerZero
+	}
+	return &out
+}
+
+// tryRelease releases the key.
+func (h *Handler) tryRelease(ctx context.Context, q *request) attempt {
+	err := h.store.Release(ctx, q.keyHash, q.token)
 	if err == nil {
-		return true
+		return settled
 	}
-	h.log.Warn("could not release key yet; retrying until its lease expires", "route", f.route.label, "key_hash", f.keyHash, "error", err)
-	return false
-}
-
-func (h *Handler) lockLost(f *flight, during string) {
-	h.metrics.lockLost.Inc()
-	h.log.Warn("lease on key lost: it expired while the upstream ran and another request may have executed it; this response was delivered but not recorded",
-		"route", f.route.label, "key_hash", f.keyHash, "during", during, "lock_ttl", f.route.policy.LockTTL.String())
-}
-
-// lease renews the store lease on a key while its upstream call runs. The
-// first renewal happens after a third of lock_ttl, so a fast upstream costs
-// no store round trip beyond begin and complete.
-type lease struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	lost    bool
-	until   time.Time // when the lease expires, as far as this process knows
-}
-
-// startLease renews f's lease from a timer; began is when Begin was sent,
-// so until never overestimates the lease.
-func (h *Handler) startLease(ctx context.Context, f *flight, began time.Time) {
-	ttl := f.route.policy.LockTTL
-	every := max(ttl/3, time.Millisecond)
-	l := &f.lease
-	l.until = began.Add(ttl)
-	renew := func() {
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, every)
-		err := h.extend(rctx, f.key, f.token, ttl)
-		cancel()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		switch {
-		case l.stopped:
-		case err == nil:
-			l.until = sent.Add(ttl)
-			l.timer.Reset(every)
-		case errors.Is(err, store.ErrLockLost):
-			l.lost = true
-			h.lockLost(f, "renewal")
-		default:
-			// The store may come back before the lease runs out.
-			h.log.Warn("could not renew lease", "route", f.route.label, "key_hash", f.keyHash, "error", err)
-			l.timer.Reset(every / 4)
-		}
-	}
-	l.mu.Lock()
-	l.timer = time.AfterFunc(every, renew)
-	l.mu.Unlock()
-}
-
-// stop ends renewals and reports whether the lease was found lost. until
-// no longer changes afterwards.
-func (l *lease) stop() (lost bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stopped = true
-	l.timer.Stop()
-	return l.lost
+	h.log.Warn("could not release key yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	return retry
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"hash"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -51,40 +53,157 @@ func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
 }
 
 // fingerprint is the SHA-256 of the parts of a request that must be equal
-// for a retry to be the same operation: method, path, query, the configured
-// headers and the body. Every part is length-prefixed so that no two
-// different requests hash the same bytes.
-func fingerprint(r *http.Request, body []byte, headers []string) store.Fingerprint {
+// for a retry to be the same operation: method, host, path, query, the
+// configured headers, the body and the request trailers. Every part is
+// length-prefixed so that no two different requests hash the same bytes.
+//
+// host is the normalised request host (normalHost), or "" to leave it out.
+// A left-out host hashes nothing, so such fingerprints equal those of
+// versions that never hashed the host; a host never starts with '/' as a
+// path does, so the two forms cannot be confused. Trailers likewise hash
+// nothing when there are none. The body must have been read to its end:
+// only then are the trailers known.
+func fingerprint(r *http.Request, host string, body []byte, headers []string) store.Fingerprint {
 	hs := getHasher()
 	hs.field(r.Method)
+	if host != "" {
+		hs.field(host)
+	}
 	hs.field(r.URL.EscapedPath())
 	hs.field(r.URL.RawQuery)
 	for _, name := range headers {
 		hs.field(name)
-		values := r.Header[name]
-		hs.length(len(values))
-		for _, v := range values {
-			hs.field(v)
-		}
+		hs.values(r.Header[name])
 	}
 	hs.length(len(body))
-	return hs.finish(body)
+	hs.flush(body)
+	hs.trailers(r.Trailer)
+	return hs.finish(nil)
 }
 
-// storageKey names a key in the store: a hash of the scope header values and
-// the idempotency key, so one client can never be replayed another's
-// response and neither Authorization values nor raw keys are stored.
-func storageKey(r *http.Request, key string, scope []string) string {
-	hs := getHasher()
-	for _, name := range scope {
-		values := r.Header[name]
-		hs.length(len(values))
-		for _, v := range values {
-			hs.field(v)
+func (hs *hasher) values(values []string) {
+	hs.length(len(values))
+	for _, v := range values {
+		hs.field(v)
+	}
+}
+
+// flush hashes the buffered parts followed by tail, and empties the buffer.
+func (hs *hasher) flush(tail []byte) {
+	hs.h.Write(hs.buf)
+	hs.h.Write(tail)
+	hs.buf = hs.buf[:0]
+}
+
+// trailers adds the request trailers that carry a value, by name in sorted
+// order (the map has none). Declared trailers that never came add nothing.
+func (hs *hasher) trailers(t http.Header) {
+	n := 0
+	for _, v := range t {
+		if len(v) > 0 {
+			n++
 		}
+	}
+	if n == 0 {
+		return
+	}
+	names := make([]string, 0, n)
+	for k, v := range t {
+		if len(v) > 0 {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	hs.length(n)
+	for _, name := range names {
+		hs.field(name)
+		hs.values(t[name])
+	}
+}
+
+// normalHost is the host a request is fingerprinted and routed by: as the
+// client addressed it (the Host header, or the host of an absolute-form
+// request target, which net/http puts in r.Host), lower-cased, without a
+// trailing dot on the name, port kept. "A.Example.:8080" is "a.example:8080".
+// It allocates only when it changes something.
+func normalHost(host string) string {
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port = host[:i], host[i:]
+	}
+	if strings.HasSuffix(name, ".") {
+		host = strings.TrimSuffix(name, ".") + port
+	}
+	return strings.ToLower(host)
+}
+
+// scopePart is one scope_headers entry, parsed when the route table is
+// built: a header whose values scope the key, or one cookie ("Cookie:NAME")
+// whose value does.
+type scopePart struct {
+	header string // canonical header name; "Cookie" for a cookie
+	cookie string // the cookie's name, "" for a whole header
+}
+
+// parseScope parses scope_headers entries.
+func parseScope(entries []string) []scopePart {
+	parts := make([]scopePart, 0, len(entries))
+	for _, e := range entries {
+		if name, ok := cutPrefixFold(e, "Cookie:"); ok {
+			parts = append(parts, scopePart{header: "Cookie", cookie: strings.TrimSpace(name)})
+			continue
+		}
+		parts = append(parts, scopePart{header: http.CanonicalHeaderKey(e)})
+	}
+	return parts
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		return s[len(prefix):], true
+	}
+	return s, false
+}
+
+// storageKey names a key in the store: a hash of the scope values and the
+// idempotency key, so one client can never be replayed another's response
+// and neither Authorization values, cookies nor raw keys are stored. It is
+// the key_hash of logs and the key API.
+func storageKey(r *http.Request, key string, scope []scopePart) string {
+	hs := getHasher()
+	for _, p := range scope {
+		if p.cookie != "" {
+			hs.cookie(r.Header["Cookie"], p.cookie)
+			continue
+		}
+		hs.values(r.Header[p.header])
 	}
 	hs.field(key)
 	sum := hs.finish(nil)
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
 	return hex.EncodeToString(sum[:16])
+}
+
+// cookie adds the values of every cookie called name, in the order sent,
+// without parsing the other cookies into objects.
+func (hs *hasher) cookie(lines []string, name string) {
+	n := 0
+	forEachCookie(lines, name, func(string) { n++ })
+	hs.length(n)
+	forEachCookie(lines, name, func(v string) { hs.field(v) })
+}
+
+// forEachCookie calls f with the value of each cookie called name in the
+// Cookie header lines ("a=1; b=2").
+func forEachCookie(lines []string, name string, f func(value string)) {
+	for _, line := range lines {
+		for line != "" {
+			var pair string
+			pair, line, _ = strings.Cut(line, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if ok && k == name {
+				f(v)
+			}
+		}
+	}
 }

@@ -1,16 +1,12 @@
 package proxy
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -26,13 +22,18 @@ func NewTransport() *http.Transport {
 			Timeout:   5 * time.Second,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		// Go's default, made explicit: an upstream response whose header
+		// section is larger fails after the request was sent. The
+		// upstream has answered, so its key is kept with a 502 whatever
+		// on_upstream_error says (docs/request-handling.md).
+		MaxResponseHeaderBytes: 10 << 20,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    1024,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true,
+		WriteBufferSize:        32 << 10,
+		ReadBufferSize:         32 << 10,
 	}
 }
 
@@ -74,99 +75,10 @@ func hideIdempotencyKey(h http.Header) {
 	}
 }
 
-// upstreamError is the reverse proxy's one error path. For a request being
-// executed, it notes the error on the capture so the key is settled by
-// on_upstream_error; the client gets a 502 either way.
-func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	p, detail := probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key."
-	// A connection that broke while the request was being written counts
-	// as sent: the upstream may have started on it, so on_upstream_error
-	// decides. Pass-through requests carry no trace: only a failed dial
-	// proves nothing was sent.
-	var sent bool
-	if c, ok := w.(*capture); ok {
-		c.upstreamErr = err
-		sent = c.sent.Load()
-	} else {
-		sent = !isDialError(err)
-	}
-	if sent {
-		p, detail = probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown."
-		if errors.Is(err, context.DeadlineExceeded) {
-			detail = "The upstream did not answer within the upstream timeout; the outcome of the request is unknown."
-		}
-	}
-	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
-	writeProblem(w, p, detail)
-}
-
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
-
-// setBody gives an outgoing request its body from memory, with a known
-// length, so the transport writes headers and a small body in one write and
-// can rewind it when a connection fails before anything was written.
-func setBody(r *http.Request, body []byte) {
-	r.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		r.Body, r.GetBody = http.NoBody, nil
-		return
-	}
-	r.Body = newBodyReader(body)
-	r.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
-}
-
-// bodyReader is a request body read from memory.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
-
-func newBodyReader(body []byte) *bodyReader {
-	b := &bodyReader{}
-	b.Reset(body)
-	return b
-}
-
-var errBodyTooLarge = errors.New("request body too large")
-
-// readBody reads the whole request body, refusing bodies over limit before
-// reading them when their length is declared.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	if r.ContentLength > limit {
-		return nil, tooLarge(limit)
-	}
-	if r.ContentLength >= 0 {
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
-			return nil, err
-		}
-		return body, nil
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(body)) > limit {
-		return nil, tooLarge(limit)
-	}
-	return body, nil
-}
-
-func tooLarge(limit int64) error {
-	return &bodyTooLargeError{limit}
-}
-
-type bodyTooLargeError struct{ limit int64 }
-
-func (e *bodyTooLargeError) Error() string {
-	return "The request body is larger than this route's limit of " + formatBytes(e.limit) + "."
-}
-func (e *bodyTooLargeError) Is(target error) bool { return target == errBodyTooLarge }
 
 // bufferPool recycles the reverse proxy's copy buffers.
 type bufferPool struct{}
@@ -175,15 +87,3 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
-
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return strconv.FormatInt(n>>30, 10) + " GiB"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + " KiB"
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
-}

@@ -28,6 +28,7 @@ type Handler struct {
 	metrics         *Metrics
 	observe         func(*http.Request, Observation)
 	owners          owners
+	clock           clock
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
 	aborted atomic.Bool
@@ -48,10 +49,10 @@ func New(opts Options) (*Handler, error) {
 	}
 	h := &Handler{
 		upstreamTimeout: opts.UpstreamTimeout,
-		store:           opts.Store,
 		log:             opts.Logger,
 		metrics:         opts.Metrics,
 		observe:         opts.Observe,
+		clock:           realClock{},
 	}
 	if h.upstreamTimeout <= 0 {
 		h.upstreamTimeout = DefaultUpstreamTimeout
@@ -62,6 +63,7 @@ func New(opts Options) (*Handler, error) {
 	if h.metrics == nil {
 		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
 	}
+	h.store = meteredStore{opts.Store, h.metrics}
 	transport := opts.Transport
 	if transport == nil {
 		transport = NewTransport()
@@ -114,165 +116,144 @@ func (h *Handler) Wait(ctx context.Context) error {
 	return nil
 }
 
-// exchange is the bookkeeping of one request, for metrics and the log line.
-type exchange struct {
-	start   time.Time
-	route   *route
-	outcome Outcome
-	status  int
-	keyHash string
-	key     string // the scoped storage key keyHash abbreviates
-}
-
 // ServeHTTP handles one request: route → pass-through check → key → body →
 // fingerprint and storage key → begin in the store → replay, refuse or
 // forward.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := exchange{start: time.Now(), outcome: OutcomePassthrough}
+	q := newRequest(r)
 	h.metrics.inflight.Inc()
-	defer h.finish(r, &x)
+	defer h.finish(q)
 
-	x.route = h.routes.Load().match(r)
-	pol := &x.route.policy
-	// Protocol upgrades (WebSocket…) hand the connection over: there is no
-	// response to record.
-	if !x.route.protects(r.Method) || r.Header["Upgrade"] != nil {
+	q.route = h.routes.Load().match(r)
+	pol := &q.route.policy
+	// A real protocol upgrade (WebSocket) hands the connection over: there
+	// is no response to record. Any other upgrade offer is dropped.
+	if !q.route.protects(r.Method) || isUpgrade(r) {
 		h.rp.ServeHTTP(w, r)
 		return
 	}
+	dropUpgrade(r.Header)
 	key, err := parseKey(r.Header, pol.Header)
 	switch {
 	case err == errNoKey && pol.RequireKey:
-		h.refuse(w, &x, OutcomeMissingKey, probMissingKey, "This route requires an "+pol.Header+" header on "+r.Method+" requests.")
+		h.refuse(w, q, failMissingKey, err)
 		return
 	case err == errNoKey:
-		x.outcome = OutcomeNoKey
+		q.outcome = OutcomeNoKey
 		h.rp.ServeHTTP(w, r)
 		return
 	case err != nil:
-		h.refuse(w, &x, OutcomeInvalidKey, probInvalidKey, err.Error()+".")
+		h.refuse(w, q, failInvalidKey, err)
 		return
 	}
-	body, err := readBody(r, pol.MaxRequestBody)
+	q.key = key
+	keepKeyHeader(r.Header, pol.Header)
+	q.body, err = readBody(r, pol.MaxRequestBody)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		h.refuse(w, &x, OutcomeTooLarge, probTooLarge, err.Error())
+		h.refuse(w, q, failBodyTooLarge, err)
 		return
 	case err != nil:
-		h.refuse(w, &x, OutcomeBadRequest, probBadBody, "The request body could not be read.")
+		h.refuse(w, q, failBodyUnreadable, err)
 		return
 	}
-	h.serveKeyed(w, r, &x, key, body)
+	h.identify(q)
+	h.serveKeyed(w, q)
+}
+
+// identify computes q's fingerprint and storage key. The body was read to
+// its end, so the trailers are known.
+func (h *Handler) identify(q *request) {
+	r, pol := q.in, &q.route.policy
+	var host string // fingerprint_host: false leaves the host out
+	if pol.FingerprintHost {
+		host = normalHost(r.Host)
+	}
+	q.fp = fingerprint(r, host, q.body, pol.FingerprintHeaders)
+	q.keyHash = storageKey(r, q.key, q.route.scope)
 }
 
 // serveKeyed decides what a request with a valid key gets.
-func (h *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, x *exchange, key string, body []byte) {
-	pol := &x.route.policy
-	fp := fingerprint(r, body, pol.FingerprintHeaders)
-	skey := storageKey(r, key, pol.ScopeHeaders)
-	x.key, x.keyHash = skey, skey[:12]
-
+func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
+	r, pol := q.in, &q.route.policy
 	// Store calls and the upstream call run detached from the client: a
 	// Begin cut short could leave a lease nobody holds the token of, and a
-	// client that gives up must not cancel the work (SPEC §5). The store
-	// bounds each call with its own timeout.
+	// client that gives up must not cancel the work (docs/guarantees.md).
+	// The store bounds each call with its own timeout.
 	detached := context.WithoutCancel(r.Context())
-	var w8 waiter
+	var pace waiter
 	for {
-		began := time.Now()
-		res, err := h.begin(detached, skey, fp, pol.LockTTL)
+		q.began = h.clock.Now()
+		res, err := h.store.Begin(detached, q.keyHash, q.fp, pol.LockTTL)
 		if err != nil {
-			h.storeUnavailable(w, r, x, body, err)
+			h.storeUnavailable(w, q, err)
 			return
 		}
 		switch {
 		case res.State == store.Acquired:
-			h.execute(detached, w, r, x, skey, res.Token, fp, body, began)
+			q.token = res.Token
+			h.execute(detached, w, q)
 			return
-		case res.Fingerprint != fp:
-			h.refuse(w, x, OutcomeMismatch, probMismatch, "This idempotency key was first used with a different request (method, path, query, headers or body). Use a new key for a new operation.")
+		case res.Fingerprint != q.fp:
+			h.refuse(w, q, failMismatch, nil)
 			return
 		case res.State == store.Completed:
-			x.outcome, x.status = OutcomeReplayed, res.Record.Status
+			q.outcome, q.status = OutcomeReplayed, res.Record.Status
 			replay(w, r, res.Record, pol.ReplayExcludeHeaders)
 			return
 		case pol.Concurrent != ConcurrentWait:
-			h.refuse(w, x, OutcomeConflict, probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.")
+			h.refuse(w, q, failInFlight, nil)
 			return
 		}
 		// In flight, and this route waits for the first request to finish.
-		if !w8.wait(r.Context(), h.owners.done(skey), pol.WaitTimeout) {
-			h.refuse(w, x, OutcomeConflict, probInFlight, "A request with this idempotency key was still being processed after waiting "+pol.WaitTimeout.String()+". Retry later.")
+		if !pace.wait(r.Context(), h.owners.done(q.keyHash), pol.WaitTimeout) {
+			h.refuse(w, q, failWaitedTooLong, nil)
 			return
 		}
 	}
 }
 
-// storeUnavailable applies on_store_error.
-func (h *Handler) storeUnavailable(w http.ResponseWriter, r *http.Request, x *exchange, body []byte, err error) {
-	if x.route.policy.FailOpen {
-		x.outcome = OutcomeStoreBypassed
+// storeUnavailable applies on_store_error to a store that could not take
+// the key: unreachable, or full.
+func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
+	full := errors.Is(err, store.ErrFull)
+	if q.route.policy.FailOpen {
+		q.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
-			"route", x.route.label, "key_hash", x.keyHash, "error", err)
-		r.Body = newBodyReader(body)
-		h.rp.ServeHTTP(w, r)
+			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
+		q.in.Body = newBodyReader(q.body)
+		h.rp.ServeHTTP(w, q.in)
 		return
 	}
-	h.log.Warn("store unavailable, rejecting request", "route", x.route.label, "key_hash", x.keyHash, "error", err)
-	h.refuse(w, x, OutcomeStoreRejected, probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.")
-}
-
-func (h *Handler) refuse(w http.ResponseWriter, x *exchange, o Outcome, p problem, detail string) {
-	x.outcome, x.status = o, p.Status
-	writeProblem(w, p, detail)
+	h.log.Warn("store unavailable, rejecting request", "route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
+	if full {
+		h.refuse(w, q, failStoreFull, err)
+		return
+	}
+	h.refuse(w, q, failStoreUnavailable, err)
 }
 
 // finish observes the request's metrics and logs its line. It is deferred,
 // so it also runs when the reverse proxy aborts a half-written response.
-func (h *Handler) finish(r *http.Request, x *exchange) {
+func (h *Handler) finish(q *request) {
 	h.metrics.inflight.Dec()
-	if x.route == nil { // a panic before the route was known
+	defer q.free()
+	if q.route == nil { // a panic before the route was known
 		return
 	}
-	label := x.route.label
-	d := time.Since(x.start)
-	x.route.metrics.observe(x.outcome, d)
+	d := time.Since(q.start)
+	q.route.metrics.observe(q.outcome, d)
 	if h.observe != nil {
-		h.observe(r, Observation{Route: label, Outcome: x.outcome, KeyHash: x.key})
+		o := Observation{Outcome: q.outcome, KeyHash: q.keyHash}
+		if q.route.label != defaultRoute {
+			o.Route = q.route.label
+		}
+		h.observe(q.in, o)
 	}
-	if x.outcome != OutcomePassthrough && h.log.Enabled(r.Context(), slog.LevelDebug) {
-		h.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
-			slog.String("route", label), slog.String("method", r.Method),
-			slog.String("outcome", string(x.outcome)), slog.Int("status", x.status),
-			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", x.keyHash))
+	if ctx := q.in.Context(); q.outcome != OutcomePassthrough && h.log.Enabled(ctx, slog.LevelDebug) {
+		h.log.LogAttrs(ctx, slog.LevelDebug, "request",
+			slog.String("route", q.route.label), slog.String("method", q.in.Method),
+			slog.String("outcome", string(q.outcome)), slog.Int("status", q.status),
+			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", q.keyHash))
 	}
-}
-
-// begin, extend, complete and release time the store and count its errors.
-func (h *Handler) begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	t := time.Now()
-	res, err := h.store.Begin(ctx, key, fp, lease)
-	h.metrics.observeStore(OpBegin, time.Since(t), err != nil)
-	return res, err
-}
-
-func (h *Handler) extend(ctx context.Context, key, token string, lease time.Duration) error {
-	t := time.Now()
-	err := h.store.Extend(ctx, key, token, lease)
-	h.metrics.observeStore(OpExtend, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
-	return err
-}
-
-func (h *Handler) complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	t := time.Now()
-	err := h.store.Complete(ctx, key, token, rec, ttl)
-	h.metrics.observeStore(OpComplete, time.Since(t), err != nil && !errors.Is(err, store.ErrLockLost))
-	return err
-}
-
-func (h *Handler) release(ctx context.Context, key, token string) error {
-	t := time.Now()
-	err := h.store.Release(ctx, key, token)
-	h.metrics.observeStore(OpRelease, time.Since(t), err != nil)
-	return err
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Rows of the SPEC §4 table.
+// Rows of the table in docs/request-handling.md.
 
 func TestFirstRequestExecutesOnceAndIsReplayed(t *testing.T) {
 	e := newEnv(t, nil)
@@ -32,10 +32,10 @@ func TestFirstRequestExecutesOnceAndIsReplayed(t *testing.T) {
 	if got := e.up.calls.Load(); got != 1 {
 		t.Fatalf("upstream executions = %d, want 1", got)
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeExecuted); got != 1 {
+	if got := e.outcomes(defaultRoute, OutcomeExecuted); got != 1 {
 		t.Errorf("executed = %v, want 1", got)
 	}
-	if got := e.outcomes(DefaultRoute, OutcomeReplayed); got != 3 {
+	if got := e.outcomes(defaultRoute, OutcomeReplayed); got != 3 {
 		t.Errorf("replayed = %v, want 3", got)
 	}
 }
@@ -85,7 +85,7 @@ func TestNoKey(t *testing.T) {
 		if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 2 {
 			t.Fatalf("status %d, executions %d; want 201 and 2 executions", r.StatusCode, e.up.calls.Load())
 		}
-		if got := e.outcomes(DefaultRoute, OutcomeNoKey); got != 2 {
+		if got := e.outcomes(defaultRoute, OutcomeNoKey); got != 2 {
 			t.Errorf("no_key = %v, want 2", got)
 		}
 	})
@@ -177,5 +177,24 @@ func TestScopeHeadersSeparateClients(t *testing.T) {
 	}
 	if r := e.do(t, "POST", "/x", "shared", "{}", "Authorization", "Bearer alice"); !r.replayed() || r.body != a.body {
 		t.Fatalf("alice's retry: replayed=%v body %q, want her own response", r.replayed(), r.body)
+	}
+}
+
+func TestNewRejectsImpossiblePolicies(t *testing.T) {
+	st := newFlaky(t)
+	up := newUpstream(t, nil)
+	for name, change := range map[string]func(*Policy){
+		"zero lock_ttl":      func(p *Policy) { p.LockTTL = 0 },
+		"lock_ttl over ttl":  func(p *Policy) { p.LockTTL = 2 * p.TTL },
+		"wait without bound": func(p *Policy) { p.Concurrent, p.WaitTimeout = ConcurrentWait, 0 },
+		"no header":          func(p *Policy) { p.Header = "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := DefaultPolicy()
+			change(&p)
+			if _, err := New(Options{Upstream: up.url(t), Store: st, Default: DefaultPolicy(), Routes: []Route{{Pattern: "/x/", Policy: p}}}); err == nil {
+				t.Fatal("New accepted the policy")
+			}
+		})
 	}
 }

@@ -80,10 +80,10 @@ func TestFingerprint(t *testing.T) {
 		return r
 	}
 	headers := []string{"Content-Type"}
-	want := fingerprint(base(), []byte("body"), headers)
+	want := fingerprint(base(), "h.example", []byte("body"), headers)
 	same := base()
 	same.Header.Set("X-Other", "changed")
-	if got := fingerprint(same, []byte("body"), headers); got != want {
+	if got := fingerprint(same, "h.example", []byte("body"), headers); got != want {
 		t.Error("a header outside fingerprint_headers changed the fingerprint")
 	}
 	for name, change := range map[string]func(*http.Request) []byte{
@@ -101,7 +101,7 @@ func TestFingerprint(t *testing.T) {
 	} {
 		r := base()
 		body := change(r)
-		if got := fingerprint(r, body, headers); got == want {
+		if got := fingerprint(r, "h.example", body, headers); got == want {
 			t.Errorf("changing the %s did not change the fingerprint", name)
 		}
 	}
@@ -116,11 +116,11 @@ func FuzzFingerprint(f *testing.F) {
 			r.Header["Content-Type"] = []string{ctype}
 			return r
 		}
-		a := fingerprint(mk(), body, []string{"Content-Type"})
-		if b := fingerprint(mk(), body, []string{"Content-Type"}); a != b {
+		a := fingerprint(mk(), "h.example", body, []string{"Content-Type"})
+		if b := fingerprint(mk(), "h.example", body, []string{"Content-Type"}); a != b {
 			t.Fatal("fingerprint is not deterministic")
 		}
-		if b := fingerprint(mk(), append(body, 0), []string{"Content-Type"}); a == b {
+		if b := fingerprint(mk(), "h.example", append(body, 0), []string{"Content-Type"}); a == b {
 			t.Fatal("a longer body has the same fingerprint")
 		}
 	})
@@ -129,12 +129,12 @@ func FuzzFingerprint(f *testing.F) {
 func TestStorageKeyScopes(t *testing.T) {
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header.Set("Authorization", "Bearer a")
-	a := storageKey(r, "k", []string{"Authorization"})
+	a := storageKey(r, "k", parseScope([]string{"Authorization"}))
 	if strings.Contains(a, "Bearer") || strings.Contains(a, "k") && len(a) != 32 {
 		t.Fatalf("storage key %q leaks its inputs", a)
 	}
 	r.Header.Set("Authorization", "Bearer b")
-	if b := storageKey(r, "k", []string{"Authorization"}); a == b {
+	if b := storageKey(r, "k", parseScope([]string{"Authorization"})); a == b {
 		t.Fatal("two Authorization values share a storage key")
 	}
 	if b := storageKey(r, "k", nil); b == storageKey(r, "k2", nil) {

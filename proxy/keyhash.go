@@ -21,5 +21,5 @@ func (h *Handler) KeyHash(r *http.Request, key string) (string, error) {
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
-	return storageKey(r, key, rt.policy.ScopeHeaders), nil
+	return storageKey(r, key, rt.scope), nil
 }

@@ -16,7 +16,7 @@ func TestKeyHashIsTheStorageKeyOfTheRequest(t *testing.T) {
 	h := newKeyHashHandler(t, []Route{{Pattern: "/open/", Policy: withScope(nil)}})
 	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer client-a")
-	want := storageKey(req, "k-1", []string{"Authorization"})
+	want := storageKey(req, "k-1", parseScope([]string{"Authorization"}))
 
 	got, err := h.KeyHash(req, "k-1")
 	if err != nil || got != want {

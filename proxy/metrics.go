@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +11,7 @@ import (
 // Outcome is the value of the "outcome" label: what the proxy did with a request.
 type Outcome string
 
-// Outcomes, as documented in the README and SPEC §6.
+// Outcomes, as documented in docs/operating.md.
 const (
 	OutcomePassthrough   Outcome = "passthrough"                // method or route not protected
 	OutcomeNoKey         Outcome = "no_key"                     // forwarded without a key
@@ -25,13 +26,16 @@ const (
 	OutcomeStoreBypassed Outcome = "store_unavailable_bypassed" // forwarded unprotected, fail_open
 	OutcomeUpstreamError Outcome = "upstream_error"             // 502 from the proxy
 	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses)
-	// OutcomeBadRequest is not in SPEC §6: a request body that could not be
-	// read (client gone or too slow) fits none of its outcomes.
+	// OutcomeBadRequest: a request body that could not be read (client
+	// gone or too slow) fits none of the other outcomes.
 	OutcomeBadRequest Outcome = "bad_request"
 )
 
-// Outcomes lists every outcome, so that each route's series exist from the start.
-var Outcomes = []Outcome{
+// Outcomes returns every outcome, a copy the caller may keep.
+func Outcomes() []Outcome { return slices.Clone(allOutcomes) }
+
+// allOutcomes lists every outcome, so that each route's series exist from the start.
+var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest,
@@ -39,17 +43,24 @@ var Outcomes = []Outcome{
 
 // Store operations, the values of the "operation" label.
 const (
-	OpBegin    = "begin"
-	OpExtend   = "extend"
-	OpComplete = "complete"
-	OpRelease  = "release"
-	OpPing     = "ping"
+	opBegin    = "begin"
+	opExtend   = "extend"
+	opComplete = "complete"
+	opRelease  = "release"
+	opPing     = "ping"
 )
 
-var storeOps = []string{OpBegin, OpExtend, OpComplete, OpRelease, OpPing}
+var storeOps = []string{opBegin, opExtend, opComplete, opRelease, opPing}
 
-// DefaultRoute is the route label of requests that match no configured route.
-const DefaultRoute = "default"
+// Reasons a record is stored without its body, the values of the "reason"
+// label of idempotency_proxy_records_body_omitted_total.
+const (
+	omitTooLarge  = "too_large"
+	omitStoreFull = "store_full"
+)
+
+// defaultRoute is the route label of requests that match no configured route.
+const defaultRoute = "default"
 
 // Buckets for a loopback sidecar: from 100µs (a replay from memory) to 60s
 // (the default upstream timeout).
@@ -67,6 +78,7 @@ type Metrics struct {
 	storeErrors      *prometheus.CounterVec
 	inflight         prometheus.Gauge
 	lockLost         prometheus.Counter
+	bodyOmitted      map[string]prometheus.Counter // by reason
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -121,6 +133,14 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Completions or lease renewals refused because the lease had expired and another owner may have run the request.",
 		}),
 	}
+	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idempotency_proxy_records_body_omitted_total",
+		Help: "Responses recorded without their body, by reason: too_large (over max_response_body) or store_full (no room in the store for the body).",
+	}, []string{"reason"})
+	m.bodyOmitted = map[string]prometheus.Counter{}
+	for _, reason := range []string{omitTooLarge, omitStoreFull} {
+		m.bodyOmitted[reason] = omitted.WithLabelValues(reason)
+	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idempotency_proxy_build_info",
 		Help: "Always 1; labels carry the version and the Go version the binary was built with.",
@@ -128,12 +148,12 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
-		m.storeErrors, m.inflight, m.lockLost, buildInfo)
+		m.storeErrors, m.inflight, m.lockLost, omitted, buildInfo)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
 	}
-	m.route(DefaultRoute)
+	m.route(defaultRoute)
 	return m
 }
 
@@ -141,11 +161,11 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 // the first request of each outcome, and returns them.
 func (m *Metrics) route(label string) *routeMetrics {
 	rm := &routeMetrics{
-		requests: make(map[Outcome]prometheus.Counter, len(Outcomes)),
-		duration: make(map[Outcome]prometheus.Observer, len(Outcomes)),
+		requests: make(map[Outcome]prometheus.Counter, len(allOutcomes)),
+		duration: make(map[Outcome]prometheus.Observer, len(allOutcomes)),
 		upstream: m.upstreamDuration.WithLabelValues(label),
 	}
-	for _, o := range Outcomes {
+	for _, o := range allOutcomes {
 		rm.requests[o] = m.requests.WithLabelValues(label, string(o))
 		rm.duration[o] = m.requestDuration.WithLabelValues(label, string(o))
 	}
@@ -167,5 +187,5 @@ func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
 
 // ObservePing records a readiness ping of the store.
 func (m *Metrics) ObservePing(d time.Duration, err error) {
-	m.observeStore(OpPing, d, err != nil)
+	m.observeStore(opPing, d, err != nil)
 }

@@ -4,11 +4,12 @@ package proxy
 // answered, for Options.Observe. It is passed by value and costs nothing
 // when no observer is set.
 type Observation struct {
-	// Route is the matched route's pattern, or DefaultRoute.
+	// Route is the matched route's pattern; "" when the request matched no
+	// route and the defaults applied.
 	Route string
 	// Outcome is what the proxy did with the request.
 	Outcome Outcome
 	// KeyHash is the full hash of the scoped idempotency key, as the store
-	// knows it (logs show its first 12 characters); "" without a key.
+	// and every log line name it; "" without a key.
 	KeyHash string
 }

@@ -27,6 +27,7 @@ var (
 	probInFlight      = problem{ProblemBase + "in-flight", "Request with this idempotency key is in progress", http.StatusConflict, 1}
 	probMismatch      = problem{ProblemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
 	probStore         = problem{ProblemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable, 2}
+	probStoreFull     = problem{ProblemBase + "store-full", "Idempotency store full", http.StatusServiceUnavailable, 5}
 	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
 )
 
-// The core rows of SPEC §4 against the Redis store: on miniredis, and on a
+// The core rows of docs/request-handling.md against the Redis store: on miniredis, and on a
 // real redis-server this test starts and kills.
 func TestCoreCasesOnRedis(t *testing.T) {
 	t.Run("miniredis", func(t *testing.T) {

@@ -12,6 +12,8 @@ type route struct {
 	disabled bool
 	policy   Policy
 	metrics  *routeMetrics
+	// scope is policy.ScopeHeaders parsed once ("Cookie:NAME" entries).
+	scope []scopePart
 }
 
 func (rt *route) protects(method string) bool {
@@ -31,7 +33,7 @@ type routeTable struct {
 }
 
 func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) {
-	if err := def.checkErr(DefaultRoute); err != nil {
+	if err := def.checkErr(defaultRoute); err != nil {
 		return nil, err
 	}
 	patterns := make([]string, len(routes))
@@ -46,7 +48,7 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	}
 	t := &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
-		fallback:  &route{label: DefaultRoute, policy: def, metrics: m.route(DefaultRoute)},
+		fallback:  &route{label: defaultRoute, policy: def, metrics: m.route(defaultRoute), scope: parseScope(def.ScopeHeaders)},
 	}
 	if len(routes) == 0 {
 		return t, nil
@@ -54,17 +56,24 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	// CheckPatterns asked a ServeMux about every pair: none of these panics.
 	t.mux = http.NewServeMux()
 	for _, r := range routes {
-		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy, metrics: m.route(r.Pattern)}
+		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy, metrics: m.route(r.Pattern), scope: parseScope(r.Policy.ScopeHeaders)}
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
 	}
 	return t, nil
 }
 
 // match returns the route of r: the most specific matching pattern, or the
-// defaults.
+// defaults. Hosts match lower-cased and without a trailing dot, as they are
+// fingerprinted: "A.EXAMPLE" and "a.example." are a.example, and must not
+// slip past a route that requires a key there.
 func (t *routeTable) match(r *http.Request) *route {
 	if t.mux == nil {
 		return t.fallback
+	}
+	if host := normalHost(r.Host); host != r.Host {
+		norm := *r
+		norm.Host = host
+		r = &norm
 	}
 	_, pattern := t.mux.Handler(r)
 	if rt, ok := t.byPattern[pattern]; ok {

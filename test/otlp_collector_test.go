@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +17,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // collectedSpan is one span an OTLP export delivered, with its resource.
@@ -109,18 +109,16 @@ func (c *otlpCollector) Spans() ([]collectedSpan, int) {
 // tracedProxy is an idempotency-proxy process on the memory store, started
 // with its own environment (the OTEL_* variables of a test).
 type tracedProxy struct {
-	cmd    *exec.Cmd
+	proc   *testbin.Process
 	listen string
-	stderr *lockedBuffer
-	done   chan struct{}
 }
 
 // startTracedProxy runs the binary with config lines after the listeners,
-// the upstream and the memory store, and env on top of this process's
-// environment without its OTEL_* variables. It returns once /readyz is 200.
+// with env added to its environment (the OTEL_* variables of a test; they
+// override any the test process inherited). It returns once /readyz is 200.
 func startTracedProxy(t *testing.T, upstream, config string, env ...string) *tracedProxy {
 	t.Helper()
-	p := &tracedProxy{listen: freeAddr(t), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &tracedProxy{listen: freeAddr(t)}
 	admin := freeAddr(t)
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	yaml := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\nstore:\n  kind: memory\n%s",
@@ -128,26 +126,7 @@ func startTracedProxy(t *testing.T, upstream, config string, env ...string) *tra
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(proxyBin, "--config", file)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OTEL_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
-	setDeathSignal(p.cmd)
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("proxy stderr:\n%s", p.stderr.String())
-		}
-	})
+	p.proc = testbin.Start(t, testbin.Command{Path: proxyBin, Args: []string{"--config", file}, Env: env})
 	waitStatus(t, "http://"+admin+"/readyz", http.StatusOK, readyTimeout)
 	return p
 }
@@ -158,13 +137,14 @@ func (p *tracedProxy) URL() string { return "http://" + p.listen }
 // exports the spans still queued.
 func (p *tracedProxy) Stop(t *testing.T) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
+	if err := p.proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, ok := p.proc.Wait(30 * time.Second)
+	if !ok {
 		t.Fatalf("proxy did not exit after SIGTERM")
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	if code != 0 {
 		t.Fatalf("proxy exited with %d", code)
 	}
 }

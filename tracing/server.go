@@ -81,7 +81,7 @@ func (t *Tracer) Observe(r *http.Request, o proxy.Observation) {
 	if o.KeyHash != "" {
 		attrs = append(attrs, AttrKeyHash.String(o.KeyHash))
 	}
-	if o.Route != proxy.DefaultRoute {
+	if o.Route != "" {
 		attrs = append(attrs, semconv.HTTPRoute(o.Route))
 		name := "HTTP"
 		if knownMethods[r.Method] {

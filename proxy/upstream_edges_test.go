@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
-// When the memory store is full, Complete stores the record without its body
-// but with the header the capture wrote, which carries the original
-// Content-Length. The replay must still announce 0 bytes: SPEC §5 says
+// A record stored without its body (here by a memory store too full for
+// it) keeps the header the capture wrote, Content-Length included. Its
+// replay still announces 0 bytes and sends none: docs/guarantees.md says
 // duplicates get "Content-Length: 0" and an empty body.
-func TestRegressionFullMemoryStoreReplaysStaleContentLength(t *testing.T) {
+func TestBodilessReplayAnnouncesNoContent(t *testing.T) {
 	st := memory.New(memory.Options{MaxBytes: 2048, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
 	big := strings.Repeat("x", 4000) // under max_response_body, over the store bound
@@ -48,8 +49,8 @@ func TestRegressionFullMemoryStoreReplaysStaleContentLength(t *testing.T) {
 // A request that never reached the upstream (the upstream timeout fired
 // while the connection was still being dialled: the Transport returns the
 // context error, not the dial *net.OpError) is not an ambiguous failure:
-// even under on_upstream_error: keep, its key is released (SPEC §5).
-func TestRegressionTimeoutWhileDiallingIsRecordedUnderKeep(t *testing.T) {
+// even under on_upstream_error: keep, its key is released (docs/guarantees.md).
+func TestTimeoutWhileDiallingReleasesKeyUnderKeep(t *testing.T) {
 	var dials atomic.Int64
 	var e *env
 	tr := NewTransport()
@@ -81,8 +82,8 @@ func TestRegressionTimeoutWhileDiallingIsRecordedUnderKeep(t *testing.T) {
 
 // After Abort, a request that acquires a key has its upstream call cancelled
 // before anything is sent: under keep too, no "outcome unknown" 502 is
-// recorded.
-func TestRegressionAbortBeforeSendIsRecordedUnderKeep(t *testing.T) {
+// recorded, and the key is released, not left locked.
+func TestAbortBeforeSendReleasesKeyUnderKeep(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.KeepOnUpstreamError = true }))
 	e.handler.Abort()
 	e.do(t, "POST", "/x", "k", "{}")
@@ -93,14 +94,14 @@ func TestRegressionAbortBeforeSendIsRecordedUnderKeep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Record != nil {
-		t.Fatalf("a request never sent upstream was recorded as %d (%s)", res.Record.Status, res.Record.Body)
+	if res.State != store.Acquired {
+		t.Fatalf("after a request never sent upstream the key is %s, want it free (released)", res.State)
 	}
 }
 
 func storageKeyFor(key string) string {
 	r := httptest.NewRequest("POST", "/x", nil)
-	return storageKey(r, key, DefaultPolicy().ScopeHeaders)
+	return storageKey(r, key, parseScope(DefaultPolicy().ScopeHeaders))
 }
 
 // Outside an http.Server (no http.ServerContextKey in the request context,
@@ -108,7 +109,7 @@ func storageKeyFor(key string) string {
 // httptest.ResponseRecorder), httputil.ReverseProxy does not panic when the
 // upstream body is cut short: it just returns. The body received must still
 // not be recorded as the whole response.
-func TestRegressionTruncatedBodyRecordedWithoutServer(t *testing.T) {
+func TestCutShortBodyIsNotRecordedOutsideAServer(t *testing.T) {
 	var calls atomic.Int64
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"sync"
+	"time"
+)
+
+// fakeClock is a clock that moves only when a test advances it. Timers
+// due by then fire in the advancing goroutine, in order, before Advance
+// returns, so a test knows a lease renewal has run.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c    *fakeClock
+	at   time.Time
+	f    func()
+	live bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, live: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.AfterFunc(d, func() { ch <- c.Now() })
+	return ch
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.live
+	t.at, t.live = t.c.now.Add(d), true
+	if !was {
+		t.c.timers = append(t.c.timers, t)
+	}
+	return was
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.live
+	t.live = false
+	return was
+}
+
+// Advance moves the clock by d, firing every timer that falls due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	end := c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		var next *fakeTimer
+		for _, t := range c.timers {
+			if t.live && !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next == nil {
+			c.now = end
+			c.mu.Unlock()
+			return
+		}
+		c.now, next.live = next.at, false
+		kept := c.timers[:0]
+		for _, t := range c.timers {
+			if t.live {
+				kept = append(kept, t)
+			}
+		}
+		c.timers = kept
+		c.mu.Unlock()
+		next.f()
+	}
+}

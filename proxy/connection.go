@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// isUpgrade reports whether r is a real protocol upgrade (a WebSocket
+// handshake): a GET whose Connection lists "upgrade" and that names the
+// protocol in Upgrade. It hands the connection over, so there is no
+// response to record and it passes through unprotected. Anything else
+// carrying Upgrade — curl --http2 adds "Upgrade: h2c" to a POST, a client
+// may send a bare "Upgrade:" — is an ordinary request and must not dodge
+// the key rules.
+func isUpgrade(r *http.Request) bool {
+	if r.Method != http.MethodGet || !hasToken(r.Header["Connection"], "upgrade") {
+		return false
+	}
+	for _, v := range r.Header["Upgrade"] {
+		if textproto.TrimString(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// dropUpgrade removes an upgrade offer from a request the proxy protects:
+// Upgrade and HTTP2-Settings, and their Connection tokens. The upstream
+// then answers it as the ordinary request it is, once.
+func dropUpgrade(h http.Header) {
+	_, up := h["Upgrade"]
+	_, settings := h["Http2-Settings"]
+	if !up && !settings && !hasToken(h["Connection"], "upgrade") && !hasToken(h["Connection"], "http2-settings") {
+		return
+	}
+	delete(h, "Upgrade")
+	delete(h, "Http2-Settings")
+	removeTokens(h, "upgrade", "http2-settings")
+}
+
+// keepKeyHeader removes the key header's name from Connection. The reverse
+// proxy drops every header that Connection names, and the key header is
+// forwarded upstream unchanged (docs/request-handling.md), so upstreams
+// that deduplicate too can rely on it.
+func keepKeyHeader(h http.Header, name string) {
+	if hasToken(h["Connection"], name) {
+		removeTokens(h, name)
+	}
+}
+
+// hasToken reports whether the comma-separated lists in values hold token,
+// compared case-insensitively.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for v != "" {
+			var t string
+			t, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// removeTokens rewrites Connection without drop's tokens, deleting it when
+// none is left.
+func removeTokens(h http.Header, drop ...string) {
+	var kept []string
+	for _, v := range h["Connection"] {
+		for v != "" {
+			var t string
+			t, v, _ = strings.Cut(v, ",")
+			if t = textproto.TrimString(t); t != "" && !containsFold(drop, t) {
+				kept = append(kept, t)
+			}
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Connection")
+		return
+	}
+	h["Connection"] = []string{strings.Join(kept, ", ")}
+}
+
+func containsFold(list []string, s string) bool {
+	for _, l := range list {
+		if strings.EqualFold(l, s) {
+			return true
+		}
+	}
+	return false
+}

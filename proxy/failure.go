@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// failure is a reason the proxy answers a request itself instead of the
+// upstream.
+type failure uint8
+
+const (
+	failMissingKey failure = iota + 1
+	failInvalidKey
+	failBodyTooLarge
+	failBodyUnreadable
+	failMismatch
+	failInFlight
+	failWaitedTooLong
+	failStoreUnavailable
+	failStoreFull
+	failUnreachable      // nothing reached the upstream
+	failUpstream         // the connection failed after the request was sent
+	failUpstreamTimeout  // no answer within upstream.timeout
+	failResponseTooLarge // the upstream's response headers were over the transport's limit
+	failResponseCutShort // recorded under on_upstream_error: keep after a cut-short body
+)
+
+// problemFor maps a failure to the problem response the client gets and
+// the outcome it is counted as: the one place that does. q gives the
+// details (route policy, method); err is the failure's cause, if any.
+func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
+	switch f {
+	case failMissingKey:
+		return probMissingKey, "This route requires an " + q.route.policy.Header + " header on " + q.in.Method + " requests.", OutcomeMissingKey
+	case failInvalidKey:
+		return probInvalidKey, err.Error() + ".", OutcomeInvalidKey
+	case failBodyTooLarge:
+		return probTooLarge, err.Error(), OutcomeTooLarge
+	case failBodyUnreadable:
+		return probBadBody, "The request body could not be read.", OutcomeBadRequest
+	case failMismatch:
+		return probMismatch, "This idempotency key was first used with a different request (method, host, path, query, headers, body or trailers). Use a new key for a new operation.", OutcomeMismatch
+	case failInFlight:
+		return probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.", OutcomeConflict
+	case failWaitedTooLong:
+		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
+	case failStoreUnavailable:
+		return probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.", OutcomeStoreRejected
+	case failStoreFull:
+		return probStoreFull, "The idempotency store is full and cannot take new keys, so the request was not forwarded. It is safe to retry with the same key once records expire or the store is enlarged.", OutcomeStoreRejected
+	case failUnreachable:
+		return probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key.", OutcomeUpstreamError
+	case failUpstreamTimeout:
+		return probUpstreamError, "The upstream did not answer within the upstream timeout; the outcome of the request is unknown.", OutcomeUpstreamError
+	case failResponseTooLarge:
+		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
+	case failResponseCutShort:
+		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
+	}
+	return probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown.", OutcomeUpstreamError
+}
+
+// refuse answers q with the problem response of f.
+func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error) {
+	p, detail, outcome := problemFor(q, f, err)
+	q.outcome, q.status = outcome, p.Status
+	writeProblem(w, p, detail)
+}
+
+// upstreamFailure classifies an error of the upstream exchange. sent says
+// whether the request's headers reached an upstream connection: until
+// then the upstream cannot have acted on it.
+func upstreamFailure(err error, sent bool) failure {
+	switch {
+	case !sent:
+		return failUnreachable
+	case errors.Is(err, context.DeadlineExceeded):
+		return failUpstreamTimeout
+	case responseHeaderTooLarge(err):
+		return failResponseTooLarge
+	}
+	return failUpstream
+}
+
+// responseHeaderTooLarge reports whether the transport refused the
+// upstream's response because its header section exceeded
+// MaxResponseHeaderBytes. net/http has no sentinel for it, only this
+// message; TestResponseHeaderOverTransportLimitIsNotExecutedTwice fails
+// if the message changes.
+func responseHeaderTooLarge(err error) bool {
+	return strings.Contains(err.Error(), "server response headers exceeded")
+}
+
+// upstreamFailed is implemented by the ResponseWriter of an executed
+// request (capture): the reverse proxy's error handler tells it the
+// upstream exchange failed, and asks whether the request had been sent.
+type upstreamFailed interface {
+	upstreamFailed(err error) (sent bool)
+}
+
+var _ upstreamFailed = (*capture)(nil)
+
+// upstreamError is the reverse proxy's one error path. An executed
+// request's capture learns of the error, so that its key is settled by
+// what the failure means; the client gets a 502 either way.
+func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	var sent bool
+	if c, ok := w.(upstreamFailed); ok {
+		sent = c.upstreamFailed(err)
+	} else {
+		// Pass-through requests carry no trace: only a failed dial proves
+		// nothing was sent.
+		sent = !isDialError(err)
+	}
+	p, detail, _ := problemFor(nil, upstreamFailure(err, sent), err)
+	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
+	writeProblem(w, p, detail)
+}

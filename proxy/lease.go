@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// clock is the time source of leases and of background settling: real
+// time in production; tests drive a fake one, so that none sleeps for a
+// lease to run out.
+type clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) timer
+	// After sends on the returned channel once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// timer is the part of *time.Timer a lease uses.
+type timer interface {
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                            { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) timer { return time.AfterFunc(d, f) }
+func (realClock) After(d time.Duration) <-chan time.Time    { return time.After(d) }
+
+// lease renews the store lease on a key while its upstream call runs. The
+// first renewal happens after a third of lock_ttl, so a fast upstream costs
+// no store round trip beyond begin and complete.
+type lease struct {
+	mu      sync.Mutex
+	timer   timer
+	stopped bool
+	lost    bool
+	until   time.Time // when the lease expires, as far as this process knows
+}
+
+// startLease renews q's lease from a timer. The lease runs from q.began,
+// when Begin was sent, so until never overestimates it.
+func (h *Handler) startLease(ctx context.Context, q *request) {
+	ttl := q.route.policy.LockTTL
+	every := max(ttl/3, time.Millisecond)
+	l := &q.lease
+	l.until = q.began.Add(ttl)
+	renew := func() {
+		sent := h.clock.Now()
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := h.store.Extend(rctx, q.keyHash, q.token, ttl)
+		cancel()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch {
+		case l.stopped:
+		case err == nil:
+			l.until = sent.Add(ttl)
+			l.timer.Reset(every)
+		case errors.Is(err, store.ErrLockLost):
+			l.lost = true
+			h.lockLost(q, "renewal")
+		default:
+			// The store may come back before the lease runs out.
+			h.log.Warn("could not renew lease", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+			l.timer.Reset(every / 4)
+		}
+	}
+	l.mu.Lock()
+	l.timer = h.clock.AfterFunc(every, renew)
+	l.mu.Unlock()
+}
+
+// stop ends renewals and reports whether the lease was found lost. From
+// then on only settleKey's goroutine changes until (renewHeld).
+func (l *lease) stop() (lost bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	l.timer.Stop()
+	return l.lost
+}
+
+// renewHeld extends the lease of a key held for lack of space and reports
+// whether the lease was lost.
+func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
+	ttl := q.route.policy.LockTTL
+	sent := h.clock.Now()
+	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
+	switch {
+	case err == nil:
+		q.lease.until = sent.Add(ttl)
+	case errors.Is(err, store.ErrLockLost):
+		h.lockLost(q, "renewal while the store was full")
+		return true
+	default:
+		h.log.Warn("could not renew lease of a key held while the store is full", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	}
+	return false
+}
+
+func (h *Handler) lockLost(q *request, during string) {
+	h.metrics.lockLost.Inc()
+	h.log.Warn("lease on key lost: it expired while the upstream ran and another request may have executed it; this response was delivered but not recorded",
+		"route", q.route.label, "key_hash", q.keyHash, "during", during, "lock_ttl", q.route.policy.LockTTL.String())
+}

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// request is one request on the proxy path, from route match to its log
+// line. Each step of ServeHTTP reads what the steps before it found and
+// adds its own; a new step (a key source, a fingerprint rule, a trace
+// span) adds its fields here. An executed request also carries its
+// capture, its lease and what settling its key needs: it outlives
+// ServeHTTP while its record is retried in the background.
+type request struct {
+	in    *http.Request
+	start time.Time
+	route *route
+
+	// What the request's log line and metrics report.
+	outcome Outcome
+	status  int
+
+	key     string // the idempotency key, as sent
+	body    []byte // read in full before the key is taken
+	fp      store.Fingerprint
+	keyHash string // the storage key: the key_hash of logs and the key API
+
+	// Set when this request executes its key (see execute.go).
+	executed bool
+	token    string    // the lease's owner token
+	began    time.Time // when Begin was sent: the lease runs from then
+	capture  capture
+	lease    lease
+	done     chan struct{} // closes when the key is settled, waking local waiters
+	// rec is the record being stored; omitReason says why it has no body
+	// ("" when it has), for idempotency_proxy_records_body_omitted_total.
+	rec        *store.Record
+	omitReason string
+	// held is set once the store had no room even for rec without its
+	// body: the key stays locked, its lease renewed, until rec fits.
+	held bool
+}
+
+// requests recycles request structs of requests that did not execute (a
+// replay, a refusal, a pass-through), so that the hot replay path
+// allocates none. An executed request is never put back: its lease timer,
+// trace hooks and background settling may still hold it.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+func newRequest(r *http.Request) *request {
+	q := requests.Get().(*request)
+	*q = request{in: r, start: time.Now(), outcome: OutcomePassthrough}
+	return q
+}
+
+func (q *request) free() {
+	if !q.executed {
+		*q = request{}
+		requests.Put(q)
+	}
+}

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	const lockTTL = 30 * time.Second
+	clock := newFakeClock()
+	st := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-First") != "" { // only the first one blocks
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Write([]byte("done"))
+	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	e.handler.clock = clock
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
+	<-arrived
+	// Let four lock_ttl periods pass, a third at a time: without renewal
+	// the lease would expire and a duplicate would execute again.
+	for i := range 12 {
+		clock.Advance(lockTTL / 3)
+		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
+			close(release)
+			t.Fatalf("duplicate after %d thirds of lock_ttl: got %d, want 409", i+1, r.StatusCode)
+		}
+	}
+	close(release)
+	<-first
+	if e.up.calls.Load() != 1 {
+		t.Fatalf("executions = %d, want 1", e.up.calls.Load())
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.lockLost); got != 0 {
+		t.Errorf("lock lost = %v, want 0", got)
+	}
+}
+
+func TestLostLeaseIsCountedAndResponseDelivered(t *testing.T) {
+	st := newFlaky(t)
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		st.lostAfterBegin.Store(true) // someone else took the key while we ran
+		w.Write([]byte("mine"))
+	}, withStore(st))
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if r.StatusCode != http.StatusOK || r.body != "mine" {
+		t.Fatalf("got %d %q, want the response delivered", r.StatusCode, r.body)
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.lockLost); got != 1 {
+		t.Fatalf("lock lost = %v, want 1", got)
+	}
+}
+
+// A store that is down when the response comes back is retried in the
+// background until the lease would expire: the retry is a replay, not a
+// second execution.
+func TestRecordingRetriedWhileStoreRecovers(t *testing.T) {
+	st := newFlaky(t)
+	st.completeFailures.Store(4) // about 50+100+200+400ms of outage
+	e := newEnv(t, nil, withStore(st))
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
+	}
+	var r *response
+	eventually(t, "the record written", func() bool {
+		r = e.do(t, "POST", "/x", "k", "{}")
+		return r.StatusCode != http.StatusConflict
+	})
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry: %d replayed=%v executions=%d, want the replay of the one execution", r.StatusCode, r.replayed(), e.up.calls.Load())
+	}
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release that fails while the store blips is retried in the background:
+// the key frees up well before lock_ttl, so the retry executes instead of
+// getting 409 for the whole lease.
+func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
+	st := newFlaky(t)
+	st.releaseFailures.Store(2)
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // a release status
+			return
+		}
+		w.Write([]byte("done"))
+	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = time.Hour }))
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d, want the upstream's 503", r.StatusCode)
+	}
+	var r *response
+	eventually(t, "the key released", func() bool {
+		r = e.do(t, "POST", "/x", "k", "{}")
+		return r.StatusCode != http.StatusConflict
+	})
+	if r.StatusCode != http.StatusOK || r.body != "done" || r.replayed() {
+		t.Fatalf("retry: %d %q replayed=%v, want a fresh execution", r.StatusCode, r.body, r.replayed())
+	}
+}
