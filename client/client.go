@@ -17,7 +17,7 @@ const (
 	DefaultMaxBufferedBody = 10 << 20 // the proxy's default max_request_body
 )
 
-// Response headers set by the proxy on replays (SPEC §4, §5).
+// Response headers set by the proxy on replays (docs/request-handling.md, docs/guarantees.md).
 const (
 	HeaderReplayed    = "Idempotent-Replayed"
 	HeaderBodyOmitted = "Idempotent-Body-Omitted"

@@ -10,7 +10,7 @@ import (
 	"net/http"
 )
 
-// Problem type URIs of the proxy's RFC 9457 error responses (SPEC §4). They
+// Problem type URIs of the proxy's RFC 9457 error responses (docs/request-handling.md). They
 // let a caller tell the proxy's answers from the upstream's own.
 const (
 	problemBase = "https://idempotency-proxy.dev/problems/"

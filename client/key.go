@@ -12,7 +12,7 @@ import (
 // HeaderKey is the request header that carries the idempotency key.
 const HeaderKey = "Idempotency-Key"
 
-// maxKeyLen is the proxy's limit on a key (SPEC §4), checked here so a bad key
+// maxKeyLen is the proxy's limit on a key (docs/request-handling.md), checked here so a bad key
 // fails before anything is sent instead of as a 400 from the server.
 const maxKeyLen = 255
 
@@ -94,7 +94,7 @@ func keyFromContext(ctx context.Context) (string, bool) {
 	return k, ok
 }
 
-// validateKey mirrors the proxy's check (SPEC §4) on a caller-supplied key.
+// validateKey mirrors the proxy's check (docs/request-handling.md) on a caller-supplied key.
 func validateKey(key string) error {
 	if key == "" || len(key) > maxKeyLen {
 		return fmt.Errorf("%w: length %d, want 1..%d", ErrInvalidKey, len(key), maxKeyLen)

@@ -84,7 +84,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
-	// One panel at least for every metric of SPEC §6.
+	// One panel at least for every metric documented in docs/operating.md#metrics.
 	for name := range fams {
 		if strings.HasPrefix(name, "idempotency_proxy_") && !used[name] {
 			t.Errorf("no panel shows %s", name)

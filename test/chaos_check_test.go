@@ -53,7 +53,7 @@ func (cl *chaosLog) keyNames() []string {
 }
 
 // ambiguous reports whether a reply leaves the client unsure whether the
-// upstream ran: SPEC §5 then permits one more execution on retry. A 502
+// upstream ran: docs/guarantees.md then permits one more execution on retry. A 502
 // upstream-failed is on_upstream_error: release; a connection cut by a
 // killed proxy is the "proxy killed mid-request" case. A refused
 // connection reached no one.

@@ -26,7 +26,7 @@ var faultNames = []string{"redis killed", "upstream killed", "proxy SIGKILLed", 
 
 // TestChaos runs retrying clients against two replicas on one Redis while
 // Redis, the upstream and the replicas are killed and restarted at random,
-// then checks the invariants of SPEC §5 (see chaosLog.check). A failing
+// then checks the invariants of docs/guarantees.md (see chaosLog.check). A failing
 // run is replayed with the printed CHAOS_SEED.
 func TestChaos(t *testing.T) {
 	if testing.Short() {

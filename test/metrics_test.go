@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Metric names of SPEC §6 the tests assert on.
+// Metric names documented in docs/operating.md#metrics the tests assert on.
 const (
 	mRequests = "idempotency_proxy_requests_total"
 	mLockLost = "idempotency_proxy_lock_lost_total"
