@@ -22,7 +22,10 @@ type capture struct {
 	// and body together. bodyLimit is what the headers leave of it.
 	limit, bodyLimit int64
 	route            *route
+	keyHash          string // for the error handler's log line
 
+	// responseStarted is set once the response's status went to the
+	// client (or would have, had it stayed).
 	responseStarted bool
 	status          int
 	header          http.Header
@@ -175,9 +178,9 @@ func contentTypeOnly(h http.Header) http.Header {
 // written upstream.
 func (c *capture) requestSent() { c.sent.Store(true) }
 
-func (c *capture) upstreamFailed(err error) (sent bool) {
+func (c *capture) upstreamFailed(err error) (sent bool, keyHash string) {
 	c.upstreamErr = err
-	return c.sent.Load()
+	return c.sent.Load(), c.keyHash
 }
 
 // cutShort reports whether fewer body bytes arrived than the upstream

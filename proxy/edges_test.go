@@ -109,7 +109,7 @@ func TestSameKeyOnAnotherHostIsAMismatch(t *testing.T) {
 	if first.StatusCode != http.StatusCreated {
 		t.Fatalf("first: %d", first.StatusCode)
 	}
-	for _, host := range []string{"TENANT-A.example", "tenant-a.example."} {
+	for _, host := range []string{"TENANT-A.example", "tenant-a.example.", "tenant-a.example:8080"} {
 		if r := e.raw(t, rawPost("/x", host, "k")); !r.replayed() || r.body != first.body {
 			t.Fatalf("Host %s: %d replayed=%v, want the replay: it is the same host", host, r.StatusCode, r.replayed())
 		}
@@ -162,7 +162,7 @@ func TestHostRouteMatchesAnySpellingOfItsHost(t *testing.T) {
 func TestNormalHost(t *testing.T) {
 	for in, want := range map[string]string{
 		"a.example": "a.example", "A.Example": "a.example", "a.example.": "a.example",
-		"A.EXAMPLE.:8080": "a.example:8080", "[::1]:80": "[::1]:80", "[::1]": "[::1]", "": "",
+		"A.EXAMPLE.:8080": "a.example", "a.example:80": "a.example", "[::1]:80": "[::1]", "[::1]": "[::1]", "": "",
 	} {
 		if got := normalHost(in); got != want {
 			t.Errorf("normalHost(%q) = %q, want %q", in, got, want)

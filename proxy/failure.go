@@ -96,9 +96,10 @@ func responseHeaderTooLarge(err error) bool {
 
 // upstreamFailed is implemented by the ResponseWriter of an executed
 // request (capture): the reverse proxy's error handler tells it the
-// upstream exchange failed, and asks whether the request had been sent.
+// upstream exchange failed, and learns whether the request had been sent
+// and the key_hash it executes.
 type upstreamFailed interface {
-	upstreamFailed(err error) (sent bool)
+	upstreamFailed(err error) (sent bool, keyHash string)
 }
 
 var _ upstreamFailed = (*capture)(nil)
@@ -108,14 +109,15 @@ var _ upstreamFailed = (*capture)(nil)
 // what the failure means; the client gets a 502 either way.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	var sent bool
+	var keyHash string
 	if c, ok := w.(upstreamFailed); ok {
-		sent = c.upstreamFailed(err)
+		sent, keyHash = c.upstreamFailed(err)
 	} else {
 		// Pass-through requests carry no trace: only a failed dial proves
 		// nothing was sent.
 		sent = !isDialError(err)
 	}
 	p, detail, _ := problemFor(nil, upstreamFailure(err, sent), err)
-	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "request_sent", sent, "error", err)
+	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
 	writeProblem(w, p, detail)
 }

@@ -121,20 +121,19 @@ func (hs *hasher) trailers(t http.Header) {
 	}
 }
 
-// normalHost is the host a request is fingerprinted and routed by: as the
-// client addressed it (the Host header, or the host of an absolute-form
-// request target, which net/http puts in r.Host), lower-cased, without a
-// trailing dot on the name, port kept. "A.Example.:8080" is "a.example:8080".
-// It allocates only when it changes something.
+// normalHost is the host a request is fingerprinted and routed by: the
+// host name the client addressed (the Host header, or the host of an
+// absolute-form request target, which net/http puts in r.Host),
+// lower-cased, without a trailing dot and without the port:
+// "A.Example.:8080" is "a.example". The port is left out as route patterns
+// leave it out, and because replicas reached on different ports of one
+// name are one service: a retry sent to another replica must replay, not
+// get 422. It allocates only when it lower-cases.
 func normalHost(host string) string {
-	name, port := host, ""
 	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
-		name, port = host[:i], host[i:]
+		host = host[:i]
 	}
-	if strings.HasSuffix(name, ".") {
-		host = strings.TrimSuffix(name, ".") + port
-	}
-	return strings.ToLower(host)
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // scopePart is one scope_headers entry, parsed when the route table is
