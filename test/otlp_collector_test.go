@@ -61,11 +61,14 @@ type otlpCollector struct {
 	mu      sync.Mutex
 	exports int
 	spans   []collectedSpan
+	// exported is closed and replaced after each export, so a test can wait
+	// for the next one instead of polling.
+	exported chan struct{}
 }
 
 func startCollector(t *testing.T) *otlpCollector {
 	t.Helper()
-	c := &otlpCollector{}
+	c := &otlpCollector{exported: make(chan struct{})}
 	c.srv = httptest.NewServer(http.HandlerFunc(c.export))
 	t.Cleanup(c.srv.Close)
 	return c
@@ -93,6 +96,8 @@ func (c *otlpCollector) export(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	close(c.exported)
+	c.exported = make(chan struct{})
 	c.mu.Unlock()
 	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
@@ -104,6 +109,28 @@ func (c *otlpCollector) Spans() ([]collectedSpan, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]collectedSpan(nil), c.spans...), c.exports
+}
+
+// WaitFor waits until some exported span satisfies match, or the timeout
+// passes, and returns that span.
+func (c *otlpCollector) WaitFor(timeout time.Duration, match func(collectedSpan) bool) (collectedSpan, bool) {
+	deadline := time.After(timeout)
+	for {
+		c.mu.Lock()
+		next := c.exported
+		for _, s := range c.spans {
+			if match(s) {
+				c.mu.Unlock()
+				return s, true
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-next:
+		case <-deadline:
+			return collectedSpan{}, false
+		}
+	}
 }
 
 // tracedProxy is an idempotency-proxy process on the memory store, started
