@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"sync"
@@ -200,7 +201,9 @@ func forEachCookie(lines []string, name string, f func(value string)) {
 			var pair string
 			pair, line, _ = strings.Cut(line, ";")
 			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-			if ok && k == name {
+			// net/http trims the name as most parsers do: "name =v" is
+			// the cookie upstream, so it must scope here too.
+			if ok && textproto.TrimString(k) == name {
 				f(v)
 			}
 		}

@@ -1,0 +1,24 @@
+package proxy
+
+import (
+	"net/http"
+	"testing"
+)
+
+// A HEAD response announces the length a GET would send; a route that
+// protects HEAD must replay that announcement, not the length of the
+// (always empty) body it captured.
+func TestReplayedHeadAnnouncesTheRecordedLength(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1234")
+		w.WriteHeader(http.StatusOK)
+	}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, http.MethodHead) }))
+	first := e.do(t, http.MethodHead, "/x", "k", "")
+	again := e.do(t, http.MethodHead, "/x", "k", "")
+	if !again.replayed() || e.up.calls.Load() != 1 {
+		t.Fatalf("replayed=%v executions=%d, want one execution and a replay", again.replayed(), e.up.calls.Load())
+	}
+	if got, want := again.Header.Get("Content-Length"), first.Header.Get("Content-Length"); got != want {
+		t.Fatalf("replayed HEAD Content-Length = %q, want the recorded %q", got, want)
+	}
+}
