@@ -33,11 +33,33 @@ func newEntryJSON(e store.Entry) entryJSON {
 	n, omitted := e.BodyBytes, rec.BodyOmitted
 	out.CreatedAt = rfc3339(rec.CreatedAt)
 	out.Status = rec.Status
-	out.Headers = rec.Header
-	if out.Headers == nil {
-		out.Headers = map[string][]string{}
-	}
+	out.Headers = redacted(rec.Header)
 	out.BodyBytes, out.BodyOmitted = &n, &omitted
+	return out
+}
+
+// secretHeaders are response headers whose values are credentials the
+// upstream issued to an end user: the key API shows that they were
+// recorded, never their values.
+var secretHeaders = map[string]bool{"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Proxy-Authorization": true}
+
+// redactedValue replaces each value of a secret header.
+const redactedValue = "[redacted]"
+
+// redacted returns h with the values of secretHeaders replaced, leaving h
+// (the store's record) untouched.
+func redacted(h map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for name, values := range h {
+		if secretHeaders[name] {
+			masked := make([]string, len(values))
+			for i := range masked {
+				masked[i] = redactedValue
+			}
+			values = masked
+		}
+		out[name] = values
+	}
 	return out
 }
 

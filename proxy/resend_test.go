@@ -39,3 +39,21 @@ func TestProtectedGetIsNeverResentByTheTransport(t *testing.T) {
 		})
 	}
 }
+
+// Keeping the transport from resending must not change what the upstream
+// receives: a protected GET without a body still arrives without one — no
+// Transfer-Encoding, no Content-Length.
+func TestProtectedGetArrivesWithoutABody(t *testing.T) {
+	var te []string
+	var length int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		te, length = r.TransferEncoding, r.ContentLength
+		w.Write([]byte("ok"))
+	}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, http.MethodGet) }))
+	if r := e.do(t, http.MethodGet, "/x", "k", ""); r.StatusCode != http.StatusOK {
+		t.Fatalf("got %d %s", r.StatusCode, r.body)
+	}
+	if len(te) != 0 || length != 0 {
+		t.Fatalf("upstream saw Transfer-Encoding %q, Content-Length %d; want neither", te, length)
+	}
+}
