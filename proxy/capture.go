@@ -23,6 +23,9 @@ type capture struct {
 	limit, bodyLimit int64
 	route            *route
 	keyHash          string // for the error handler's log line
+	// head is set for a HEAD request, whose response announces the length
+	// a GET would send and carries no body.
+	head bool
 
 	// responseStarted is set once the response's status went to the
 	// client (or would have, had it stayed).
@@ -208,7 +211,15 @@ func (c *capture) recordOr(fp store.Fingerprint, p problem, detail string) *stor
 // carries the Content-Length a replay sends (0 for an omitted body), so a
 // replay does not format it again.
 func (c *capture) record(fp store.Fingerprint) *store.Record {
-	if bodyAllowed(c.status) {
+	switch {
+	case !bodyAllowed(c.status):
+	case c.head:
+		// The announced length is the answer to a HEAD: keep it as sent.
+		delete(c.header, "Content-Length")
+		if c.declared >= 0 {
+			c.header["Content-Length"] = []string{strconv.FormatInt(c.declared, 10)}
+		}
+	default:
 		c.header["Content-Length"] = []string{strconv.Itoa(len(c.body))}
 	}
 	return &store.Record{

@@ -24,7 +24,7 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 	q.executed = true
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
-	q.capture = capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt, keyHash: q.keyHash}
+	q.capture = capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
 	q.done = h.owners.add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()

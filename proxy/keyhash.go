@@ -18,7 +18,10 @@ func (h *Handler) KeyHash(r *http.Request, key string) (string, error) {
 	if !rt.protects(r.Method) {
 		return "", ErrNotProtected
 	}
-	if err := checkKey(key); err != nil {
+	// The key as a client would send it in the header: raw or an RFC 8941
+	// string, surrounding spaces ignored, checked like the request path.
+	key, err := parseKey(http.Header{"K": {key}}, "K")
+	if err != nil {
 		return "", err
 	}
 	return storageKey(r, key, rt.scope), nil
