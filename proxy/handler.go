@@ -217,7 +217,11 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 // the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
 	full := errors.Is(err, store.ErrFull)
-	if q.route.policy.FailOpen {
+	// Something is stored under the key that this proxy cannot read (a
+	// newer version's record during a rolling upgrade, a damaged value):
+	// the key may well be completed, so forwarding could execute it again,
+	// whatever on_store_error says.
+	if q.route.policy.FailOpen == FailOpen && !errors.Is(err, store.ErrCorrupt) {
 		q.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
