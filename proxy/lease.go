@@ -106,6 +106,6 @@ func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
 
 func (h *Handler) lockLost(q *request, during string) {
 	h.metrics.lockLost.Inc()
-	h.log.Warn("lease on key lost: it expired while the upstream ran and another request may have executed it; this response was delivered but not recorded",
+	h.log.Warn("lease on key lost: it expired, or an operator deleted it, while the upstream ran, and another request may have executed it; this response was delivered but not recorded",
 		"route", q.route.label, "key_hash", q.keyHash, "during", during, "lock_ttl", q.route.policy.LockTTL.String())
 }
