@@ -110,6 +110,7 @@ func DefaultPolicy() Policy {
 		ScopeHeaders:          []string{"Authorization"},
 		FingerprintHeaders:    []string{"Content-Type"},
 		FingerprintHost:       true,
+		FingerprintIgnore:     []JSONPointer{},
 		ReplayExcludeHeaders:  []string{"Date", "Set-Cookie"},
 		UpstreamControlHeader: DefaultUpstreamControlHeader,
 	}
