@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -128,13 +129,18 @@ func listParams(q url.Values) (state store.State, limit int, cursor, detail stri
 }
 
 // hashRequest is the body of POST /admin/hash: the parts of a request that
-// name its storage key.
+// name its storage key. Source says which of the route's key sources the
+// key came from ("json:/order_id"; default its first). Without a key, the
+// key is found in the request described, body included, as the proxy
+// finds it (docs/operating.md).
 type hashRequest struct {
 	Key     string            `json:"key"`
+	Source  string            `json:"source"`
 	Method  string            `json:"method"`
 	Host    string            `json:"host"`
 	Path    string            `json:"path"`
 	Headers map[string]string `json:"headers"`
+	Body    *string           `json:"body"`
 }
 
 func (h *Handler) hashKey(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +160,7 @@ func (h *Handler) hashKey(w http.ResponseWriter, r *http.Request) {
 		h.badRequest(w, opHash, detail)
 		return
 	}
-	sum, err := h.opts.Hasher.KeyHash(req, in.Key)
+	sum, err := h.opts.Hasher.KeyHashFrom(req, in.Key, in.Source)
 	if err != nil {
 		h.badRequest(w, opHash, err.Error()+".")
 		return
@@ -166,8 +172,8 @@ func (h *Handler) hashKey(w http.ResponseWriter, r *http.Request) {
 // request builds the request the hash is asked for; method defaults to
 // POST and path to "/".
 func (in hashRequest) request() (*http.Request, string) {
-	if in.Key == "" {
-		return nil, "key is required."
+	if in.Key == "" && in.Body == nil && len(in.Headers) == 0 {
+		return nil, "key is required (or the request's headers and body to find it in)."
 	}
 	method := strings.ToUpper(in.Method)
 	if method == "" {
@@ -185,7 +191,12 @@ func (in hashRequest) request() (*http.Request, string) {
 	for name, v := range in.Headers {
 		hdr.Set(name, v)
 	}
-	return &http.Request{Method: method, URL: u, Host: in.Host, Header: hdr, RequestURI: path}, ""
+	req := &http.Request{Method: method, URL: u, Host: in.Host, Header: hdr, RequestURI: path}
+	if in.Body != nil {
+		req.Body = io.NopCloser(strings.NewReader(*in.Body))
+		req.ContentLength = int64(len(*in.Body))
+	}
+	return req, ""
 }
 
 // keyHash reads and checks the {key_hash} path value.

@@ -100,7 +100,7 @@ func TestMalformedAdminRequestsAre400(t *testing.T) {
 		{"GET", "/admin/keys?cursor=bogus", ""},
 		{"POST", "/admin/hash", `not json`},
 		{"POST", "/admin/hash", `{"method":"POST"}`},
-		{"POST", "/admin/hash", `{"key":"k","body":"x"}`},
+		{"POST", "/admin/hash", `{"key":"k","bodyy":"x"}`},
 		{"POST", "/admin/hash", `{"key":"k","path":"http://elsewhere/x"}`},
 		{"POST", "/admin/hash", `{"key":"refuse"}`},
 	} {
@@ -183,7 +183,7 @@ func TestStoreWithoutKeyAPIAnswers501(t *testing.T) {
 // fakeHasher echoes the request it was asked about; the key "refuse" is an error.
 type fakeHasher struct{}
 
-func (fakeHasher) KeyHash(r *http.Request, key string) (string, error) {
+func (fakeHasher) KeyHashFrom(r *http.Request, key, source string) (string, error) {
 	if key == "refuse" {
 		return "", errors.New("not protected")
 	}

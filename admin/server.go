@@ -56,7 +56,10 @@ type Keys interface {
 // Hasher computes the storage key a request with an idempotency key would
 // use under the live configuration (proxy.Handler.KeyHash).
 type Hasher interface {
-	KeyHash(r *http.Request, key string) (string, error)
+	// KeyHashFrom hashes key as found by the route's key source named
+	// source ("" for its first); an empty key is found in r, body
+	// included (proxy.Handler.KeyHashFrom).
+	KeyHashFrom(r *http.Request, key, source string) (string, error)
 }
 
 // Options configure the admin handler. Store is required; the rest may be

@@ -60,6 +60,23 @@ func (d *decoder) mapping(path string, raw any, v reflect.Value) {
 		}
 		d.value(join(path, f.key), item, v.FieldByIndex(f.index), f.option)
 	}
+	// One of two alternative keys replaces whatever the other held, the
+	// inherited value included; both set in one mapping is left to the
+	// policy's check, which reports it.
+	for _, f := range fields {
+		if _, set := m[f.key]; !set || f.alt == "" {
+			continue
+		}
+		if _, both := m[f.alt]; both {
+			continue
+		}
+		for _, g := range fields {
+			if g.key == f.alt {
+				alt := v.FieldByIndex(g.index)
+				alt.SetZero()
+			}
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(known, k) {
 			d.add(join(path, k), nil, "unknown key%s", didYouMean(k, known, "."))

@@ -157,6 +157,27 @@ var invalidFiles = []invalidCase{
 		`tracing.enabled: must be true or false, not "yes please"`,
 		`defaults.fingerprint_host: must be true or false, not "2"`,
 	}},
+	// Key sources are checked one by one; "- header: X" is a YAML mapping.
+	// header and key_sources name the same thing: one place sets one.
+	{"invalid-key-sources.yaml", []string{
+		`routes[0].key_sources[0]: must be a string, not a mapping; in YAML "- header: X-GitHub-Delivery" is a mapping: write "header:X-GitHub-Delivery" without the space, or quote it`,
+		`routes[1].key_sources[0]: key source "json:order_id": JSON pointer "order_id" must start with "/" (RFC 6901), as in /id`,
+		`routes[1].key_sources[1]: key source "query:": query: needs a parameter name, as in query:idempotency_key`,
+		`routes[1].key_sources[2]: key source "cookie:sid": unknown kind "cookie": want header:NAME, query:NAME, json:/pointer or body_sha256`,
+		`routes[1].key_sources[3]: key source "json:/a~2": JSON pointer "/a~2": "~" must be followed by 0 (for "~") or 1 (for "/")`,
+		`routes[1].key_sources[4]: key source "body_sha256:x": body_sha256 takes no argument`,
+		`routes[1].key_sources[5]: key source "header:Bad Name": "Bad Name" is not a valid header name`,
+		"defaults.key_sources: set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])",
+		"routes[2].key_sources: set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])",
+	}},
+	{"invalid-fingerprint.yaml", []string{
+		"defaults.fingerprint_json: must be one of raw, canonical",
+		`routes[0].fingerprint_ignore[2]: JSON pointer "sent_at" must start with "/" (RFC 6901), as in /id`,
+		`routes[0].fingerprint_ignore[3]: JSON pointer "/a~x": "~" must be followed by 0 (for "~") or 1 (for "/")`,
+		`routes[2].advertise_expiry: must be true or false, not "sometimes"`,
+		`defaults.upstream_control_header: "Idempotency Control" is not a valid header name`,
+		`routes[1].fingerprint_ignore[1]: the empty pointer "" names the whole body, which must stay in the fingerprint`,
+	}},
 	{"invalid-yaml.yaml", []string{
 		"testdata/invalid-yaml.yaml: While parsing config: yaml: line 2: did not find expected key",
 	}},

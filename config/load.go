@@ -179,6 +179,13 @@ func applyOverrides(d *decoder, tree map[string]any, overrides map[string]string
 func applyLayer(tree map[string]any, layer map[string]sourced) {
 	for _, key := range slices.Sorted(maps.Keys(layer)) {
 		set(tree, key, layer[key])
+		// A layer that sets one of two alternative keys (header,
+		// key_sources) overrides the other in the layers below it.
+		if alt := altOf(key); alt != "" {
+			if _, ok := layer[alt]; !ok {
+				unset(tree, alt)
+			}
+		}
 	}
 	if _, ok := layer["store.kind"]; ok {
 		return
@@ -189,6 +196,19 @@ func applyLayer(tree map[string]any, layer map[string]sourced) {
 			return
 		}
 	}
+}
+
+// unset removes a dotted key from the tree, if it is there.
+func unset(tree map[string]any, key string) {
+	parts := strings.Split(key, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := tree[p].(map[string]any)
+		if !ok {
+			return
+		}
+		tree = next
+	}
+	delete(tree, parts[len(parts)-1])
 }
 
 // set stores v at a dotted key, replacing whatever a lower layer had there,

@@ -13,8 +13,12 @@ type field struct {
 	key    string
 	option string // how the value is written: "header", "method", "size", "status"
 	flag   string
-	index  []int // reflect.Value.FieldByIndex of the struct
-	typ    reflect.Type
+	// alt is the key this one is an alternative to (`alt:"key"`): a
+	// mapping that sets one of them resets the other, as a route setting
+	// header drops the key_sources it inherited.
+	alt   string
+	index []int // reflect.Value.FieldByIndex of the struct
+	typ   reflect.Type
 }
 
 // group reports whether the field is a mapping of further keys.
@@ -37,7 +41,7 @@ func fieldsOf(t reflect.Type) []field {
 			continue
 		}
 		key, option, _ := strings.Cut(tag, ",")
-		out = append(out, field{key: key, option: option, flag: sf.Tag.Get("flag"), index: []int{i}, typ: sf.Type})
+		out = append(out, field{key: key, option: option, flag: sf.Tag.Get("flag"), alt: sf.Tag.Get("alt"), index: []int{i}, typ: sf.Type})
 	}
 	return out
 }
@@ -46,6 +50,7 @@ func fieldsOf(t reflect.Type) []field {
 type leaf struct {
 	key  string // dotted: "upstream.url"
 	flag string
+	alt  string // dotted: the alternative key, "" when none
 }
 
 var leaves = sync.OnceValue(func() []leaf {
@@ -57,7 +62,11 @@ var leaves = sync.OnceValue(func() []leaf {
 				walk(join(prefix, f.key), f.typ)
 				continue
 			}
-			out = append(out, leaf{key: join(prefix, f.key), flag: f.flag})
+			l := leaf{key: join(prefix, f.key), flag: f.flag}
+			if f.alt != "" {
+				l.alt = join(prefix, f.alt)
+			}
+			out = append(out, l)
 		}
 	}
 	walk("", reflect.TypeFor[Config]())
@@ -127,6 +136,16 @@ func envKeys() map[string]string {
 		out[EnvVar(k)] = k
 	}
 	return out
+}
+
+// altOf returns the dotted key that key is an alternative to, "" if none.
+func altOf(key string) string {
+	for _, l := range leaves() {
+		if l.key == key {
+			return l.alt
+		}
+	}
+	return ""
 }
 
 func isKey(key string) bool { return slices.Contains(Keys(), key) }

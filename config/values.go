@@ -172,12 +172,27 @@ func list(d *decoder, path string, raw any) ([]string, bool) {
 	for i, item := range items {
 		s, ok := scalar(item)
 		if !ok {
-			d.add(fmt.Sprintf("%s[%d]", path, i), item, "must be a string, not %s", describe(item))
+			d.add(fmt.Sprintf("%s[%d]", path, i), item, "must be a string, not %s%s", describe(item), mappingHint(item))
 			good = false
 		}
 		out = append(out, s)
 	}
 	return out, good
+}
+
+// mappingHint suggests the string a one-entry mapping in a list was meant
+// to be: YAML reads "- header: X-GitHub-Delivery" as {header: ...}.
+func mappingHint(item any) string {
+	m, ok := asMap(item)
+	if !ok || len(m) != 1 {
+		return ""
+	}
+	for k, v := range m {
+		if s, ok := scalar(v); ok {
+			return fmt.Sprintf(`; in YAML "- %s: %s" is a mapping: write "%s:%s" without the space, or quote it`, k, s, k, s)
+		}
+	}
+	return ""
 }
 
 func strs(d *decoder, path string, raw any, v reflect.Value, option string) {

@@ -44,7 +44,7 @@ func (f *FingerprintJSON) UnmarshalText(text []byte) error {
 	case "canonical":
 		*f = FingerprintCanonical
 	default:
-		return fmt.Errorf("unknown value %q: want raw or canonical", text)
+		return errWord([]string{"raw", "canonical"})
 	}
 	return nil
 }

@@ -143,7 +143,7 @@ func TestFingerprintJSONText(t *testing.T) {
 		}
 	}
 	var f FingerprintJSON
-	if err := f.UnmarshalText([]byte("sorted")); err == nil || err.Error() != `unknown value "sorted": want raw or canonical` {
+	if err := f.UnmarshalText([]byte("sorted")); err == nil || err.Error() != "must be one of raw, canonical" {
 		t.Errorf("sorted: %v", err)
 	}
 }

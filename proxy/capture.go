@@ -35,6 +35,7 @@ type capture struct {
 	body            []byte
 	omitted         bool
 	recording       bool
+	noStore         bool // the upstream said no-store (upstream_control_header)
 	clientGone      bool
 	written         int64
 
@@ -69,7 +70,11 @@ func (c *capture) WriteHeader(code int) {
 	c.responseStarted = true
 	c.status = code
 	h := c.rw.Header()
-	c.recording = !c.route.releases(code)
+	pol := &c.route.policy
+	// The control header is for the proxy alone: taken out before the
+	// record is copied and before the client sees the header.
+	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
+	c.recording = !c.route.releases(code) && !c.noStore
 	c.declared = -1
 	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
 		c.declared = n
@@ -90,6 +95,13 @@ func (c *capture) WriteHeader(code int) {
 				c.body = make([]byte, 0, n)
 			}
 		}
+	}
+	// Not recorded, so no expiry to advertise; nor on the proxy's own
+	// problem responses (upstreamErr is set before they are written).
+	if pol.AdvertiseExpiry && c.recording && c.upstreamErr == nil {
+		// Before the record exists: the date is earlier than the record's
+		// creation plus ttl, so a retry before it always finds the record.
+		h[ExpiresHeader] = []string{expiresValue(time.Now(), pol.TTL)}
 	}
 	if !c.clientGone {
 		c.rw.WriteHeader(code)

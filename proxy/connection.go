@@ -49,6 +49,19 @@ func keepKeyHeader(h http.Header, name string) {
 	}
 }
 
+// keepKeyHeaders keeps the header of every header source: any of them may
+// carry the key of a later retry, which the upstream may deduplicate on.
+func keepKeyHeaders(h http.Header, sources []KeySource) {
+	if _, ok := h["Connection"]; !ok {
+		return
+	}
+	for _, k := range sources {
+		if k.Kind == KeyFromHeader {
+			keepKeyHeader(h, k.Name)
+		}
+	}
+}
+
 // hasToken reports whether the comma-separated lists in values hold token,
 // compared case-insensitively.
 func hasToken(values []string, token string) bool {

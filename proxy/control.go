@@ -65,3 +65,34 @@ func takeUpstreamControl(h http.Header, name string) (noStore bool) {
 func expiresValue(created time.Time, ttl time.Duration) string {
 	return created.Add(ttl).UTC().Truncate(time.Second).Format(http.TimeFormat)
 }
+
+// unrecorded is the ResponseWriter of a request forwarded without a
+// capture (no key, fail_open): it removes the route's control header, which
+// is meant for the proxy alone, from the response. It is the pooled request
+// itself, writing to q.capture.rw, which such a request does not otherwise
+// use, so it costs neither an allocation nor a byte more per request.
+type unrecorded request
+
+// unrecorded returns the writer for a response forwarded without a
+// capture: w, or w behind the control header's removal.
+func (q *request) unrecorded(w http.ResponseWriter) http.ResponseWriter {
+	if q.route.policy.UpstreamControlHeader == "" {
+		return w
+	}
+	q.capture.rw = w
+	return (*unrecorded)(q)
+}
+
+func (u *unrecorded) Header() http.Header { return u.capture.rw.Header() }
+
+func (u *unrecorded) Write(p []byte) (int, error) { return u.capture.rw.Write(p) }
+
+func (u *unrecorded) WriteHeader(code int) {
+	if code >= 200 {
+		takeUpstreamControl(u.capture.rw.Header(), u.route.policy.UpstreamControlHeader)
+	}
+	u.capture.rw.WriteHeader(code)
+}
+
+// Unwrap gives http.ResponseController the underlying writer, for flushes.
+func (u *unrecorded) Unwrap() http.ResponseWriter { return u.capture.rw }

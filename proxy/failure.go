@@ -34,7 +34,7 @@ const (
 func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	switch f {
 	case failMissingKey:
-		return probMissingKey, "This route requires an " + q.route.policy.Header + " header on " + q.in.Method + " requests.", OutcomeMissingKey
+		return probMissingKey, "This route requires " + DescribeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
 	case failInvalidKey:
 		return probInvalidKey, err.Error() + ".", OutcomeInvalidKey
 	case failBodyTooLarge:

@@ -122,6 +122,27 @@ func (hs *hasher) trailers(t http.Header) {
 	}
 }
 
+// scratches recycle the buffers canonical JSON fingerprints are built in.
+var scratches = sync.Pool{New: func() any { return new([]byte) }}
+
+// bodyFingerprint is fingerprint with the body hashed as the route's
+// fingerprint_json and fingerprint_ignore say: as sent, or in canonical
+// form without the ignored members. A body that is not JSON is hashed as
+// sent, never refused.
+func bodyFingerprint(r *http.Request, host string, body []byte, pol *Policy) store.Fingerprint {
+	if pol.FingerprintJSON != FingerprintCanonical && len(pol.FingerprintIgnore) == 0 {
+		return fingerprint(r, host, body, pol.FingerprintHeaders)
+	}
+	buf := scratches.Get().(*[]byte)
+	hashed, grown := fingerprintBody(*buf, body, pol.FingerprintJSON, pol.FingerprintIgnore)
+	fp := fingerprint(r, host, hashed, pol.FingerprintHeaders)
+	if cap(grown) <= 1<<20 { // do not keep what one huge body grew
+		*buf = grown[:0]
+		scratches.Put(buf)
+	}
+	return fp
+}
+
 // normalHost is the host a request is fingerprinted and routed by: the
 // host name the client addressed (the Host header, or the host of an
 // absolute-form request target, which net/http puts in r.Host),
@@ -170,6 +191,20 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 // and neither Authorization values, cookies nor raw keys are stored. It is
 // the key_hash of logs and the key API.
 func storageKey(r *http.Request, key string, scope []scopePart) string {
+	return storageKeyFrom(r, key, scope, KeyFromHeader, "")
+}
+
+// storageKeyFrom is storageKey for a key found by a source of kind from.
+// A key derived from the payload (json:, body_sha256) names an operation
+// only together with where it was sent: order 42 posted to /orders and to
+// /orders/cancel are two operations, not one key reused with another
+// payload. Such keys are namespaced by the source's kind, the method, the
+// host (host: the normalised host, "" under fingerprint_host: false) and
+// the path (docs/design-decisions.md). A key the client chose (header:,
+// query:) is not: reused elsewhere it is a mismatch (422). The namespace
+// is hashed after the key, so the storage keys of client-chosen keys are
+// those of earlier versions.
+func storageKeyFrom(r *http.Request, key string, scope []scopePart, from KeySourceKind, host string) string {
 	hs := getHasher()
 	for _, p := range scope {
 		if p.cookie != "" {
@@ -179,6 +214,17 @@ func storageKey(r *http.Request, key string, scope []scopePart) string {
 		hs.values(r.Header[p.header])
 	}
 	hs.field(key)
+	switch from {
+	case KeyFromJSON:
+		hs.field("json")
+	case KeyFromBodySHA256:
+		hs.field("body_sha256")
+	}
+	if from == KeyFromJSON || from == KeyFromBodySHA256 {
+		hs.field(r.Method)
+		hs.field(host)
+		hs.field(r.URL.EscapedPath())
+	}
 	sum := hs.finish(nil)
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
 	return hex.EncodeToString(sum[:16])

@@ -62,7 +62,8 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError fun
 // the request was written (golang/go#19943); the legacy upstream behind
 // this proxy is precisely not idempotent, so it must never resend one.
 // Header names are case-insensitive on the wire, and the map key is
-// written as-is.
+// written as-is. Only these two names make the transport resend: a key
+// from another header (X-GitHub-Delivery) or from the body needs nothing.
 func hideIdempotencyKey(h http.Header) {
 	for _, name := range [...][2]string{
 		{"Idempotency-Key", "idempotency-key"},

@@ -133,32 +133,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dropUpgrade(r.Header)
-	key, err := parseKey(r.Header, pol.Header)
+	haveBody := false
+	key, from, err := requestKeyFrom(r, q.route.sources, nil, false)
+	if err == errNeedBody {
+		// A source reads the body: read it once, bounded, and look again.
+		// The sources read it in place, and the fingerprint hashes it.
+		if !h.readBody(w, q) {
+			return
+		}
+		haveBody = true
+		key, from, err = requestKeyFrom(r, q.route.sources, q.body, true)
+	}
 	switch {
 	case err == errNoKey && pol.RequireKey:
 		h.refuse(w, q, failMissingKey, err)
 		return
 	case err == errNoKey:
 		q.outcome = OutcomeNoKey
-		h.rp.ServeHTTP(w, r)
+		if haveBody {
+			setBody(r, q.body)
+		}
+		h.rp.ServeHTTP(q.unrecorded(w), r)
 		return
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)
 		return
 	}
-	q.key = key
-	keepKeyHeader(r.Header, pol.Header)
-	q.body, err = readBody(r, pol.MaxRequestBody)
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		h.refuse(w, q, failBodyTooLarge, err)
-		return
-	case err != nil:
-		h.refuse(w, q, failBodyUnreadable, err)
+	q.key, q.keyFrom = key, from
+	keepKeyHeaders(r.Header, q.route.sources)
+	if !haveBody && !h.readBody(w, q) {
 		return
 	}
 	h.identify(q)
 	h.serveKeyed(w, q)
+}
+
+// readBody reads q's body, bounded by max_request_body, and refuses the
+// request when it cannot.
+func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
+	var err error
+	q.body, err = readBody(q.in, q.route.policy.MaxRequestBody)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		h.refuse(w, q, failBodyTooLarge, err)
+		return false
+	case err != nil:
+		h.refuse(w, q, failBodyUnreadable, err)
+		return false
+	}
+	return true
 }
 
 // identify computes q's fingerprint and storage key. The body was read to
@@ -169,8 +192,8 @@ func (h *Handler) identify(q *request) {
 	if pol.FingerprintHost {
 		host = normalHost(r.Host)
 	}
-	q.fp = fingerprint(r, host, q.body, pol.FingerprintHeaders)
-	q.keyHash = storageKey(r, q.key, q.route.scope)
+	q.fp = bodyFingerprint(r, host, q.body, pol)
+	q.keyHash = storageKeyFrom(r, q.key, q.route.scope, q.keyFrom, host)
 }
 
 // serveKeyed decides what a request with a valid key gets.
@@ -199,7 +222,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		case res.State == store.Completed:
 			q.outcome, q.status = OutcomeReplayed, res.Record.Status
-			replay(w, r, res.Record, pol.ReplayExcludeHeaders)
+			replay(w, r, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
 			return
 		case pol.Concurrent != ConcurrentWait:
 			h.refuse(w, q, failInFlight, nil)
@@ -226,7 +249,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
 		q.in.Body = newBodyReader(q.body)
-		h.rp.ServeHTTP(w, q.in)
+		h.rp.ServeHTTP(q.unrecorded(w), q.in)
 		return
 	}
 	h.log.Warn("store unavailable, rejecting request", "route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -11,18 +12,84 @@ var ErrNotProtected = errors.New("this method and path are not protected by any 
 
 // KeyHash returns the storage key (the key_hash in logs and in the admin
 // API) that a request like r carrying the idempotency key would use under
-// the live configuration: its route's scope headers namespace the key as on
-// the request path. Only the method, host, path and headers of r are read.
+// the live configuration, the key found by its route's first key source.
+// See KeyHashFrom.
 func (h *Handler) KeyHash(r *http.Request, key string) (string, error) {
+	if key == "" {
+		return "", errEmptyKey
+	}
+	return h.KeyHashFrom(r, key, "")
+}
+
+// KeyHashFrom returns the storage key a request like r would use under the
+// live configuration, computed as the request path computes it: its
+// route's scope headers namespace the key, and a key derived from the
+// payload (json:, body_sha256) is namespaced by method, host and path too.
+//
+// source names which of the route's key sources found key, in its
+// configuration form ("json:/order_id"); "" means the route's first. When
+// key is "", the key is found in r itself — its headers, its query, its
+// body (r.Body, read up to max_request_body) — by the route's sources in
+// order, exactly as the request path finds it.
+func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, error) {
 	rt := h.routes.Load().match(r)
 	if !rt.protects(r.Method) {
 		return "", ErrNotProtected
 	}
-	// The key as a client would send it in the header: raw or an RFC 8941
-	// string, surrounding spaces ignored, checked like the request path.
-	key, err := parseKey(http.Header{"K": {key}}, "K")
-	if err != nil {
-		return "", err
+	var from KeySourceKind
+	if key == "" {
+		var body []byte
+		if r.Body != nil {
+			var err error
+			if body, err = readBody(r, rt.policy.MaxRequestBody); err != nil {
+				return "", err
+			}
+		}
+		k, kind, err := requestKeyFrom(r, rt.sources, body, true)
+		if err == errNoKey {
+			return "", fmt.Errorf("%w: the route takes it from %s", errNoKey, DescribeKeySources(rt.sources))
+		}
+		if err != nil {
+			return "", err
+		}
+		key, from = k, kind
+	} else {
+		src, err := routeSource(rt, source)
+		if err != nil {
+			return "", err
+		}
+		// A header's key as a client would send it: raw or an RFC 8941
+		// string, surrounding spaces ignored, checked like the request path.
+		if src.Kind == KeyFromHeader {
+			if key, err = parseKey(http.Header{"K": {key}}, "K"); err != nil {
+				return "", err
+			}
+		} else if err := checkKey(key); err != nil {
+			return "", err
+		}
+		from = src.Kind
 	}
-	return storageKey(r, key, rt.scope), nil
+	var host string
+	if rt.policy.FingerprintHost {
+		host = normalHost(r.Host)
+	}
+	return storageKeyFrom(r, key, rt.scope, from, host), nil
+}
+
+// routeSource returns the route's key source written as source, or its
+// first source when source is "".
+func routeSource(rt *route, source string) (KeySource, error) {
+	if source == "" {
+		return rt.sources[0], nil
+	}
+	want, err := ParseKeySource(source)
+	if err != nil {
+		return KeySource{}, err
+	}
+	for _, k := range rt.sources {
+		if k.String() == want.String() {
+			return k, nil
+		}
+	}
+	return KeySource{}, fmt.Errorf("the route takes keys from %s, not %s", DescribeKeySources(rt.sources), source)
 }

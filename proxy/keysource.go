@@ -84,6 +84,29 @@ func ParseKeySource(s string) (KeySource, error) {
 	return KeySource{}, fmt.Errorf("key source %q: unknown kind %q: want %s", s, kind, keySourceForms)
 }
 
+// check reports why a source built in code cannot find a key; a parsed
+// source is valid.
+func (k KeySource) check() error {
+	switch k.Kind {
+	case KeyFromHeader:
+		if !isToken(k.Name) {
+			return fmt.Errorf("invalid header name %q", k.Name)
+		}
+	case KeyFromQuery:
+		if k.Name == "" {
+			return errors.New("query: needs a parameter name")
+		}
+	case KeyFromJSON:
+		if k.Pointer.IsRoot() {
+			return errors.New("json: needs a pointer to a member, as in json:/id")
+		}
+	case KeyFromBodySHA256:
+	default:
+		return errors.New("empty key source: want " + keySourceForms)
+	}
+	return nil
+}
+
 // isToken reports whether s is an RFC 9110 token, the syntax of a header name.
 func isToken(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -38,21 +38,28 @@ func (e *keySourceError) Unwrap() error { return e.err }
 // body is the whole request body, already read; it is neither copied nor
 // kept.
 func requestKey(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, error) {
+	key, _, err := requestKeyFrom(r, sources, body, haveBody)
+	return key, err
+}
+
+// requestKeyFrom is requestKey, also returning the kind of source that
+// gave the key.
+func requestKeyFrom(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, KeySourceKind, error) {
 	for i := range sources {
 		k := &sources[i]
 		if k.readsBody() && !haveBody {
-			return "", errNeedBody
+			return "", 0, errNeedBody
 		}
 		key, err := k.extract(r, body)
 		switch {
 		case err == errNoKey:
 			continue
 		case err != nil:
-			return "", &keySourceError{source: *k, err: err}
+			return "", 0, &keySourceError{source: *k, err: err}
 		}
-		return key, nil
+		return key, k.Kind, nil
 	}
-	return "", errNoKey
+	return "", 0, errNoKey
 }
 
 // extract returns the key this source finds, errNoKey, or why it is invalid.

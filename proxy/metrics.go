@@ -25,7 +25,7 @@ const (
 	OutcomeStoreRejected Outcome = "store_unavailable_rejected" // 503, fail_closed
 	OutcomeStoreBypassed Outcome = "store_unavailable_bypassed" // forwarded unprotected, fail_open
 	OutcomeUpstreamError Outcome = "upstream_error"             // 502 from the proxy
-	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses)
+	OutcomeReleased      Outcome = "released"                   // delivered, key released (release_statuses, upstream no-store)
 	// OutcomeBadRequest: a request body that could not be read (client
 	// gone or too slow) fits none of the other outcomes.
 	OutcomeBadRequest Outcome = "bad_request"

@@ -19,8 +19,15 @@ import (
 // OnStoreError, OnUpstreamError) parse their own words with UnmarshalText.
 // Check is the one validation of a policy, for the configuration and New alike.
 type Policy struct {
-	// Header is the canonical name of the idempotency key header.
-	Header string `config:"header,header"`
+	// Header is the canonical name of the idempotency key header: the
+	// shorthand for KeySources [header:NAME]. Set Header or KeySources, not
+	// both; in the configuration, a place (the defaults or one route) that
+	// sets one of the two keys resets the other.
+	Header string `config:"header,header" alt:"key_sources"`
+	// KeySources are where the key may come from, in order: the first
+	// source present in a request gives its key (docs/request-handling.md,
+	// "Where the key comes from"). Empty means [header:Header].
+	KeySources []KeySource `config:"key_sources" alt:"header"`
 	// Methods are the protected methods; others pass through unchanged.
 	Methods []string `config:"methods,method"`
 	// RequireKey answers 400 to a protected request without a key.
@@ -56,28 +63,56 @@ type Policy struct {
 	FingerprintHeaders []string `config:"fingerprint_headers,header"`
 	// FingerprintHost makes the request host part of the fingerprint.
 	FingerprintHost bool `config:"fingerprint_host"`
+	// FingerprintJSON says how a JSON body enters the fingerprint: as sent
+	// (raw) or canonical, object members sorted and whitespace dropped. A
+	// body that is not JSON is hashed as sent either way.
+	FingerprintJSON FingerprintJSON `config:"fingerprint_json"`
+	// FingerprintIgnore are JSON pointers left out of a JSON body's
+	// fingerprint (a timestamp a sender renews on every retry); any
+	// pointer implies FingerprintJSON canonical.
+	FingerprintIgnore []JSONPointer `config:"fingerprint_ignore"`
 	// ReplayExcludeHeaders are recorded but not replayed.
 	ReplayExcludeHeaders []string `config:"replay_exclude_headers,header"`
+	// UpstreamControlHeader is the response header through which the
+	// upstream may say "no-store": the response is delivered but not
+	// recorded and the key is released. The header never reaches a client.
+	// "" disables it.
+	UpstreamControlHeader string `config:"upstream_control_header,header"`
+	// AdvertiseExpiry adds Idempotency-Expires, the HTTP-date at which the
+	// key is forgotten, to executed and replayed responses to keyed
+	// requests.
+	AdvertiseExpiry bool `config:"advertise_expiry"`
+}
+
+// sources returns the key sources in force: KeySources, or the header
+// shorthand.
+func (p *Policy) sources() []KeySource {
+	if len(p.KeySources) > 0 {
+		return p.KeySources
+	}
+	return []KeySource{HeaderKeySource(p.Header)}
 }
 
 // DefaultPolicy returns the built-in policy (docs/configuration.md).
 func DefaultPolicy() Policy {
 	return Policy{
-		Header:               "Idempotency-Key",
-		Methods:              []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete},
-		TTL:                  24 * time.Hour,
-		LockTTL:              30 * time.Second,
-		Concurrent:           ConcurrentReject,
-		WaitTimeout:          10 * time.Second,
-		FailOpen:             FailClosed,
-		KeepOnUpstreamError:  UpstreamErrorRelease,
-		ReleaseStatuses:      []int{408, 425, 429, 503},
-		MaxRequestBody:       10 << 20,
-		MaxResponseBody:      1 << 20,
-		ScopeHeaders:         []string{"Authorization"},
-		FingerprintHeaders:   []string{"Content-Type"},
-		FingerprintHost:      true,
-		ReplayExcludeHeaders: []string{"Date", "Set-Cookie"},
+		Header:                "Idempotency-Key",
+		Methods:               []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete},
+		TTL:                   24 * time.Hour,
+		LockTTL:               30 * time.Second,
+		Concurrent:            ConcurrentReject,
+		WaitTimeout:           10 * time.Second,
+		FailOpen:              FailClosed,
+		KeepOnUpstreamError:   UpstreamErrorRelease,
+		ReleaseStatuses:       []int{408, 425, 429, 503},
+		MaxRequestBody:        10 << 20,
+		MaxResponseBody:       1 << 20,
+		ScopeHeaders:          []string{"Authorization"},
+		FingerprintHeaders:    []string{"Content-Type"},
+		FingerprintHost:       true,
+		FingerprintIgnore:     []JSONPointer{},
+		ReplayExcludeHeaders:  []string{"Date", "Set-Cookie"},
+		UpstreamControlHeader: DefaultUpstreamControlHeader,
 	}
 }
 

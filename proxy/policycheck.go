@@ -29,8 +29,16 @@ func (p PolicyProblem) Error() string { return p.Key + ": " + p.Reason }
 // value says so too: "30s (from defaults) exceeds ttl 5s".
 func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	c := &policyCheck{from: from}
-	if !validToken(p.Header) {
+	switch {
+	case len(p.KeySources) > 0 && p.Header != "":
+		c.addWith("key_sources", []string{"header"}, "set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])")
+	case len(p.KeySources) == 0 && !validToken(p.Header):
 		c.add("header", "invalid header name %q", p.Header)
+	}
+	for i, k := range p.KeySources {
+		if err := k.check(); err != nil {
+			c.addAt("key_sources", i, "%v", err)
+		}
 	}
 	for i, m := range p.Methods {
 		if !validToken(m) {
@@ -77,6 +85,20 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	}
 	c.headers("fingerprint_headers", p.FingerprintHeaders)
 	c.headers("replay_exclude_headers", p.ReplayExcludeHeaders)
+	if p.FingerprintJSON > FingerprintCanonical {
+		c.add("fingerprint_json", "must be one of raw, canonical")
+	}
+	if len(p.FingerprintIgnore) > MaxFingerprintIgnore {
+		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), MaxFingerprintIgnore)
+	}
+	for i, ptr := range p.FingerprintIgnore {
+		if err := CheckFingerprintIgnore([]JSONPointer{ptr}); err != nil {
+			c.addAt("fingerprint_ignore", i, "%v", err)
+		}
+	}
+	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
+		c.add("upstream_control_header", "%v", err)
+	}
 	return c.out
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
+const problemContentType = "application/problem+json"
+
 // Header values the proxy sets; shared because header maps only read them.
 var (
 	headerTrue = []string{"true"}
@@ -17,7 +19,8 @@ var (
 
 // replay writes a recorded response, marked Idempotent-Replayed. Records
 // made by capture carry their Content-Length.
-func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string) {
+// expires, when not "", is sent as Idempotency-Expires.
+func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires string) {
 	dst := w.Header()
 	for k, v := range rec.Header {
 		if slices.Contains(exclude, k) {
@@ -28,6 +31,9 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 		dst[k] = v[:len(v):len(v)]
 	}
 	dst["Idempotent-Replayed"] = headerTrue
+	if expires != "" {
+		dst[ExpiresHeader] = []string{expires}
+	}
 	switch {
 	case !bodyAllowed(rec.Status):
 	case rec.BodyOmitted:
@@ -43,6 +49,24 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 	}
 }
 
+// expires is the Idempotency-Expires value of a replay of rec, "" when the
+// route does not advertise expiry or rec is the proxy's own problem
+// response (a 502 kept under on_upstream_error: keep).
+func (h *Handler) expires(q *request, rec *store.Record) string {
+	pol := &q.route.policy
+	if !pol.AdvertiseExpiry || isProblemRecord(rec) {
+		return ""
+	}
+	return expiresValue(rec.CreatedAt, pol.TTL)
+}
+
+// isProblemRecord reports whether rec is a problem response the proxy
+// answered itself (problemRecord) rather than the upstream's.
+func isProblemRecord(rec *store.Record) bool {
+	ct := rec.Header["Content-Type"]
+	return rec.Status == http.StatusBadGateway && len(ct) == 1 && ct[0] == problemContentType
+}
+
 func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
 }
@@ -54,7 +78,7 @@ func problemRecord(p problem, detail string, fp store.Fingerprint) *store.Record
 	return &store.Record{
 		Status: p.Status,
 		Header: map[string][]string{
-			"Content-Type":   {"application/problem+json"},
+			"Content-Type":   {problemContentType},
 			"Cache-Control":  {"no-store"},
 			"Content-Length": {strconv.Itoa(len(body))},
 		},

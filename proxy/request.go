@@ -24,9 +24,11 @@ type request struct {
 	status  int
 
 	key     string // the idempotency key, as sent
-	body    []byte // read in full before the key is taken
+	body    []byte // read in full once a source or the fingerprint needs it
 	fp      store.Fingerprint
 	keyHash string // the storage key: the key_hash of logs and the key API
+
+	keyFrom KeySourceKind // the kind of source that gave the key
 
 	// Set when this request executes its key (see execute.go).
 	executed bool

@@ -14,6 +14,12 @@ type route struct {
 	metrics  *routeMetrics
 	// scope is policy.ScopeHeaders parsed once ("Cookie:NAME" entries).
 	scope []scopePart
+	// sources are the key sources in force: key_sources or [header:NAME].
+	sources []KeySource
+}
+
+func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
+	return &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), scope: parseScope(p.ScopeHeaders), sources: p.sources()}
 }
 
 func (rt *route) protects(method string) bool {
@@ -48,7 +54,7 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	}
 	t := &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
-		fallback:  &route{label: defaultRoute, policy: def, metrics: m.route(defaultRoute), scope: parseScope(def.ScopeHeaders)},
+		fallback:  newRoute(defaultRoute, false, def, m),
 	}
 	if len(routes) == 0 {
 		return t, nil
@@ -56,7 +62,7 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	// CheckPatterns asked a ServeMux about every pair: none of these panics.
 	t.mux = http.NewServeMux()
 	for _, r := range routes {
-		t.byPattern[r.Pattern] = &route{label: r.Pattern, disabled: r.Disabled, policy: r.Policy, metrics: m.route(r.Pattern), scope: parseScope(r.Policy.ScopeHeaders)}
+		t.byPattern[r.Pattern] = newRoute(r.Pattern, r.Disabled, r.Policy, m)
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
 	}
 	return t, nil

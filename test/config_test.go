@@ -15,7 +15,9 @@ type proxyConfig struct {
 	UpstreamTimeout time.Duration
 	ShutdownTimeout time.Duration
 
-	// Exactly one of RedisURL or RedisAddrs (with MasterName for Sentinel).
+	// Memory selects the memory store; otherwise exactly one of RedisURL
+	// or RedisAddrs (with MasterName for Sentinel).
+	Memory       bool
 	RedisURL     string
 	RedisAddrs   []string
 	MasterName   string
@@ -24,6 +26,9 @@ type proxyConfig struct {
 	// Defaults are raw YAML values under defaults:, e.g. "lock_ttl": "2s".
 	Defaults map[string]string
 	Routes   []routeConfig
+	// Extra is YAML appended at the top level as it is, such as a
+	// routes: list read from the documentation; Routes must then be empty.
+	Extra string
 }
 
 // routeConfig is one entry of routes:, its keys as raw YAML values.
@@ -43,7 +48,11 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	if c.UpstreamTimeout > 0 {
 		fmt.Fprintf(&b, "  timeout: %s\n", c.UpstreamTimeout)
 	}
-	b.WriteString("store:\n  kind: redis\n  redis:\n")
+	if c.Memory {
+		b.WriteString("store:\n  kind: memory\n")
+	} else {
+		b.WriteString("store:\n  kind: redis\n  redis:\n")
+	}
 	if c.RedisURL != "" {
 		fmt.Fprintf(&b, "    url: %q\n", c.RedisURL)
 	}
@@ -67,6 +76,7 @@ func (c proxyConfig) yaml(listen, admin string) string {
 			writeKeys(&b, "    ", r.Keys)
 		}
 	}
+	b.WriteString(c.Extra)
 	return b.String()
 }
 

@@ -26,8 +26,11 @@ Commands (they call the admin API of a running proxy; see docs/operating.md):
   delete HASH              remove it (a lease's request is then fenced)
   list [--state S] [--limit N] [--cursor C]
                            list keys: S is in_flight, completed or all
-  hash --key K [--method M] [--path P] [--host H] [--header 'Name: value']...
-                           the key_hash a request with key K would use
+  hash --key K [--source S] [--method M] [--path P] [--host H] [--header 'Name: value']...
+                           the key_hash a request with key K would use; S is the
+                           route's key source that found K (default its first)
+  hash --body-file FILE [--method M] [--path P] [--host H] [--header 'Name: value']...
+                           the key_hash of the key the route finds in that request
 
 Flags of every command:
   --admin URL              the proxy's admin listener (default http://127.0.0.1:9090)
@@ -89,7 +92,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	fs.SetOutput(io.Discard)
 	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
 	tokenFile := fs.String("token-file", "", "")
-	var state, cursor, key, method, path, host string
+	var state, cursor, key, source, bodyFile, method, path, host string
 	var limit int
 	headers := headerList{}
 	var positional int // HASH arguments wanted
@@ -102,6 +105,8 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		fs.StringVar(&cursor, "cursor", "", "")
 	case "hash":
 		fs.StringVar(&key, "key", "", "")
+		fs.StringVar(&source, "source", "", "")
+		fs.StringVar(&bodyFile, "body-file", "", "")
 		fs.StringVar(&method, "method", "POST", "")
 		fs.StringVar(&path, "path", "/", "")
 		fs.StringVar(&host, "host", "", "")
@@ -150,11 +155,22 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		}
 		c.path = "/admin/keys?" + q.Encode()
 	case "hash":
-		if key == "" {
-			return nil, errors.New("--key is required")
+		if key == "" && bodyFile == "" && len(headers) == 0 {
+			return nil, errors.New("--key is required (or --body-file and --header to find it in)")
+		}
+		in := map[string]any{"key": key, "method": method, "host": host, "path": path, "headers": headers}
+		if source != "" {
+			in["source"] = source
+		}
+		if bodyFile != "" {
+			b, err := os.ReadFile(bodyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--body-file: %w", err)
+			}
+			in["body"] = string(b)
 		}
 		c.method, c.path = http.MethodPost, "/admin/hash"
-		c.body, _ = json.Marshal(map[string]any{"key": key, "method": method, "host": host, "path": path, "headers": headers})
+		c.body, _ = json.Marshal(in)
 	}
 	return c, nil
 }

@@ -76,6 +76,8 @@ func TestKeysCallsTheAdminAPI(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("from-file\n"), 0o600)
 	env := []string{adminTokenEnv + "=from-env"}
+	bodyFile := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(bodyFile, []byte(`{"id":"evt_1"}`), 0o600)
 	for _, tc := range []struct {
 		args         []string
 		wantReq, out string
@@ -86,6 +88,10 @@ func TestKeysCallsTheAdminAPI(t *testing.T) {
 		{[]string{"list", "--state", "in_flight", "--limit", "5", "--cursor", "c 1"}, "GET /admin/keys?cursor=c+1&limit=5&state=in_flight Bearer from-env null", `"ok": true`},
 		{[]string{"hash", "--key", "k1", "--path", "/v1/charges", "--host", "api", "--header", "authorization: Bearer x"},
 			`POST /admin/hash Bearer from-env {"headers":{"Authorization":"Bearer x"},"host":"api","key":"k1","method":"POST","path":"/v1/charges"}`, `"ok": true`},
+		{[]string{"hash", "--key", "evt_1", "--source", "json:/id", "--path", "/webhooks/stripe"},
+			`POST /admin/hash Bearer from-env {"headers":{},"host":"","key":"evt_1","method":"POST","path":"/webhooks/stripe","source":"json:/id"}`, `"ok": true`},
+		{[]string{"hash", "--body-file", bodyFile, "--path", "/webhooks/stripe"},
+			`POST /admin/hash Bearer from-env {"body":"{\"id\":\"evt_1\"}","headers":{},"host":"","key":"","method":"POST","path":"/webhooks/stripe"}`, `"ok": true`},
 	} {
 		args := append([]string{"keys"}, tc.args...)
 		if !strings.Contains(strings.Join(tc.args, " "), "--admin") {

@@ -49,6 +49,9 @@ func TestTranslationSetsEveryPolicyField(t *testing.T) {
 		key, option, _ := strings.Cut(tag, ",")
 		keys[key] = otherValue(t, f.Name, reflect.ValueOf(def).Field(i), option)
 	}
+	// header is the shorthand of key_sources: one place sets one of them,
+	// and setting key_sources clears the header it replaces.
+	delete(keys, "header")
 	route := maps.Clone(keys)
 	route["match"] = "/sets-every-key/"
 	doc, err := json.Marshal(map[string]any{
@@ -110,6 +113,10 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 		return []string{"GET"}
 	case v.Kind() == reflect.Slice && option == "status":
 		return []int{418}
+	case v.Type() == reflect.TypeFor[[]proxy.KeySource]():
+		return []string{"json:/id", "header:X-Delivery"}
+	case v.Type() == reflect.TypeFor[[]proxy.JSONPointer]():
+		return []string{"/sent_at"}
 	}
 	t.Fatalf("%s: no test value for %s (option %q); add one here", name, v.Type(), option)
 	return nil

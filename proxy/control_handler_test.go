@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// An upstream that says no-store is delivered, not recorded, and its key
+// released: the retry executes again. The header never reaches a client,
+// replays included.
+func TestUpstreamNoStoreReleasesTheKey(t *testing.T) {
+	var noStore atomic.Bool
+	noStore.Store(true)
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if noStore.Load() {
+			w.Header().Set("Idempotency-Control", "private, No-Store")
+		} else {
+			w.Header().Set("Idempotency-Control", "x-unknown=1")
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	first := e.do(t, "POST", "/jobs", "k-1", `{}`)
+	if first.StatusCode != http.StatusAccepted || first.Header["Idempotency-Control"] != nil {
+		t.Fatalf("no-store response: %d, Idempotency-Control %q; want 202 without the header", first.StatusCode, first.Header["Idempotency-Control"])
+	}
+	noStore.Store(false)
+	second := e.do(t, "POST", "/jobs", "k-1", `{}`)
+	if second.replayed() || e.up.calls.Load() != 2 {
+		t.Fatalf("retry after no-store: replayed=%v executions=%d, want executed again", second.replayed(), e.up.calls.Load())
+	}
+	third := e.do(t, "POST", "/jobs", "k-1", `{}`)
+	if !third.replayed() || e.up.calls.Load() != 2 {
+		t.Fatalf("retry after a recorded response: replayed=%v, want replayed", third.replayed())
+	}
+	for name, r := range map[string]*response{"executed": second, "replayed": third} {
+		if v := r.Header["Idempotency-Control"]; v != nil {
+			t.Errorf("%s response carries Idempotency-Control %q", name, v)
+		}
+	}
+	if got := e.outcomes(defaultRoute, OutcomeReleased); got != 1 {
+		t.Errorf("released = %v, want 1", got)
+	}
+	// Unkeyed responses lose the header too.
+	noStore.Store(true)
+	if r := e.do(t, "POST", "/jobs", "", `{}`); r.Header["Idempotency-Control"] != nil {
+		t.Errorf("unkeyed response carries Idempotency-Control %q", r.Header["Idempotency-Control"])
+	}
+}
+
+func TestUpstreamControlHeaderCanBeDisabled(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Idempotency-Control", "no-store")
+	}, withPolicy(func(p *Policy) { p.UpstreamControlHeader = "" }))
+	first := e.do(t, "POST", "/jobs", "k-1", `{}`)
+	if first.Header.Get("Idempotency-Control") != "no-store" {
+		t.Fatal("a disabled control header was removed")
+	}
+	if again := e.do(t, "POST", "/jobs", "k-1", `{}`); !again.replayed() {
+		t.Fatal("a disabled control header released the key")
+	}
+}
+
+// Idempotency-Expires is on executed and replayed responses to keyed
+// requests, at record creation + ttl; never on a response that was not
+// recorded nor on the proxy's own problems.
+func TestAdvertisedExpiryIsCreationPlusTTL(t *testing.T) {
+	var status atomic.Int32
+	status.Store(http.StatusCreated)
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	}, withPolicy(func(p *Policy) { p.AdvertiseExpiry, p.TTL = true, time.Hour }))
+	before := time.Now().Truncate(time.Second)
+	first := e.do(t, "POST", "/x", "k-1", `{}`)
+	after := time.Now()
+	exp, err := http.ParseTime(first.Header.Get(ExpiresHeader))
+	if err != nil {
+		t.Fatalf("executed response: Idempotency-Expires %q: %v", first.Header.Get(ExpiresHeader), err)
+	}
+	if exp.Before(before.Add(time.Hour)) || exp.After(after.Add(time.Hour)) {
+		t.Errorf("Idempotency-Expires %v, want creation + 1h (%v..%v)", exp, before.Add(time.Hour), after.Add(time.Hour))
+	}
+	replay := e.do(t, "POST", "/x", "k-1", `{}`)
+	rexp, err := http.ParseTime(replay.Header.Get(ExpiresHeader))
+	if !replay.replayed() || err != nil || rexp.After(exp.Add(time.Second)) || rexp.Before(exp.Add(-time.Second)) {
+		t.Errorf("replay: Idempotency-Expires %q (%v), want about %v", replay.Header.Get(ExpiresHeader), err, exp)
+	}
+	for name, r := range map[string]*response{
+		"mismatch": e.do(t, "POST", "/x", "k-1", `{"other":1}`),
+		"no key":   e.do(t, "POST", "/x", "", `{}`),
+	} {
+		if v := r.Header.Get(ExpiresHeader); v != "" {
+			t.Errorf("%s: Idempotency-Expires %q, want none", name, v)
+		}
+	}
+	status.Store(http.StatusServiceUnavailable) // a release status
+	if r := e.do(t, "POST", "/x", "k-2", `{}`); r.Header.Get(ExpiresHeader) != "" {
+		t.Errorf("released response: Idempotency-Expires %q, want none", r.Header.Get(ExpiresHeader))
+	}
+}
+
+func TestExpiryIsNotAdvertisedOnProblemResponses(t *testing.T) {
+	// The upstream drops the connection after the request arrived: under
+	// on_upstream_error: keep the proxy's 502 is recorded and replayed.
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}, withPolicy(func(p *Policy) { p.AdvertiseExpiry, p.KeepOnUpstreamError = true, UpstreamErrorKeep }))
+	for i, want := range []bool{false, true} {
+		r := e.do(t, "POST", "/x", "k-1", `{}`)
+		if r.StatusCode != http.StatusBadGateway || r.replayed() != want {
+			t.Fatalf("request %d: %d replayed=%v, want 502 replayed=%v", i, r.StatusCode, r.replayed(), want)
+		}
+		if v := r.Header.Get(ExpiresHeader); v != "" {
+			t.Errorf("request %d: the proxy's 502 carries Idempotency-Expires %q", i, v)
+		}
+	}
+}
