@@ -365,31 +365,3 @@ func TestResponseCutShortIsNotRecorded(t *testing.T) {
 		t.Fatalf("retry: %q replayed=%v, want a fresh execution (release)", r.body, r.replayed())
 	}
 }
-
-// net/http's Transport resends a request carrying Idempotency-Key when a
-// reused keep-alive connection breaks after the request was written
-// (golang/go#19943). The upstream here is not idempotent: the proxy must
-// never let the transport run it twice.
-func TestTransportNeverResendsAfterWriting(t *testing.T) {
-	var calls atomic.Int64
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
-		if r.URL.Path == "/warm" {
-			w.Write([]byte("warm"))
-			return
-		}
-		calls.Add(1)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close() // acted on it, then the connection broke
-		}
-	})
-	e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
-		t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
-	}
-	if got := calls.Load(); got != 1 {
-		t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
-	}
-}

@@ -7,39 +7,6 @@ import (
 	"testing"
 )
 
-// net/http's Transport resends GET, HEAD, OPTIONS and TRACE requests on
-// its own when a reused keep-alive connection breaks after the request was
-// written, whatever their headers say. A route may protect these methods
-// (a legacy API whose GET or OPTIONS has side effects): the proxy must not
-// let the transport execute such a keyed request twice.
-func TestProtectedGetIsNeverResentByTheTransport(t *testing.T) {
-	for _, method := range []string{http.MethodGet, http.MethodOptions} {
-		t.Run(method, func(t *testing.T) {
-			var calls atomic.Int64
-			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-				io.ReadAll(r.Body)
-				if r.URL.Path == "/warm" {
-					w.Write([]byte("warm"))
-					return
-				}
-				calls.Add(1)
-				conn, _, err := http.NewResponseController(w).Hijack()
-				if err == nil {
-					conn.Close() // acted on it, then the connection broke
-				}
-			}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, method) }))
-			e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
-			r := e.do(t, method, "/x", "k", "")
-			if r.StatusCode != http.StatusBadGateway {
-				t.Errorf("got %d %s, want 502", r.StatusCode, r.body)
-			}
-			if got := calls.Load(); got != 1 {
-				t.Fatalf("upstream executions = %d, want 1: the transport resent the %s", got, method)
-			}
-		})
-	}
-}
-
 // Keeping the transport from resending must not change what the upstream
 // receives: a protected GET without a body still arrives without one — no
 // Transfer-Encoding, no Content-Length.
@@ -55,5 +22,43 @@ func TestProtectedGetArrivesWithoutABody(t *testing.T) {
 	}
 	if len(te) != 0 || length != 0 {
 		t.Fatalf("upstream saw Transfer-Encoding %q, Content-Length %d; want neither", te, length)
+	}
+}
+
+// net/http's Transport resends a request it deems replayable when a reused
+// keep-alive connection breaks after the request was written: one carrying
+// Idempotency-Key (golang/go#19943), and any GET, HEAD, OPTIONS or TRACE —
+// methods a route may protect because the legacy upstream does not treat
+// them as safe. The upstream here is not idempotent: the proxy must never
+// let the transport run it twice.
+func TestTransportNeverResendsAfterWriting(t *testing.T) {
+	for _, tt := range []struct{ method, body string }{
+		{http.MethodPost, "{}"},
+		{http.MethodGet, ""},
+		{http.MethodOptions, ""},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			var calls atomic.Int64
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				if r.URL.Path == "/warm" {
+					w.Write([]byte("warm"))
+					return
+				}
+				calls.Add(1)
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close() // acted on it, then the connection broke
+				}
+			}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, tt.method) }))
+			e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
+			r := e.do(t, tt.method, "/x", "k", tt.body)
+			if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
+				t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+			}
+			if got := calls.Load(); got != 1 {
+				t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
+			}
+		})
 	}
 }
