@@ -47,7 +47,7 @@ Listeners:
 
 Exit status:
   0  success; also after a drain on SIGTERM or SIGINT
-  1  runtime failure: could not start (address in use, store unreachable) or
+  1  runtime failure: could not start (address in use, unreadable token file) or
      failed while running; a failed check (--check) or call (keys)
   2  invalid configuration or usage: bad flag, unknown key, bad value
 
