@@ -56,7 +56,10 @@ Documentation, in the repository:
   docs/configuration.md     every key, precedence, routes, reload
   docs/request-handling.md  what each situation answers
   docs/clients.md           how clients retry
-  docs/operating.md         build, deploy, metrics, alerts, runbooks
+  docs/recipes.md           webhooks and clients that cannot send a key
+  docs/guarantees.md        what holds when things fail
+  docs/operating.md         build, deploy, metrics, alerts, runbooks, the key API
+  docs/redis.md             the Redis settings the proxy requires
 `
 
 // printUsage writes the help text of fs to w: flags with two dashes, as the
