@@ -128,12 +128,12 @@ func recordCreated(t *testing.T, p *proxyProc, key string) time.Time {
 		KeyHash string `json:"key_hash"`
 	}
 	in, _ := json.Marshal(map[string]any{"key": key, "path": "/v1/orders", "host": p.listen})
-	adminCall(t, p, "POST", "/admin/hash", in, &hashed)
+	adminCall(t, p, expiresToken, "POST", "/admin/hash", in, &hashed)
 	var entry struct {
 		State     string `json:"state"`
 		CreatedAt string `json:"created_at"`
 	}
-	adminCall(t, p, "GET", "/admin/keys/"+hashed.KeyHash, nil, &entry)
+	adminCall(t, p, expiresToken, "GET", "/admin/keys/"+hashed.KeyHash, nil, &entry)
 	created, err := time.Parse(time.RFC3339Nano, entry.CreatedAt)
 	if entry.State != "completed" || err != nil {
 		t.Fatalf("key %s: state %q created_at %q (%v), want a completed record", key, entry.State, entry.CreatedAt, err)
@@ -141,14 +141,14 @@ func recordCreated(t *testing.T, p *proxyProc, key string) time.Time {
 	return created
 }
 
-// adminCall sends an authorized admin request and decodes its 200 answer.
-func adminCall(t *testing.T, p *proxyProc, method, path string, body []byte, out any) {
+// adminCall sends an admin request with token and decodes its 200 answer.
+func adminCall(t *testing.T, p *proxyProc, token, method, path string, body []byte, out any) {
 	t.Helper()
 	req, err := http.NewRequest(method, p.AdminURL()+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+expiresToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
