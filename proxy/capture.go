@@ -30,14 +30,18 @@ type capture struct {
 	// responseStarted is set once the response's status went to the
 	// client (or would have, had it stayed).
 	responseStarted bool
-	status          int
-	header          http.Header
-	body            []byte
-	omitted         bool
-	recording       bool
-	noStore         bool // the upstream said no-store (upstream_control_header)
-	clientGone      bool
-	written         int64
+	// answered is when the response's status arrived. It is the record's
+	// creation, so that a replay advertises the Idempotency-Expires the
+	// executed response did, however long the body took to arrive.
+	answered   time.Time
+	status     int
+	header     http.Header
+	body       []byte
+	omitted    bool
+	recording  bool
+	noStore    bool // the upstream said no-store (upstream_control_header)
+	clientGone bool
+	written    int64
 
 	// declared is the upstream's Content-Length, -1 when it sent none.
 	declared int64
@@ -68,6 +72,7 @@ func (c *capture) WriteHeader(code int) {
 		return
 	}
 	c.responseStarted = true
+	c.answered = time.Now()
 	c.status = code
 	h := c.rw.Header()
 	pol := &c.route.policy
@@ -99,9 +104,9 @@ func (c *capture) WriteHeader(code int) {
 	// Not recorded, so no expiry to advertise; nor on the proxy's own
 	// problem responses (upstreamErr is set before they are written).
 	if pol.AdvertiseExpiry && c.recording && c.upstreamErr == nil {
-		// Before the record exists: the date is earlier than the record's
-		// creation plus ttl, so a retry before it always finds the record.
-		h[ExpiresHeader] = []string{expiresValue(time.Now(), pol.TTL)}
+		// The store counts ttl from when the record is written, later
+		// than this: a retry before the date always finds the record.
+		h[ExpiresHeader] = []string{expiresValue(c.answered, pol.TTL)}
 	}
 	if !c.clientGone {
 		c.rw.WriteHeader(code)
@@ -240,6 +245,6 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		Body:        c.body,
 		BodyOmitted: c.omitted,
 		Fingerprint: fp,
-		CreatedAt:   time.Now(),
+		CreatedAt:   c.answered,
 	}
 }

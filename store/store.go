@@ -105,6 +105,7 @@ type Record struct {
 	BodyOmitted bool
 	// Fingerprint is the fingerprint of the request that produced it.
 	Fingerprint Fingerprint
-	// CreatedAt is when the record was completed, to the millisecond.
+	// CreatedAt is when the recorded response began (its status arrived),
+	// to the millisecond; Idempotency-Expires counts ttl from it.
 	CreatedAt time.Time
 }
