@@ -72,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
-	bodies := fs.String("bodies", "200,16KiB,256KiB,1MiB", "--scaling: comma-separated response body sizes")
+	bodies := fs.String("bodies", "200,16KiB,256KiB,1020KiB", "--scaling: comma-separated response body sizes")
 	scalingConcs := fs.String("scaling-concurrency", "1,32,256,1024", "--scaling: comma-separated numbers of concurrent clients")
 	footprint := fs.Bool("footprint", false, "measure the memory store's bytes per record and RSS with --records records, instead of the main table")
 	footprintProxy := fs.Bool("footprint-proxy", false, "record --records keys in the idempotency-proxy binary through the load generator and report its RSS, instead of the main table")
