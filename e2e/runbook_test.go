@@ -240,7 +240,9 @@ func TestStuckKeyRunbookOnRedis(t *testing.T) {
 	runStuckKeyRunbook(t, fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %q\n", r.URL()))
 }
 
-// Listing pages through every master of a Cluster: each key exactly once.
+// Listing pages through every master of a Cluster: every key is listed (a
+// key may repeat on a later page while a master resizes its table, as
+// Redis's SCAN allows; docs/operating.md says so).
 func TestKeysListCoversEveryClusterMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	up := startUpstream(t)
@@ -267,8 +269,13 @@ func TestKeysListCoversEveryClusterMaster(t *testing.T) {
 			args = append(args, "--cursor", cursor)
 		}
 		page := keysJSON(t, p, args...)
+		inPage := map[string]bool{}
 		for _, k := range page["keys"].([]any) {
 			e := k.(map[string]any)
+			if inPage[e["key_hash"].(string)] {
+				t.Errorf("key_hash %v twice in one page", e["key_hash"])
+			}
+			inPage[e["key_hash"].(string)] = true
 			if e["state"] != "completed" {
 				t.Errorf("state=completed listed %v", e)
 			}
@@ -279,8 +286,8 @@ func TestKeysListCoversEveryClusterMaster(t *testing.T) {
 		}
 	}
 	for h := range want {
-		if seen[h] != 1 {
-			t.Errorf("key_hash %s listed %d times, want once", h, seen[h])
+		if seen[h] == 0 {
+			t.Errorf("key_hash %s not listed", h)
 		}
 	}
 	if len(seen) != n {

@@ -33,7 +33,6 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 
 	out := q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(out, q.body)
-	neverResend(out)
 	start := time.Now()
 	defer func() {
 		p := recover()
@@ -218,25 +217,4 @@ func (h *Handler) tryRelease(ctx context.Context, q *request) attempt {
 	}
 	h.log.Warn("could not release key yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)
 	return retry
-}
-
-// neverResend keeps the transport from sending a request a second time
-// after writing it. net/http resends a request it deems replayable when a
-// reused connection fails: one with a key header (hidden from it, see
-// forward.go) or a GET, HEAD, OPTIONS or TRACE — methods a route may
-// protect precisely because the upstream does not treat them as safe. A
-// request is not replayable when it has a body and no GetBody; an empty
-// body given as an in-memory reader with an unknown length is one (the
-// reverse proxy drops a body of length 0, and the transport, finding the
-// reader empty, sends no body at all).
-func neverResend(out *http.Request) {
-	switch out.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-	default:
-		return
-	}
-	out.GetBody = nil
-	if out.ContentLength == 0 {
-		out.Body, out.ContentLength = newBodyReader(nil), -1
-	}
 }

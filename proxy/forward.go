@@ -48,6 +48,7 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError fun
 			hideIdempotencyKey(pr.Out.Header)
 			// The body is already in memory: no reason to wait for a 100.
 			delete(pr.Out.Header, "Expect")
+			forwardMemoryBody(pr)
 		},
 		Transport:    transport,
 		ErrorHandler: onError,

@@ -129,7 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A real protocol upgrade (WebSocket) hands the connection over: there
 	// is no response to record. Any other upgrade offer is dropped.
 	if !q.route.protects(r.Method) || isUpgrade(r) {
-		h.rp.ServeHTTP(w, r)
+		h.passThrough(w, r)
 		return
 	}
 	dropUpgrade(r.Header)
@@ -153,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if haveBody {
 			setBody(r, q.body)
 		}
-		h.rp.ServeHTTP(q.unrecorded(w), r)
+		h.passThrough(q.unrecorded(w), r)
 		return
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)

@@ -146,7 +146,7 @@ func (c *children) startSelf(ctx context.Context, label string, args ...string) 
 
 // startProxy starts the idempotency-proxy binary in front of upstream;
 // redisURL selects the Redis store, empty the memory store.
-func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string) (pid int, addr, admin string, err error) {
+func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string, pprof bool) (pid int, addr, admin string, err error) {
 	addr, err = freeAddr()
 	if err != nil {
 		return 0, "", "", err
@@ -162,6 +162,9 @@ func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisUR
 	// A full run records a few hundred thousand responses; the default
 	// 256 MiB bound would start refusing new keys part-way through.
 	env := append([]string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}, c.layout.childEnv()...)
+	if pprof {
+		env = append(env, "IDEMPOTENCY_PROXY_ADMIN_PPROF=true")
+	}
 	cmd, err := c.start(label, bin, args, env)
 	if err != nil {
 		return 0, "", "", err

@@ -59,7 +59,7 @@ func measureProxyFootprint(s settings, n int, stdout, stderr io.Writer) (err err
 	if err != nil {
 		return err
 	}
-	pid, addr, admin, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "")
+	pid, addr, admin, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "", false)
 	if err != nil {
 		return err
 	}

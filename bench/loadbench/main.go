@@ -48,7 +48,15 @@ type settings struct {
 	duration time.Duration // one target, one scenario, one round
 	warmup   time.Duration
 	proxyBin string
-	layout   layout
+	// compareBin, when set, is a second idempotency-proxy binary measured
+	// in the same rounds as memory-b and redis-b: an A/B of two builds
+	// under the same drift.
+	compareBin string
+	// profileDir, when set, receives a CPU profile of every proxy target
+	// for each scenario, taken over its first measurement at the highest
+	// concurrency.
+	profileDir string
+	layout     layout
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -60,9 +68,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", time.Second, "length of one measurement")
 	scenList := fs.String("scenarios", "miss,hit,mixed,no-key", "comma-separated scenarios to run")
 	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
+	compareBin := fs.String("compare-bin", "", "a second idempotency-proxy binary, measured in the same rounds as memory-b and redis-b")
+	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
-	bodies := fs.String("bodies", "200,16KiB,256KiB,1MiB", "--scaling: comma-separated response body sizes")
+	bodies := fs.String("bodies", "200,16KiB,256KiB,1020KiB", "--scaling: comma-separated response body sizes")
 	scalingConcs := fs.String("scaling-concurrency", "1,32,256,1024", "--scaling: comma-separated numbers of concurrent clients")
 	footprint := fs.Bool("footprint", false, "measure the memory store's bytes per record and RSS with --records records, instead of the main table")
 	footprintProxy := fs.Bool("footprint-proxy", false, "record --records keys in the idempotency-proxy binary through the load generator and report its RSS, instead of the main table")
@@ -86,7 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *fillStore > 0:
 		err = fillMemoryStore(*fillStore, stdout)
 	default:
-		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin}
+		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin,
+			compareBin: *compareBin, profileDir: *profileDir}
 		if *quick {
 			s.rounds, s.duration, s.warmup = 2, 200*time.Millisecond, 100*time.Millisecond
 		}
@@ -97,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil {
 			s.layout, err = newLayout(*layoutName)
+		}
+		if err == nil && s.profileDir != "" {
+			err = os.MkdirAll(s.profileDir, 0o755)
 		}
 		if err == nil && *scaling {
 			sc, err = parseScaling(*bodies, *scalingConcs)
@@ -227,7 +241,14 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 				if !t.serves(scen) {
 					continue
 				}
+				var prof *profile
+				if r == 0 && conc == slices.Max(s.concs) {
+					prof = startProfile(s.profileDir, t, scen, s.duration)
+				}
 				res, err := measure(ctx, l, t, scen, conc, s.duration)
+				if err == nil {
+					err = prof.wait()
+				}
 				if err != nil {
 					return err
 				}

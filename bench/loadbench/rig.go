@@ -24,6 +24,7 @@ type target struct {
 	storePID  int    // redis-server, or 0
 	storeAddr string // redis-server host:port, or ""
 	upPID     int    // the upstream every target forwards to
+	upAddr    string // its host:port
 	admin     string // the idempotency-proxy's admin address, or ""
 	isProxy   bool
 }
@@ -67,7 +68,12 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 		}
 		runtime.GOMAXPROCS(1)
 	}
-	rg.targets, rg.upstream, err = startAll(ctx, kids, bin)
+	rg.targets, rg.upstream, err = startAll(ctx, kids, bin, s.profileDir != "")
+	if err == nil && s.compareBin != "" {
+		var more []target
+		more, err = startCompared(ctx, kids, s.compareBin, rg.targets, s.profileDir != "")
+		rg.targets = append(rg.targets, more...)
+	}
 	return rg, err
 }
 
@@ -99,7 +105,7 @@ func raiseFileLimit(n uint64) error {
 // startAll starts the upstream, the plain proxy, redis-server, both
 // idempotency-proxy instances and the replay floor; targets come back as
 // plain, memory, redis, floor.
-func startAll(ctx context.Context, kids *children, bin string) ([]target, string, error) {
+func startAll(ctx context.Context, kids *children, bin string, pprof bool) ([]target, string, error) {
 	upPID, upAddr, err := kids.startSelf(ctx, "upstream")
 	if err != nil {
 		return nil, "", err
@@ -112,11 +118,11 @@ func startAll(ctx context.Context, kids *children, bin string) ([]target, string
 	if err != nil {
 		return nil, "", err
 	}
-	memPID, memAddr, memAdmin, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "")
+	memPID, memAddr, memAdmin, err := kids.startProxy(ctx, "proxy-memory", bin, upAddr, "", pprof)
 	if err != nil {
 		return nil, "", err
 	}
-	rdPID, rdAddr, rdAdmin, err := kids.startProxy(ctx, "proxy-redis", bin, upAddr, "redis://"+redisAddr+"/0")
+	rdPID, rdAddr, rdAdmin, err := kids.startProxy(ctx, "proxy-redis", bin, upAddr, "redis://"+redisAddr+"/0", pprof)
 	if err != nil {
 		return nil, "", err
 	}
@@ -125,11 +131,32 @@ func startAll(ctx context.Context, kids *children, bin string) ([]target, string
 		return nil, "", err
 	}
 	return []target{
-		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID},
-		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, admin: memAdmin, isProxy: true},
-		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, admin: rdAdmin, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
-		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, isProxy: true},
+		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID, upAddr: upAddr},
+		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, upAddr: upAddr, admin: memAdmin, isProxy: true},
+		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, upAddr: upAddr, admin: rdAdmin, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, upAddr: upAddr, isProxy: true},
 	}, "http://" + upAddr, nil
+}
+
+// startCompared starts a second binary on the memory store and on the same
+// redis-server, as the targets memory-b and redis-b. redis-b uses database 1:
+// the hit keys it records must not collide with redis's, whose fingerprints
+// differ in the Host they were sent to.
+func startCompared(ctx context.Context, kids *children, bin string, ts []target, pprof bool) ([]target, error) {
+	mem, rd := ts[1], ts[2]
+	up := mem.upAddr
+	memPID, memAddr, memAdmin, err := kids.startProxy(ctx, "proxy-memory-b", bin, up, "", pprof)
+	if err != nil {
+		return nil, err
+	}
+	rdPID, rdAddr, rdAdmin, err := kids.startProxy(ctx, "proxy-redis-b", bin, up, "redis://"+rd.storeAddr+"/1", pprof)
+	if err != nil {
+		return nil, err
+	}
+	return []target{
+		{name: "memory-b", base: "http://" + memAddr, pid: memPID, upPID: mem.upPID, admin: memAdmin, isProxy: true, upAddr: mem.upAddr},
+		{name: "redis-b", base: "http://" + rdAddr, pid: rdPID, upPID: rd.upPID, admin: rdAdmin, storePID: rd.storePID, storeAddr: rd.storeAddr, isProxy: true, upAddr: rd.upAddr},
+	}, nil
 }
 
 // describe prints the layout and, for every process, the CPUs its threads
@@ -153,7 +180,7 @@ func (rg *rig) describe(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, pid, cpus, procs)
 	}
 	row("load generator", os.Getpid(), fmt.Sprint(runtime.GOMAXPROCS(0)))
-	if len(rg.targets) == 4 {
+	if len(rg.targets) >= 4 {
 		plain, mem, rd, floor := rg.targets[0], rg.targets[1], rg.targets[2], rg.targets[3]
 		row("upstream", plain.upPID, selfGOMAXPROCS(rg.upstream))
 		row("plain", plain.pid, selfGOMAXPROCS(plain.base))
@@ -161,6 +188,9 @@ func (rg *rig) describe(w io.Writer) {
 		row("redis", rd.pid, proxyGOMAXPROCS(rd.admin))
 		row("redis-server", rd.storePID, "–")
 		row("floor", floor.pid, selfGOMAXPROCS(floor.base))
+		for _, t := range rg.targets[4:] {
+			row(t.name, t.pid, proxyGOMAXPROCS(t.admin))
+		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -140,19 +140,19 @@ func TestRaiseFileLimitRefusesBeyondTheHardLimit(t *testing.T) {
 }
 
 func TestParseScaling(t *testing.T) {
-	sc, err := parseScaling("1MiB, 200,16KiB,256KiB", "1,32,256,1024")
+	sc, err := parseScaling("1020KiB, 200,16KiB,256KiB", "1,32,256,1024")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{200, 16 << 10, 256 << 10, 1 << 20}; !slices.Equal(sc.bodies, want) {
+	if want := []int{200, 16 << 10, 256 << 10, 1020 << 10}; !slices.Equal(sc.bodies, want) {
 		t.Errorf("bodies = %v, want %v", sc.bodies, want)
 	}
 	// Sizes at 32 clients, then clients at 200 B; 200 B at 32 once.
-	want := []point{{200, 32}, {16 << 10, 32}, {256 << 10, 32}, {1 << 20, 32}, {200, 1}, {200, 256}, {200, 1024}}
+	want := []point{{200, 32}, {16 << 10, 32}, {256 << 10, 32}, {1020 << 10, 32}, {200, 1}, {200, 256}, {200, 1024}}
 	if got := sc.points(); !slices.Equal(got, want) {
 		t.Errorf("points = %v, want %v", got, want)
 	}
-	for _, bad := range [][2]string{{"2MiB", "1"}, {"8", "1"}, {"1GiB", "1"}, {"x", "1"}, {"200", "2048"}} {
+	for _, bad := range [][2]string{{"2MiB", "1"}, {"1MiB", "1"}, {"8", "1"}, {"1GiB", "1"}, {"x", "1"}, {"200", "2048"}} {
 		if _, err := parseScaling(bad[0], bad[1]); err == nil {
 			t.Errorf("parseScaling(%q, %q): no error", bad[0], bad[1])
 		}

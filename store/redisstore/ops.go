@@ -191,19 +191,19 @@ func millis(d time.Duration) int64 {
 // do runs cmd and waits for its reply until ctx is done. It returns the
 // command's error, or ctx's; in the second case cmd must not be read.
 //
-// Commands go through the auto-pipeliner, which writes the commands of
-// concurrent requests to Redis together and reads their replies together:
-// a syscall, and a wake-up of Redis, per batch instead of per command. Its
-// commands do not honour their context once queued, so a command whose
-// caller gave up may still run when Redis answers again, as a command whose
-// reply was lost would (see the package documentation for what that does).
-// A direct command runs on a pooled connection of the client's own; its
-// context bounds the write and the wait for the reply.
+// Commands are batched (see batcher): those of concurrent requests are
+// written to Redis together and their replies read together, a syscall
+// and a wake-up of Redis per batch instead of per command. A queued
+// command does not leave the queue when its caller gives up, so it may
+// still run when Redis answers again, as a command whose reply was lost
+// would (see the package documentation for what that does). A direct
+// command runs on a pooled connection of the client's own; its context
+// bounds the write and the wait for the reply.
 func (s *Store) do(ctx context.Context, cmd redis.Cmder, direct bool) error {
 	if direct {
 		return s.c.Process(ctx, cmd)
 	}
-	return s.ap.Submit(ctx, cmd).WaitContext(ctx)
+	return s.batch.do(ctx, cmd)
 }
 
 // script is a Lua script run by its SHA-1, and by its source when Redis does

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
@@ -20,8 +20,19 @@ import (
 // TestConcurrentCommandsAreBatched checks that the commands of concurrent
 // callers reach Redis in batches over few connections: Redis reads several
 // commands per read event. One connection per caller, or one command per
-// read, would mean the auto-pipeliner is not in use.
+// read, would mean the commands are not batched. It holds with one CPU
+// (GOMAXPROCS=1, a sidecar's allowance) as with several: a flusher that
+// sends as soon as it is woken would send one command per batch there.
 func TestConcurrentCommandsAreBatched(t *testing.T) {
+	for _, procs := range []int{1, runtime.GOMAXPROCS(0)} {
+		t.Run("GOMAXPROCS="+strconv.Itoa(procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			testBatched(t)
+		})
+	}
+}
+
+func testBatched(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL()})
 	admin := srv.Client(t)
@@ -65,32 +76,13 @@ func TestConcurrentCommandsAreBatched(t *testing.T) {
 		t.Fatalf("Redis processed %d SET commands, want %d", sets, callers*each)
 	}
 	commands := sets
-	if reads*2 > commands {
-		t.Errorf("Redis needed %d reads for %d commands; batches would need far fewer", reads, commands)
+	// Batches of 20 or more are typical; sent as soon as the flusher is
+	// woken, they average 2 to 9 on one CPU.
+	if reads*10 > commands {
+		t.Errorf("Redis needed %d reads for %d commands; batches of 10 or more would need at most %d", reads, commands, commands/10)
 	}
 	if conns > 5 {
 		t.Errorf("the store opened %d connections for %d concurrent callers; at most 4 batches in flight need no more than 4", conns, callers)
-	}
-}
-
-// TestForeignPipelinerRefused checks that a client whose auto-pipeliner
-// was made with other options (no queue bound) is refused, not used.
-func TestForeignPipelinerRefused(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	if _, err := c.AsyncAutoPipeline(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewFromClient(c, "", 0); err == nil {
-		t.Error("NewFromClient on a client with an unbounded auto-pipeliner: no error")
-	}
-	fresh := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = fresh.Close() })
-	for i := range 2 {
-		if _, err := NewFromClient(fresh, "", 0); err != nil {
-			t.Errorf("NewFromClient #%d on a fresh client: %v", i+1, err)
-		}
 	}
 }
 

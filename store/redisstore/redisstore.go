@@ -18,11 +18,11 @@
 // run with EVALSHA (EVAL once per node after a restart). Inspect is one GET
 // and PTTL, Delete one DEL; List SCANs every master.
 //
-// Commands are auto-pipelined: those of concurrent requests are written to
-// Redis in one batch and their replies read in one go. A completion whose
-// record is larger than maxPipelined is sent on its own connection instead.
-// docs/architecture.md ("Redis pipelining") gives the figures behind the
-// batch and queue bounds set in pipelineOptions.
+// Commands are batched: those of concurrent requests are written to Redis
+// as one pipeline and their replies read in one go (batch.go). A
+// completion whose record is larger than maxPipelined is sent on its own
+// connection instead. docs/architecture.md ("Redis pipelining") gives the
+// figures behind the batch and queue bounds.
 //
 // # Failures
 //
@@ -89,15 +89,15 @@ type Options struct {
 	Timeout time.Duration
 	// PoolSize is the connection pool size (per node for a Cluster) for
 	// commands sent directly; 0 means the go-redis default of 10 per CPU.
-	// Pipelined batches use go-redis's pipeline pool, at most
-	// maxConcurrentBatches of its connections at a time.
+	// Batches use go-redis's pipeline pool, at most maxConcurrentBatches
+	// of its connections at a time.
 	PoolSize int
 }
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
 	c       redis.UniversalClient
-	ap      *redis.AutoPipeliner // c's
+	batch   *batcher // c's commands, batched
 	prefix  string
 	timeout time.Duration
 
@@ -141,8 +141,7 @@ func New(opts Options) (*Store, error) {
 }
 
 // NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,
-// timeout 0 means DefaultTimeout. Close closes c. It fails for a client
-// that cannot auto-pipeline (a Ring).
+// timeout 0 means DefaultTimeout. Close closes c.
 func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration) (*Store, error) {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
@@ -150,16 +149,7 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	ap, err := c.AsyncAutoPipelineWithOptions(pipelineOptions())
-	if err != nil {
-		return nil, fmt.Errorf("redis store: %w", err)
-	}
-	// A client hands out one auto-pipeliner, made with the options of the
-	// first caller: refuse one whose queue bound is not ours.
-	if got := ap.Config(); got.MaxQueuedCommands != maxQueued || got.FullDuplex {
-		return nil, errors.New("redis store: the client already has an auto-pipeliner with other options")
-	}
-	return &Store{c: c, ap: ap, prefix: prefix, timeout: timeout}, nil
+	return &Store{c: c, batch: newBatcher(c, timeout), prefix: prefix, timeout: timeout}, nil
 }
 
 // The client must fail fast: a slow answer is as bad as none, since the
@@ -173,30 +163,18 @@ func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration
 const maxRetries = 1
 
 // maxPipelined is the largest value (an encoded record) that a completion
-// sends through the auto-pipeliner; a larger one goes directly. maxQueued
-// bounds the commands the auto-pipeliner holds: past it a command fails at
-// once with ErrUnavailable. Together they bound what the commands queued
-// behind a slow Redis hold (docs/architecture.md, "Redis pipelining").
+// sends in a batch; a larger one goes directly. maxQueued bounds the
+// commands accepted and not yet answered: past it a command fails at once
+// with ErrUnavailable. Together they bound what the commands queued behind
+// a slow Redis hold (docs/architecture.md, "Redis pipelining"). A batch
+// holds at most maxBatch commands, and at most maxConcurrentBatches are in
+// flight, each on a pipeline connection of its own (see batcher).
 const (
 	maxPipelined         = 8 << 10
 	maxQueued            = 4096
 	maxBatch             = 32
 	maxConcurrentBatches = 4
 )
-
-// pipelineOptions: small batches, a few in flight on connections of their
-// own. The replies of a batch share one read deadline, and a replay's reply
-// is a whole record: small batches keep what must arrive by then small, and
-// a batch slowed by large records holds up only its own commands. Order
-// between batches is not needed: every caller waits for its own command.
-func pipelineOptions() *redis.AutoPipelineOptions {
-	cfg := redis.DefaultAutoPipelineOptions()
-	cfg.MaxQueuedCommands = maxQueued
-	cfg.MaxBatchSize = maxBatch
-	cfg.MaxConcurrentBatches = maxConcurrentBatches
-	cfg.Unordered = true
-	return cfg
-}
 
 // tuneSimple and tuneUniversal set the same fields on go-redis's two option
 // types, which share no interface: keep them in step.
@@ -244,7 +222,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // timeout at the latest, leaving the rest to finish in the background.
 func (s *Store) Close() error {
 	done := make(chan error, 1)
-	go func() { done <- s.c.Close() }()
+	go func() {
+		s.batch.close() // sends what is queued first
+		done <- s.c.Close()
+	}()
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
 	select {

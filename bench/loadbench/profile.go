@@ -1,0 +1,68 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// profile is a CPU profile being taken of a proxy target while it is
+// measured, through its admin listener's /debug/pprof/profile (the proxies
+// run with admin.pprof on when --profile is set). Sampling costs the proxy
+// a little CPU, so profiles are taken over one measurement per scenario
+// and target, not all of them.
+type profile struct {
+	path string
+	done chan error
+}
+
+// startProfile starts a profile of t over d (whole seconds, at least one)
+// into dir; it returns nil when dir is empty or t is not the proxy binary.
+func startProfile(dir string, t target, scen scenario, d time.Duration) *profile {
+	if dir == "" || t.admin == "" {
+		return nil
+	}
+	p := &profile{path: filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", scen, t.name)), done: make(chan error, 1)}
+	secs := max(int(d/time.Second), 1)
+	go func() {
+		p.done <- fetchProfile("http://"+t.admin+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), p.path)
+	}()
+	return p
+}
+
+// wait returns once the profile is written.
+func (p *profile) wait() error {
+	if p == nil {
+		return nil
+	}
+	if err := <-p.done; err != nil {
+		return fmt.Errorf("CPU profile %s: %w", p.path, err)
+	}
+	return nil
+}
+
+func fetchProfile(url, path string) error {
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,28 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+)
+
+// passThrough forwards a request the proxy does not protect with its body
+// streamed, as it arrives.
+//
+// Over HTTP/1 it first enables full duplex. Otherwise, when the upstream
+// answers before the transport has sent the whole request body, net/http's
+// server finishes with that body as the response starts — it drains what
+// remains and closes it — while the transport is still reading it to send
+// it upstream: the transport fails and drops the upstream connection in
+// the middle of the response, which is cut off (golang/go#40747). HTTP/2
+// is always full duplex.
+func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			// A ResponseWriter wrapper without Unwrap hides the server's:
+			// the request is still forwarded, with net/http's default.
+			h.log.LogAttrs(r.Context(), slog.LevelDebug, "full duplex unavailable for a streamed pass-through request",
+				slog.String("error", err.Error()))
+		}
+	}
+	h.rp.ServeHTTP(w, r)
+}

@@ -1,0 +1,82 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// TestLargeResponsesToStreamedPassThroughRequestsArriveWhole sends requests
+// the proxy passes through — without a key, and with a method it does not
+// protect — with their body streamed, to an upstream that answers with a
+// large response before it has read that body. The whole response must
+// reach the client. Without full duplex, net/http's server drains and
+// closes the request body once the response starts, while the transport is
+// still reading it to send it upstream; the transport then fails and drops
+// the upstream connection in the middle of the response (golang/go#40747).
+func TestLargeResponsesToStreamedPassThroughRequestsArriveWhole(t *testing.T) {
+	// A body under the 256 KiB the server drains once the response starts,
+	// sent in small writes so that the transport is still reading it then.
+	const reqSize, respSize, attempts = 192 << 10, 1 << 20, 20
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			t.Errorf("upstream: EnableFullDuplex: %v", err)
+		}
+		// Answer in full after the first byte of the body: the proxy's
+		// transport is then still sending it when the response passes
+		// through.
+		io.ReadFull(r.Body, make([]byte, 1))
+		w.Header().Set("Content-Length", itoa(respSize))
+		w.Write(bytes.Repeat([]byte("r"), respSize))
+		io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	h, err := New(Options{Upstream: u, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	for _, method := range []string{http.MethodPost, "REPORT"} { // no key; not protected
+		for range attempts {
+			pr, pw := io.Pipe()
+			go func() {
+				chunk := bytes.Repeat([]byte("q"), 4<<10)
+				for range reqSize / len(chunk) {
+					if _, err := pw.Write(chunk); err != nil {
+						return // the request failed; the response says how
+					}
+				}
+				pw.Close()
+			}()
+			req, err := http.NewRequest(method, srv.URL+"/upload", pr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = reqSize
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				pr.CloseWithError(err)
+				t.Fatalf("%s: %v", method, err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			pr.Close()
+			if err != nil || n != respSize {
+				t.Fatalf("%s: response body of %d bytes of %d, error %v: cut off", method, n, respSize, err)
+			}
+		}
+	}
+}
