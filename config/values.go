@@ -20,14 +20,8 @@ import (
 // value that fails keeps its default, and Load reports it once.
 
 func str(d *decoder, path string, raw any, v reflect.Value, option string) {
-	var s string
-	switch r := raw.(type) {
-	case string:
-		s = r
-	case sourced:
-		s = r.value
-	default:
-		d.add(path, raw, "must be a string, not %s", describe(raw))
+	s, ok := stringValue(d, path, raw)
+	if !ok {
 		return
 	}
 	v.SetString(normalize(s, option))
@@ -122,14 +116,8 @@ func logLevel(d *decoder, path string, raw any, v reflect.Value) {
 }
 
 func urlValue(d *decoder, path string, raw any, v reflect.Value) {
-	var s string
-	switch r := raw.(type) {
-	case string:
-		s = r
-	case sourced:
-		s = r.value
-	default:
-		d.add(path, raw, "must be a string, not %s", describe(raw))
+	s, ok := stringValue(d, path, raw)
+	if !ok {
 		return
 	}
 	if s == "" {
@@ -245,4 +233,17 @@ func statuses(d *decoder, path string, raw any, v reflect.Value) {
 	if ok {
 		v.Set(reflect.ValueOf(out))
 	}
+}
+
+// stringValue is raw as a string — from the file, the environment or a
+// flag — or a problem at path when it is anything else.
+func stringValue(d *decoder, path string, raw any) (string, bool) {
+	switch r := raw.(type) {
+	case string:
+		return r, true
+	case sourced:
+		return r.value, true
+	}
+	d.add(path, raw, "must be a string, not %s", describe(raw))
+	return "", false
 }
