@@ -92,23 +92,29 @@ func newBlockingUpstream(t *testing.T, held, release chan struct{}) string {
 	return srv.URL
 }
 
-// loggedKeyHash returns the key_hash of the proxy's debug request line with
-// the given outcome.
+// loggedKeyHash waits for the proxy's debug request line with the given
+// outcome — written once the response has gone out, so it may trail the
+// client's answer — and returns its key_hash.
 func loggedKeyHash(t *testing.T, p *tracedProxy, outcome string) string {
 	t.Helper()
-	for _, line := range strings.Split(p.proc.Stderr(), "\n") {
-		var l struct {
-			Msg     string `json:"msg"`
-			Outcome string `json:"outcome"`
-			KeyHash string `json:"key_hash"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "request" && l.Outcome == outcome {
-			if len(l.KeyHash) != 32 {
-				t.Fatalf("key_hash %q in %s, want the full 32-digit hash", l.KeyHash, line)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range strings.Split(p.proc.Stderr(), "\n") {
+			var l struct {
+				Msg     string `json:"msg"`
+				Outcome string `json:"outcome"`
+				KeyHash string `json:"key_hash"`
 			}
-			return l.KeyHash
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "request" && l.Outcome == outcome {
+				if len(l.KeyHash) != 32 {
+					t.Fatalf("key_hash %q in %s, want the full 32-digit hash", l.KeyHash, line)
+				}
+				return l.KeyHash
+			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request line with outcome %s in:\n%s", outcome, p.proc.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's log
 	}
-	t.Fatalf("no request line with outcome %s in:\n%s", outcome, p.proc.Stderr())
-	return ""
 }
