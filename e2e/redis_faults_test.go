@@ -36,6 +36,8 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		mu   sync.Mutex
 		load = map[string]reply{} // by key
 		wg   sync.WaitGroup
+		// refused is signalled by the first fail_closed refusal.
+		refused = make(chan struct{}, 1)
 	)
 	for w := range 4 {
 		wg.Add(1)
@@ -51,6 +53,12 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 				mu.Lock()
 				load[key] = r
 				mu.Unlock()
+				if r.Problem() == "store-unavailable" {
+					select {
+					case refused <- struct{}{}:
+					default:
+					}
+				}
 			}
 		}()
 	}
@@ -58,6 +66,12 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	srv.Kill()
 	for _, p := range ps {
 		waitStatus(t, p.AdminURL()+"/readyz", http.StatusServiceUnavailable, 5*time.Second)
+	}
+	// Readiness notices a dead Redis within a ping; keep the load going
+	// until requests started after the kill have been answered too.
+	select {
+	case <-refused:
+	case <-time.After(5 * time.Second):
 	}
 	stop()
 	wg.Wait()
