@@ -5,15 +5,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -26,14 +23,7 @@ import (
 // footprintTimeout bounds the fill.
 const footprintTimeout = 15 * time.Minute
 
-func measureProxyFootprint(s settings, n int, stdout, stderr io.Writer) (err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-	}()
+func measureProxyFootprint(ctx context.Context, s settings, n int, stdout, stderr io.Writer) (err error) {
 	const conc = 32
 	kids, err := newChildren(s.layout)
 	if err != nil {

@@ -29,12 +29,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -126,11 +124,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case *footprint:
 			err = measureFootprint(*records, s.layout, stdout, stderr)
 		case *footprintProxy:
-			err = measureProxyFootprint(s, *records, stdout, stderr)
+			err = interruptible(func(ctx context.Context) error { return measureProxyFootprint(ctx, s, *records, stdout, stderr) })
 		case *scaling:
-			err = benchScaling(s, sc, stdout, stderr)
+			err = interruptible(func(ctx context.Context) error { return benchScaling(ctx, s, sc, stdout, stderr) })
 		default:
-			err = bench(s, stdout, stderr)
+			err = interruptible(func(ctx context.Context) error { return bench(ctx, s, stdout, stderr) })
 		}
 	}
 	if err != nil {
@@ -168,16 +166,7 @@ func parseConcs(s string) ([]int, error) {
 	return out, nil
 }
 
-func bench(s settings, stdout, stderr io.Writer) (err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defer func() {
-		// A signal closes the connections in use; say so rather than
-		// report the resulting read error.
-		if err != nil && ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-	}()
+func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error) {
 	started, load := time.Now(), loadAverage()
 	rg, err := setUp(ctx, s, slices.Max(s.concs))
 	defer rg.close()

@@ -5,10 +5,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
 	"syscall"
@@ -236,4 +238,17 @@ func get(url string) (string, error) {
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return string(b), nil
+}
+
+// interruptible runs fn with a context that SIGINT or SIGTERM cancels. A
+// signal closes the connections in use; a run that fails because of it is
+// reported as interrupted rather than with the resulting read error.
+func interruptible(fn func(ctx context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := fn(ctx)
+	if err != nil && ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	return err
 }

@@ -4,16 +4,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -103,14 +99,7 @@ type scalingKey struct {
 	target string
 }
 
-func benchScaling(s settings, sc scalingSettings, stdout, stderr io.Writer) (err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-	}()
+func benchScaling(ctx context.Context, s settings, sc scalingSettings, stdout, stderr io.Writer) (err error) {
 	started, load := time.Now(), loadAverage()
 	rg, err := setUp(ctx, s, slices.Max(sc.concs))
 	defer rg.close()
