@@ -118,19 +118,7 @@ func BenchmarkHandlerCanonical(b *testing.B) {
 		body := jsonBody(sz.size, "o-1")
 		b.Run(sz.name+"/miss", func(b *testing.B) {
 			rig := newPolicyBenchRig(b, pol)
-			const batch = 4096
-			var keys []string
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if i%batch == 0 {
-					b.StopTimer()
-					keys = missKeys(i/batch, batch)
-					b.StartTimer()
-				}
-				if got := rig.serveBody(body, keys[i%batch]); got != http.StatusOK {
-					b.Fatalf("status %d", got)
-				}
-			}
+			loopMisses(b, func(key string) int { return rig.serveBody(body, key) })
 		})
 		b.Run(sz.name+"/hit", func(b *testing.B) {
 			rig := newPolicyBenchRig(b, pol)
