@@ -215,7 +215,7 @@ func TestHandlerAllocations(t *testing.T) {
 			keys, i := missKeys(0, runs+1), 0
 			return func() int { i++; return rig.serve(keys[i-1]) }
 		}},
-		{"hit", 15, func(rig *benchRig) func() int {
+		{"hit", 6, func(rig *benchRig) func() int {
 			const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
 			rig.serve(key)
 			return func() int { return rig.serve(key) }

@@ -102,8 +102,8 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 
 // DecodeRecord decodes an encoded record. Every length is checked against
 // the input, so corrupt input yields an error wrapping ErrCorrupt, never a
-// panic or an oversized allocation. The returned Body aliases b: callers pass
-// a buffer they no longer modify.
+// panic or an oversized allocation. The returned Body, header names and
+// header values alias b: callers pass a buffer they never modify again.
 func DecodeRecord(b []byte) (*Record, error) {
 	d := decoder{b: b}
 	if v := d.byte(); v != recordVersion {
@@ -113,7 +113,8 @@ func DecodeRecord(b []byte) (*Record, error) {
 	if flags&^knownFlags != 0 {
 		return nil, d.fail(fmt.Sprintf("unknown flags %#x", flags))
 	}
-	rec := &Record{BodyOmitted: flags&flagBodyOmitted != 0}
+	var rec Record
+	rec.BodyOmitted = flags&flagBodyOmitted != 0
 	status := d.uvarint()
 	if status > math.MaxInt32 {
 		return nil, d.fail("status out of range")
@@ -129,7 +130,8 @@ func DecodeRecord(b []byte) (*Record, error) {
 		}
 		rec.Body = body[:len(body):len(body)]
 	}
-	if err := d.headers(rec); err != nil {
+	out, err := d.headers(&rec)
+	if err != nil {
 		return nil, err
 	}
 	if d.err == nil && d.off != len(d.b) {
@@ -138,7 +140,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	return rec, nil
+	return out, nil
 }
 
 // sortedNamesOnStack covers the header count of nearly every response

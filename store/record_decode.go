@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 )
 
 // decoder reads an encoded record. After the first error every read returns
@@ -80,23 +81,47 @@ func (d *decoder) bytes(n int) []byte {
 	return p
 }
 
-// headers decodes the header section, which runs to the end of the input.
-// Names and values are slices of one string copied from that section, and
-// the value lists share one backing array: three allocations plus the map.
-func (d *decoder) headers(rec *Record) error {
+// valuesWithRecord is how many header values share one allocation with
+// their record: enough for a typical API response's headers.
+const valuesWithRecord = 8
+
+// recordWithValues is a decoded record and the backing array of its header
+// values, allocated together.
+type recordWithValues struct {
+	rec  Record
+	vals [valuesWithRecord]string
+}
+
+// headers decodes the header section, which runs to the end of the input,
+// and returns a heap copy of rec with its Header. Names and values are
+// strings over that section of d.b, which the caller never modifies (see
+// DecodeRecord), and the value lists share one backing array: the record,
+// its values and the map are three allocations for most responses.
+func (d *decoder) headers(rec *Record) (*Record, error) {
 	nnames := d.length()
 	nvalues := d.length()
 	if d.err != nil {
-		return d.err
+		return nil, d.err
 	}
 	if nnames == 0 {
 		if nvalues != 0 {
-			return d.fail("values without names")
+			return nil, d.fail("values without names")
 		}
-		return nil
+		out := *rec
+		return &out, nil
+	}
+	var out *Record
+	var vals []string
+	if nvalues <= valuesWithRecord {
+		rv := &recordWithValues{rec: *rec}
+		out, vals = &rv.rec, rv.vals[:nvalues]
+	} else {
+		out, vals = new(Record), make([]string, nvalues)
+		*out = *rec
 	}
 	start := d.off
-	s := string(d.b[start:])
+	rest := d.b[start:]
+	s := unsafe.String(unsafe.SliceData(rest), len(rest))
 	str := func() string {
 		n := d.length()
 		if d.err != nil {
@@ -106,20 +131,19 @@ func (d *decoder) headers(rec *Record) error {
 		d.off += n
 		return v
 	}
-	rec.Header = make(map[string][]string, nnames)
-	vals := make([]string, nvalues)
+	out.Header = make(map[string][]string, nnames)
 	used := 0
 	for range nnames {
 		name := str()
 		count := d.length()
 		if d.err != nil {
-			return d.err
+			return nil, d.err
 		}
 		if count > nvalues-used {
-			return d.fail("more values than announced")
+			return nil, d.fail("more values than announced")
 		}
-		if _, dup := rec.Header[name]; dup {
-			return d.fail("duplicate header name")
+		if _, dup := out.Header[name]; dup {
+			return nil, d.fail("duplicate header name")
 		}
 		list := vals[used : used+count : used+count]
 		for i := range list {
@@ -127,12 +151,12 @@ func (d *decoder) headers(rec *Record) error {
 		}
 		used += count
 		if d.err != nil {
-			return d.err
+			return nil, d.err
 		}
-		rec.Header[name] = list
+		out.Header[name] = list
 	}
 	if used != nvalues {
-		return d.fail("fewer values than announced")
+		return nil, d.fail("fewer values than announced")
 	}
-	return nil
+	return out, nil
 }
