@@ -11,26 +11,26 @@ import (
 	"time"
 )
 
-// profile is a CPU profile being taken of a proxy target while it is
-// measured, through its admin listener's /debug/pprof/profile (the proxies
-// run with admin.pprof on when --profile is set). Sampling costs the proxy
-// a little CPU, so profiles are taken over one measurement per scenario
-// and target, not all of them.
+// profile is a CPU profile being taken of a target while it is measured,
+// through its /debug/pprof/profile: the proxies' admin listener (they run
+// with admin.pprof on when --profile is set), the plain proxy's and the
+// floor's own address. Sampling costs a target a little CPU, so profiles
+// are taken over one measurement per scenario and target, not all of them.
 type profile struct {
 	path string
 	done chan error
 }
 
 // startProfile starts a profile of t over d (whole seconds, at least one)
-// into dir; it returns nil when dir is empty or t is not the proxy binary.
+// into dir; it returns nil when dir is empty or t has no profile endpoint.
 func startProfile(dir string, t target, scen scenario, d time.Duration) *profile {
-	if dir == "" || t.admin == "" {
+	if dir == "" || t.pprof == "" {
 		return nil
 	}
 	p := &profile{path: filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", scen, t.name)), done: make(chan error, 1)}
 	secs := max(int(d/time.Second), 1)
 	go func() {
-		p.done <- fetchProfile("http://"+t.admin+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), p.path)
+		p.done <- fetchProfile("http://"+t.pprof+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), p.path)
 	}()
 	return p
 }

@@ -28,6 +28,7 @@ type target struct {
 	upPID     int    // the upstream every target forwards to
 	upAddr    string // its host:port
 	admin     string // the idempotency-proxy's admin address, or ""
+	pprof     string // where /debug/pprof/profile is answered under --profile, or ""
 	isProxy   bool
 }
 
@@ -132,11 +133,17 @@ func startAll(ctx context.Context, kids *children, bin string, pprof bool) ([]ta
 	if err != nil {
 		return nil, "", err
 	}
+	// The proxies answer /debug/pprof/profile on their admin listener, the
+	// plain proxy and the floor on their own address (newMux).
+	var plainProf, memProf, rdProf, floorProf string
+	if pprof {
+		plainProf, memProf, rdProf, floorProf = plainAddr, memAdmin, rdAdmin, floorAddr
+	}
 	return []target{
-		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID, upAddr: upAddr},
-		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, upAddr: upAddr, admin: memAdmin, isProxy: true},
-		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, upAddr: upAddr, admin: rdAdmin, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
-		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, upAddr: upAddr, isProxy: true},
+		{name: "plain", base: "http://" + plainAddr, pid: plainPID, upPID: upPID, upAddr: upAddr, pprof: plainProf},
+		{name: "memory", base: "http://" + memAddr, pid: memPID, upPID: upPID, upAddr: upAddr, admin: memAdmin, pprof: memProf, isProxy: true},
+		{name: "redis", base: "http://" + rdAddr, pid: rdPID, upPID: upPID, upAddr: upAddr, admin: rdAdmin, pprof: rdProf, storePID: redisPID, storeAddr: redisAddr, isProxy: true},
+		{name: "floor", base: "http://" + floorAddr, pid: floorPID, upPID: upPID, upAddr: upAddr, pprof: floorProf, isProxy: true},
 	}, "http://" + upAddr, nil
 }
 
@@ -155,9 +162,13 @@ func startCompared(ctx context.Context, kids *children, bin string, ts []target,
 	if err != nil {
 		return nil, err
 	}
+	var memProf, rdProf string
+	if pprof {
+		memProf, rdProf = memAdmin, rdAdmin
+	}
 	return []target{
-		{name: "memory-b", base: "http://" + memAddr, pid: memPID, upPID: mem.upPID, admin: memAdmin, isProxy: true, upAddr: mem.upAddr},
-		{name: "redis-b", base: "http://" + rdAddr, pid: rdPID, upPID: rd.upPID, admin: rdAdmin, storePID: rd.storePID, storeAddr: rd.storeAddr, isProxy: true, upAddr: rd.upAddr},
+		{name: "memory-b", base: "http://" + memAddr, pid: memPID, upPID: mem.upPID, admin: memAdmin, pprof: memProf, isProxy: true, upAddr: mem.upAddr},
+		{name: "redis-b", base: "http://" + rdAddr, pid: rdPID, upPID: rd.upPID, admin: rdAdmin, pprof: rdProf, storePID: rd.storePID, storeAddr: rd.storeAddr, isProxy: true, upAddr: rd.upAddr},
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -84,11 +85,14 @@ func bodyOfSize(n int) []byte {
 }
 
 // newMux returns a mux with the endpoints every child started from this
-// program answers: /ready, and /gomaxprocs, which reports the GOMAXPROCS
-// the child runs with, so the report states what was, not what was asked.
+// program answers: /ready; /gomaxprocs, which reports the GOMAXPROCS the
+// child runs with, so the report states what was, not what was asked; and
+// /debug/pprof/profile, so that --profile can set the floor's and the plain
+// proxy's CPU profiles beside the proxies'.
 func newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /gomaxprocs", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, strconv.Itoa(runtime.GOMAXPROCS(0)))
 	})
