@@ -32,7 +32,7 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 	h.startLease(detached, q)
 
 	out := q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
-	setBody(out, q.body)
+	setBody(out, q.body, &q.bodyReader)
 	start := time.Now()
 	defer func() {
 		p := recover()

@@ -151,7 +151,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == errNoKey:
 		q.outcome = OutcomeNoKey
 		if haveBody {
-			setBody(r, q.body)
+			setBody(r, q.body, nil)
 		}
 		h.passThrough(q.unrecorded(w), r)
 		return

@@ -36,7 +36,10 @@ type request struct {
 	began    time.Time // when Begin was sent: the lease runs from then
 	capture  capture
 	lease    lease
-	done     chan struct{} // closes when the key is settled, waking local waiters
+	// bodyReader reads body to the upstream; an executed request is never
+	// recycled, so it outlives the transport's reads.
+	bodyReader memoryBody
+	done       chan struct{} // closes when the key is settled, waking local waiters
 	// rec is the record being stored; omitReason says why it has no body
 	// ("" when it has), for idempotency_proxy_records_body_omitted_total.
 	rec        *store.Record
