@@ -248,7 +248,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 		q.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
-		q.in.Body = newBodyReader(q.body)
+		setBody(q.in, q.body, nil)
 		h.rp.ServeHTTP(q.unrecorded(w), q.in)
 		return
 	}

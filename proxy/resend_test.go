@@ -37,28 +37,41 @@ func TestTransportNeverResendsAfterWriting(t *testing.T) {
 		{http.MethodGet, ""},
 		{http.MethodOptions, ""},
 	} {
-		t.Run(tt.method, func(t *testing.T) {
-			var calls atomic.Int64
-			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-				io.ReadAll(r.Body)
-				if r.URL.Path == "/warm" {
-					w.Write([]byte("warm"))
-					return
-				}
-				calls.Add(1)
-				conn, _, err := http.NewResponseController(w).Hijack()
-				if err == nil {
-					conn.Close() // acted on it, then the connection broke
-				}
-			}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, tt.method) }))
-			e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
-			r := e.do(t, tt.method, "/x", "k", tt.body)
-			if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
-				t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+		// Forwarded with a lease, and without one when the store is down
+		// and the route fails open: either way at most once.
+		for _, storeDown := range []bool{false, true} {
+			name := tt.method
+			if storeDown {
+				name += "/store down, fail open"
 			}
-			if got := calls.Load(); got != 1 {
-				t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				var calls atomic.Int64
+				st := newFlaky(t)
+				e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+					io.ReadAll(r.Body)
+					if r.URL.Path == "/warm" {
+						w.Write([]byte("warm"))
+						return
+					}
+					calls.Add(1)
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err == nil {
+						conn.Close() // acted on it, then the connection broke
+					}
+				}, withStore(st), withPolicy(func(p *Policy) {
+					p.Methods = append(p.Methods, tt.method)
+					p.FailOpen = FailOpen
+				}))
+				e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
+				st.down.Store(storeDown)
+				r := e.do(t, tt.method, "/x", "k", tt.body)
+				if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
+					t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+				}
+				if got := calls.Load(); got != 1 {
+					t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
+				}
+			})
+		}
 	}
 }
