@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/gctune"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
@@ -27,12 +29,17 @@ const (
 	// abortGrace is how long requests aborted after shutdown_timeout get to
 	// settle their keys in the store.
 	abortGrace = 5 * time.Second
+	// minHeapGoal is the smallest heap goal the garbage collector is given
+	// unless the operator sets GOGC (internal/gctune, docs/operating.md).
+	minHeapGoal = 32 << 20
 )
 
 // serve runs the proxy until SIGTERM or SIGINT, then drains it.
 func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	gc := tuneGC(src.Env)
+	defer gc.stop()
 
 	st, err := openStore(cfg.Store, log)
 	if err != nil {
@@ -88,7 +95,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.Upstream.URL.Redacted(),
 		"store", cfg.Store.Kind, "routes", len(cfg.Routes), "config_file", cfg.File,
-		"admin_api", token.Enabled(), "pprof", cfg.Admin.PProf)
+		"admin_api", token.Enabled(), "pprof", cfg.Admin.PProf, "gc", gc.mode)
 
 	select {
 	case <-ctx.Done():
@@ -127,4 +134,25 @@ func drain(srv, adminSrv *http.Server, h *proxy.Handler, timeout time.Duration, 
 	adminSrv.Shutdown(adminCtx)
 	log.Info("stopped")
 	return nil
+}
+
+// gcTuning is how the garbage collector is paced: by the operator's GOGC,
+// or with the heap goal kept at minHeapGoal or more.
+type gcTuning struct {
+	mode string // for the start log line
+	stop func()
+}
+
+// tuneGC keeps the heap goal at minHeapGoal or more, unless env sets GOGC:
+// then the runtime paces the collector as the operator asked.
+func tuneGC(env []string) gcTuning {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOGC="); ok {
+			return gcTuning{mode: "GOGC=" + v, stop: func() {}}
+		}
+	}
+	return gcTuning{
+		mode: fmt.Sprintf("min_heap_goal=%dMiB", minHeapGoal>>20),
+		stop: gctune.KeepHeapGoal(minHeapGoal, nil),
+	}
 }
