@@ -22,9 +22,17 @@ import (
 // Request.isReplayable), if their body can be rewound or is empty
 // (http.NoBody) — and a keyed request must reach the upstream at most once.
 // So those methods get no GetBody, and an empty body as an in-memory reader
-// of unknown length: not rewindable, and still sent as no body at all (the
-// reverse proxy would drop a body of length 0, and the transport, finding
-// the reader empty, sends neither Content-Length nor Transfer-Encoding).
+// of unknown length: not rewindable. The transport still sends that as no
+// body at all for GET, HEAD and OPTIONS (it probes the reader, finds it
+// empty, and sends neither Content-Length nor Transfer-Encoding); a TRACE,
+// which it does not probe, goes out with an empty chunked body. The reverse
+// proxy would drop a body of length 0, making any of them resendable.
+//
+// A request that came with trailers keeps a body, even an empty one, of
+// unknown length: the transport sends trailers only after a chunked body,
+// and an empty body given as http.NoBody (or dropped by the reverse proxy
+// for its length of 0) would lose them — they are part of what the client
+// asked for, and of its fingerprint.
 //
 // The body is read through rd when it is not nil: a request that is
 // executed keeps a reader of its own for it, one allocation less per
@@ -35,10 +43,13 @@ func setBody(r *http.Request, body []byte, rd *memoryBody) {
 	}
 	rd.Reset(body)
 	r.ContentLength, r.GetBody, r.Body = int64(len(body)), nil, rd
+	if len(r.Trailer) > 0 {
+		r.ContentLength = -1
+	}
 	switch {
 	case len(body) == 0 && replayableMethod(r.Method):
 		r.ContentLength = -1
-	case len(body) == 0:
+	case len(body) == 0 && r.ContentLength == 0:
 		r.Body = http.NoBody
 	case replayableMethod(r.Method):
 	default:

@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The upstream receives the request the client sent, trailers included,
+// whether the proxy forwards it under a lease or, with the store down and
+// the route failing open, without one. The proxy holds the body in memory
+// and would otherwise send it with a length, which has no room for
+// trailers.
+func TestRequestTrailersReachTheUpstream(t *testing.T) {
+	for _, storeDown := range []bool{false, true} {
+		for _, body := range []string{"", `{"amount":100}`} {
+			name := "lease/" + map[bool]string{true: "empty body", false: "body"}[body == ""]
+			if storeDown {
+				name = "store down, fail open/" + strings.TrimPrefix(name, "lease/")
+			}
+			t.Run(name, func(t *testing.T) {
+				var gotBody, gotTrailer string
+				st := newFlaky(t)
+				e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					gotBody, gotTrailer = string(b), r.Trailer.Get("X-Amount")
+					w.Write([]byte("ok"))
+				}, withStore(st), withPolicy(func(p *Policy) { p.FailOpen = FailOpen }))
+				st.down.Store(storeDown)
+				pr, pw := io.Pipe()
+				go func() { pw.Write([]byte(body)); pw.Close() }()
+				req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/x", pr) // chunked
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Idempotency-Key", "k")
+				req.Trailer = http.Header{"X-Amount": {"100"}}
+				res, err := e.srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("status %d, want 200", res.StatusCode)
+				}
+				if gotBody != body || gotTrailer != "100" {
+					t.Fatalf("upstream got body %q, trailer X-Amount %q; want %q and 100", gotBody, gotTrailer, body)
+				}
+			})
+		}
+	}
+}
