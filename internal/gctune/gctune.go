@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // defaultPercent is Go's own GOGC.
@@ -41,38 +42,62 @@ func Percent(live, roots, goal uint64) int {
 	return max(int(p), defaultPercent)
 }
 
+// recheckEvery is how often the tuner looks for a collection that no
+// cleanup reported (see arm): it bounds how long a stale GOGC can pace the
+// collector.
+const recheckEvery = 100 * time.Millisecond
+
 // tuner resets GOGC after each collection, from the live heap it left.
 type tuner struct {
-	min      uint64
+	goal     uint64
 	onChange func(percent int)
 
 	mu      sync.Mutex
 	stopped bool
-	percent int // the GOGC set last; 0 before the first
+	percent int    // the GOGC set last; 0 before the first
+	cycles  uint64 // collections completed when GOGC was last worked out
 	sample  []metrics.Sample
 }
 
+// Metrics the tuner reads, in the order of tuner.sample.
+const (
+	sampleLive = iota
+	sampleStacks
+	sampleGlobals
+	sampleCycles
+)
+
+func newTuner(goal uint64, onChange func(percent int)) *tuner {
+	return &tuner{
+		goal:     goal,
+		onChange: onChange,
+		sample: []metrics.Sample{
+			sampleLive:    {Name: "/gc/heap/live:bytes"},
+			sampleStacks:  {Name: "/gc/scan/stack:bytes"},
+			sampleGlobals: {Name: "/gc/scan/globals:bytes"},
+			sampleCycles:  {Name: "/gc/cycles/total:gc-cycles"},
+		},
+	}
+}
+
 // KeepHeapGoal sets GOGC after every collection so that the next heap goal
-// is at least min bytes (see Percent). onChange, if not nil, is called with
-// each new GOGC, from the goroutine that runs cleanups; it must not block.
-// The returned stop ends the tuning and restores GOGC 100.
+// is at least goal bytes (see Percent). onChange, if not nil, is called
+// with each new GOGC; it must not block. The returned stop ends the tuning
+// and restores GOGC 100.
 //
 // It replaces whatever GOGC the process had: callers leave it alone when
 // the operator set GOGC. A memory limit (GOMEMLIMIT) still applies, and
 // makes the collector run earlier when the heap approaches it.
-func KeepHeapGoal(min uint64, onChange func(percent int)) (stop func()) {
-	t := &tuner{
-		min:      min,
-		onChange: onChange,
-		sample: []metrics.Sample{
-			{Name: "/gc/heap/live:bytes"},
-			{Name: "/gc/scan/stack:bytes"},
-			{Name: "/gc/scan/globals:bytes"},
-		},
-	}
+func KeepHeapGoal(goal uint64, onChange func(percent int)) (stop func()) {
+	t := newTuner(goal, onChange)
 	t.adjust()
 	t.arm()
+	ticker := time.NewTicker(recheckEvery)
+	done := make(chan struct{})
+	go t.watch(ticker.C, done)
 	return func() {
+		ticker.Stop()
+		close(done)
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.stopped = true
@@ -81,19 +106,47 @@ func KeepHeapGoal(min uint64, onChange func(percent int)) (stop func()) {
 }
 
 // sentinel is a heap object nothing refers to: its cleanup runs after the
-// first collection that finds it unreachable, which is the next one. It is
-// larger than the tiny allocator's 16-byte blocks, whose objects may be
-// kept alive by their neighbours.
+// first collection that finds it unreachable. It is larger than the tiny
+// allocator's 16-byte blocks, whose objects may be kept alive by their
+// neighbours.
 type sentinel struct{ _ [32]byte }
 
 // arm sets a cleanup to run after the next collection, which adjusts GOGC
-// and arms the next one.
+// and arms the next one. A sentinel allocated while a collection is
+// marking survives that collection, so a cleanup can miss one; watch
+// catches those.
 func (t *tuner) arm() {
 	runtime.AddCleanup(new(sentinel), func(t *tuner) {
 		if t.adjust() {
 			t.arm()
 		}
 	}, t)
+}
+
+// watch adjusts GOGC on each tick when a collection has completed since it
+// was last worked out, until done is closed.
+func (t *tuner) watch(tick <-chan time.Time, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick:
+			t.adjustIfCollected()
+		}
+	}
+}
+
+// adjustIfCollected adjusts GOGC if a collection has completed since it was
+// last worked out.
+func (t *tuner) adjustIfCollected() {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	t.mu.Lock()
+	seen := t.cycles
+	t.mu.Unlock()
+	if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() != seen {
+		t.adjust()
+	}
 }
 
 // adjust sets GOGC for the live heap the last collection left; it reports
@@ -105,16 +158,17 @@ func (t *tuner) adjust() bool {
 		return false
 	}
 	metrics.Read(t.sample)
-	var v [3]uint64 // live heap, stacks, globals
+	var v [sampleCycles + 1]uint64
 	for i, s := range t.sample {
 		if s.Value.Kind() == metrics.KindUint64 {
 			v[i] = s.Value.Uint64()
 		}
 	}
-	if v[0] == 0 { // no collection has run yet
+	t.cycles = v[sampleCycles]
+	if v[sampleLive] == 0 { // no collection has run yet
 		return true
 	}
-	p := Percent(v[0], v[1]+v[2], t.min)
+	p := Percent(v[sampleLive], v[sampleStacks]+v[sampleGlobals], t.goal)
 	if p == t.percent {
 		return true
 	}

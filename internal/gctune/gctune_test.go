@@ -52,25 +52,43 @@ func readMetric(name string) uint64 {
 
 func gogc() uint64 { return readMetric("/gc/gogc:percent") }
 
+// changes returns an onChange that reports each new GOGC on the channel.
+func changes() (func(int), chan int) {
+	ch := make(chan int, 64)
+	return func(p int) {
+		select {
+		case ch <- p:
+		default:
+		}
+	}, ch
+}
+
+func next(t *testing.T, ch chan int, what string) int {
+	t.Helper()
+	select {
+	case p := <-ch:
+		return p
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no GOGC set within 10s", what)
+		return 0
+	}
+}
+
 func TestKeepHeapGoalSetsGOGCAfterEachCollectionUntilStopped(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	changed := make(chan int, 16)
 	const goal = 256 * mib
-	stop := KeepHeapGoal(goal, func(p int) {
-		select {
-		case changed <- p:
-		default:
+	onChange, changed := changes()
+	stop := KeepHeapGoal(goal, onChange)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
 		}
 	})
 	runtime.GC()
-	var p int
-	select {
-	case p = <-changed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no GOGC set within 10s of a collection")
-	}
+	p := next(t, changed, "after a collection")
 	if p <= 100 {
-		t.Fatalf("GOGC set to %d with a live heap far below the minimum, want above 100", p)
+		t.Fatalf("GOGC set to %d with a live heap far below the goal, want above 100", p)
 	}
 	if got := gogc(); got != uint64(p) {
 		t.Errorf("runtime GOGC %d, want %d as set", got, p)
@@ -79,21 +97,16 @@ func TestKeepHeapGoalSetsGOGCAfterEachCollectionUntilStopped(t *testing.T) {
 	if g := readMetric("/gc/heap/goal:bytes"); g > goal || g < goal/2 {
 		t.Errorf("heap goal %d MiB with GOGC %d, want at most %d MiB and near it", g/mib, p, goal/mib)
 	}
-	// Each collection arms the next: with more live heap, the next one
-	// lowers GOGC.
+	// Tuning goes on: with more live heap, the next collection lowers GOGC.
 	keep := make([]byte, 64*mib)
 	runtime.GC()
-	select {
-	case p2 := <-changed:
-		if p2 >= p {
-			t.Errorf("GOGC %d with 64 MiB more live heap, want below %d", p2, p)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("GOGC not set again within 10s of a second collection")
+	if p2 := next(t, changed, "after a second collection"); p2 >= p {
+		t.Errorf("GOGC %d with 64 MiB more live heap, want below %d", p2, p)
 	}
 	runtime.KeepAlive(keep)
 
 	stop()
+	stopped = true
 	if got := gogc(); got != 100 {
 		t.Errorf("GOGC %d after stop, want 100", got)
 	}
@@ -101,5 +114,37 @@ func TestKeepHeapGoalSetsGOGCAfterEachCollectionUntilStopped(t *testing.T) {
 	runtime.GC()
 	if got := gogc(); got != 100 {
 		t.Errorf("GOGC %d after stop and collections, want 100", got)
+	}
+}
+
+// A cleanup armed while a collection is marking misses that collection;
+// the next tick after a collection nobody reported works GOGC out again.
+func TestATickCatchesACollectionNoCleanupReported(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	onChange, changed := changes()
+	tn := newTuner(256*mib, onChange)
+	tick, done := make(chan time.Time), make(chan struct{})
+	defer close(done)
+	go tn.watch(tick, done)
+
+	runtime.GC() // no cleanup is armed: only a tick can see it
+	tick <- time.Now()
+	if p := next(t, changed, "after a tick"); p <= 100 {
+		t.Fatalf("GOGC %d, want above 100", p)
+	}
+	// With no collection since, a tick changes nothing.
+	tn.mu.Lock()
+	tn.percent = 1 // would be replaced by any adjustment
+	tn.mu.Unlock()
+	before := readMetric("/gc/cycles/total:gc-cycles")
+	tick <- time.Now()
+	tick <- time.Now() // the first tick has been handled once the second is taken
+	tn.mu.Lock()
+	p := tn.percent
+	tn.mu.Unlock()
+	if readMetric("/gc/cycles/total:gc-cycles") != before {
+		t.Log("a collection ran meanwhile; nothing to conclude from the idle ticks")
+	} else if p != 1 {
+		t.Errorf("a tick with no collection since set GOGC %d", p)
 	}
 }
