@@ -4,9 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -39,34 +37,6 @@ func TestForwardedRequestIsOneWrite(t *testing.T) {
 		if got := writes.get(); got != 1 {
 			t.Errorf("request %d reached the upstream in %d writes, want 1: headers and body apart", i, got)
 		}
-	}
-}
-
-// TestTransportNeverResendsAKeyedGETAfterWriting protects GET and sends a
-// keyed GET with a body to an upstream that reads it, acts on it and drops
-// the connection. net/http's transport resends GET, HEAD, OPTIONS and TRACE
-// after writing them when a reused connection fails and their body can be
-// rewound: the proxy must not give it the means to.
-func TestTransportNeverResendsAKeyedGETAfterWriting(t *testing.T) {
-	var calls atomic.Int64
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/warm" {
-			w.Write([]byte("warm"))
-			return
-		}
-		calls.Add(1)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close() // acted on it, then the connection broke
-		}
-	}, withPolicy(func(p *Policy) { p.Methods = append(slices.Clone(p.Methods), http.MethodGet) }))
-	e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
-	r := e.do(t, "GET", "/x", "k", `{"q":1}`)
-	if r.StatusCode != http.StatusBadGateway {
-		t.Fatalf("got %d %s, want 502", r.StatusCode, r.body)
-	}
-	if got := calls.Load(); got != 1 {
-		t.Fatalf("upstream executions = %d, want 1: the transport resent the request", got)
 	}
 }
 

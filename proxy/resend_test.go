@@ -27,20 +27,22 @@ func TestProtectedGetArrivesWithoutABody(t *testing.T) {
 
 // net/http's Transport resends a request it deems replayable when a reused
 // keep-alive connection breaks after the request was written: one carrying
-// Idempotency-Key (golang/go#19943), and any GET, HEAD, OPTIONS or TRACE —
-// methods a route may protect because the legacy upstream does not treat
-// them as safe. The upstream here is not idempotent: the proxy must never
-// let the transport run it twice.
+// Idempotency-Key (golang/go#19943), and any GET, HEAD, OPTIONS or TRACE
+// whose body it can rewind or which has none — methods a route may protect
+// because the legacy upstream does not treat them as safe. The upstream
+// here acts on the request and drops the connection; it is not idempotent:
+// the proxy must never let the transport run it twice.
 func TestTransportNeverResendsAfterWriting(t *testing.T) {
-	for _, tt := range []struct{ method, body string }{
-		{http.MethodPost, "{}"},
-		{http.MethodGet, ""},
-		{http.MethodOptions, ""},
+	for _, tt := range []struct{ name, method, body string }{
+		{"POST", http.MethodPost, "{}"},
+		{"GET", http.MethodGet, ""},
+		{"GET with a body", http.MethodGet, `{"q":1}`},
+		{"OPTIONS", http.MethodOptions, ""},
 	} {
 		// Forwarded with a lease, and without one when the store is down
 		// and the route fails open: either way at most once.
 		for _, storeDown := range []bool{false, true} {
-			name := tt.method
+			name := tt.name
 			if storeDown {
 				name += "/store down, fail open"
 			}
