@@ -23,16 +23,19 @@ import (
 // (http.NoBody) — and a keyed request must reach the upstream at most once.
 // So those methods get no GetBody, and an empty body as an in-memory reader
 // of unknown length: not rewindable. The transport still sends that as no
-// body at all for GET, HEAD and OPTIONS (it probes the reader, finds it
-// empty, and sends neither Content-Length nor Transfer-Encoding); a TRACE,
-// which it does not probe, goes out with an empty chunked body. The reverse
-// proxy would drop a body of length 0, making any of them resendable.
+// body at all for a GET, HEAD or OPTIONS that came without one (it probes
+// the reader, finds it empty, and sends neither Content-Length nor
+// Transfer-Encoding); one that came chunked keeps its chunked framing, and
+// a TRACE, which it does not probe, goes out with an empty chunked body.
+// The reverse proxy would drop a body of length 0, making any of them
+// resendable.
 //
-// A request that came with trailers keeps a body, even an empty one, of
-// unknown length: the transport sends trailers only after a chunked body,
-// and an empty body given as http.NoBody (or dropped by the reverse proxy
-// for its length of 0) would lose them — they are part of what the client
-// asked for, and of its fingerprint.
+// A request that came with trailers is sent chunked, with a body even when
+// empty: the transport sends trailers only after a chunked body, and an
+// empty body given as http.NoBody (or dropped by the reverse proxy for its
+// length of 0) would lose them — they are part of what the client asked
+// for, and of its fingerprint. A request received over HTTP/1.1 is chunked
+// already; one received over HTTP/2 has no framing of its own to keep.
 //
 // The body is read through rd when it is not nil: a request that is
 // executed keeps a reader of its own for it, one allocation less per
@@ -44,7 +47,7 @@ func setBody(r *http.Request, body []byte, rd *memoryBody) {
 	rd.Reset(body)
 	r.ContentLength, r.GetBody, r.Body = int64(len(body)), nil, rd
 	if len(r.Trailer) > 0 {
-		r.ContentLength = -1
+		r.ContentLength, r.TransferEncoding = -1, []string{"chunked"}
 	}
 	switch {
 	case len(body) == 0 && replayableMethod(r.Method):

@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,38 @@ func TestRequestTrailersReachTheUpstream(t *testing.T) {
 					t.Fatalf("upstream got body %q, trailer X-Amount %q; want %q and 100", gotBody, gotTrailer, body)
 				}
 			})
+		}
+	}
+}
+
+// A request that reached the proxy without chunked framing of its own (over
+// HTTP/2, say) still goes upstream chunked when it has trailers, even with
+// an empty body, which the transport would otherwise probe and send as no
+// body at all.
+func TestTrailersGoChunkedWithoutFramingOfTheirOwn(t *testing.T) {
+	var gotTrailer string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		gotTrailer = r.Trailer.Get("X-Amount")
+	}))
+	defer up.Close()
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		for _, body := range []string{"", "{}"} {
+			gotTrailer = ""
+			req, err := http.NewRequest(method, up.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Trailer = http.Header{"X-Amount": {"100"}}
+			setBody(req, []byte(body), nil)
+			res, err := up.Client().Transport.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if gotTrailer != "100" {
+				t.Errorf("%s with body %q: upstream got trailer X-Amount %q, want 100", method, body, gotTrailer)
+			}
 		}
 	}
 }
