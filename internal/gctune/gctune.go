@@ -89,19 +89,34 @@ func newTuner(goal uint64, onChange func(percent int)) *tuner {
 // the operator set GOGC. A memory limit (GOMEMLIMIT) still applies, and
 // makes the collector run earlier when the heap approaches it.
 func KeepHeapGoal(goal uint64, onChange func(percent int)) (stop func()) {
-	t := newTuner(goal, onChange)
-	t.adjust()
-	t.arm()
 	ticker := time.NewTicker(recheckEvery)
-	done := make(chan struct{})
-	go t.watch(ticker.C, done)
+	stopTuning := start(goal, onChange, ticker.C, true)
 	return func() {
 		ticker.Stop()
-		close(done)
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		t.stopped = true
-		debug.SetGCPercent(defaultPercent)
+		stopTuning()
+	}
+}
+
+// start runs a tuner that works GOGC out now, after each collection when
+// cleanups is set, and on each tick when a collection completed unseen.
+// The returned stop may be called more than once.
+func start(goal uint64, onChange func(percent int), tick <-chan time.Time, cleanups bool) (stop func()) {
+	t := newTuner(goal, onChange)
+	t.adjust()
+	if cleanups {
+		t.arm()
+	}
+	done := make(chan struct{})
+	go t.watch(tick, done)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.stopped = true
+			debug.SetGCPercent(defaultPercent)
+		})
 	}
 }
 
