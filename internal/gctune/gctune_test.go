@@ -141,8 +141,15 @@ func TestATickCatchesACollectionNoCleanupReported(t *testing.T) {
 	keep := make([]byte, 64*mib)
 	runtime.GC() // a collection the allocation itself started may not count it
 	runtime.GC()
-	tick <- time.Now()
-	tick <- time.Now() // the first tick has been handled once the second is taken
+	send := func() {
+		select {
+		case tick <- time.Now():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tuner takes no ticks")
+		}
+	}
+	send()
+	send() // the first tick has been handled once the second is taken
 	select {
 	case p := <-changed:
 		if p <= 100 {
