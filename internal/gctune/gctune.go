@@ -42,9 +42,9 @@ func Percent(live, roots, goal uint64) int {
 	return max(int(p), defaultPercent)
 }
 
-// recheckEvery is how often the tuner looks for a collection that no
-// cleanup reported (see arm): it bounds how long a stale GOGC can pace the
-// collector.
+// recheckEvery is how often the tuner works GOGC out again whatever the
+// cleanups reported (see arm): it bounds how long a stale GOGC can pace
+// the collector.
 const recheckEvery = 100 * time.Millisecond
 
 // tuner resets GOGC after each collection, from the live heap it left.
@@ -54,8 +54,7 @@ type tuner struct {
 
 	mu      sync.Mutex
 	stopped bool
-	percent int    // the GOGC set last; 0 before the first
-	cycles  uint64 // collections completed when GOGC was last worked out
+	percent int // the GOGC set last; 0 before the first
 	sample  []metrics.Sample
 }
 
@@ -64,7 +63,6 @@ const (
 	sampleLive = iota
 	sampleStacks
 	sampleGlobals
-	sampleCycles
 )
 
 func newTuner(goal uint64, onChange func(percent int)) *tuner {
@@ -75,7 +73,6 @@ func newTuner(goal uint64, onChange func(percent int)) *tuner {
 			sampleLive:    {Name: "/gc/heap/live:bytes"},
 			sampleStacks:  {Name: "/gc/scan/stack:bytes"},
 			sampleGlobals: {Name: "/gc/scan/globals:bytes"},
-			sampleCycles:  {Name: "/gc/cycles/total:gc-cycles"},
 		},
 	}
 }
@@ -98,7 +95,7 @@ func KeepHeapGoal(goal uint64, onChange func(percent int)) (stop func()) {
 }
 
 // start runs a tuner that works GOGC out now, after each collection when
-// cleanups is set, and on each tick when a collection completed unseen.
+// cleanups is set, and on each tick.
 // The returned stop may be called more than once.
 func start(goal uint64, onChange func(percent int), tick <-chan time.Time, cleanups bool) (stop func()) {
 	t := newTuner(goal, onChange)
@@ -138,29 +135,17 @@ func (t *tuner) arm() {
 	}, t)
 }
 
-// watch adjusts GOGC on each tick when a collection has completed since it
-// was last worked out, until done is closed.
+// watch works GOGC out again on each tick, until done is closed: reading
+// the live heap is cheap, and GOGC changes only when a collection left a
+// different one.
 func (t *tuner) watch(tick <-chan time.Time, done <-chan struct{}) {
 	for {
 		select {
 		case <-done:
 			return
 		case <-tick:
-			t.adjustIfCollected()
+			t.adjust()
 		}
-	}
-}
-
-// adjustIfCollected adjusts GOGC if a collection has completed since it was
-// last worked out.
-func (t *tuner) adjustIfCollected() {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
-	metrics.Read(s)
-	t.mu.Lock()
-	seen := t.cycles
-	t.mu.Unlock()
-	if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() != seen {
-		t.adjust()
 	}
 }
 
@@ -173,13 +158,12 @@ func (t *tuner) adjust() bool {
 		return false
 	}
 	metrics.Read(t.sample)
-	var v [sampleCycles + 1]uint64
+	var v [sampleGlobals + 1]uint64
 	for i, s := range t.sample {
 		if s.Value.Kind() == metrics.KindUint64 {
 			v[i] = s.Value.Uint64()
 		}
 	}
-	t.cycles = v[sampleCycles]
 	if v[sampleLive] == 0 { // no collection has run yet
 		return true
 	}
