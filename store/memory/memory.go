@@ -33,9 +33,11 @@
 // collector then has nothing to scan inside a record: kept as Go objects,
 // a record's header map, slices and strings would be a dozen or more
 // objects to mark on every collection, which with a few hundred thousand
-// records made every request of the proxy measurably slower. The body of a
-// record returned by Begin or Inspect aliases the stored encoding and must not
-// be modified.
+// records made every request of the proxy measurably slower. For the same
+// reason a completed entry is one object: its key and its encoding share an
+// allocation, the map's key aliases it, and the owner token is kept inline.
+// The body of a record returned by Begin or Inspect aliases the stored
+// encoding and must not be modified.
 package memory
 
 import (
@@ -50,6 +52,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
@@ -137,12 +140,13 @@ type shard struct {
 }
 
 // entry is a lease when enc is nil, a completed record otherwise. Its only
-// pointers are to its token and its encoded record, which hold none. A
-// record keeps the token of the lease it replaced, so that a completion
-// retried by that owner is recognised.
+// pointer is to its encoded record, which holds none and shares its
+// allocation with the key (see Complete). A record keeps the token of the
+// lease it replaced, so that a completion retried by that owner is
+// recognised.
 type entry struct {
-	token   string
 	enc     []byte // the encoded record
+	token   [tokenLen]byte
 	fp      store.Fingerprint
 	expires int64 // Unix nanoseconds
 	size    int64
@@ -208,7 +212,9 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		}
 	}
 	token := newToken()
-	sh.m[key] = entry{token: token, fp: fp, expires: now.Add(lease).UnixNano(), size: size}
+	ne := entry{fp: fp, expires: now.Add(lease).UnixNano(), size: size}
+	copy(ne.token[:], token)
+	sh.m[key] = ne
 	s.used.Add(size)
 	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 }
@@ -246,8 +252,14 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 // is a retry whose first attempt's answer was lost.
 func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	// Encode before taking the lock: the shard's other keys need not wait.
-	enc := store.AppendRecord(make([]byte, 0, store.EncodedSize(rec)), rec)
-	size := int64(len(key)+len(enc)) + entryOverhead
+	// The key is kept in front of the encoding, in the same allocation, and
+	// the map's key is made to point at it (a map assignment stores the key
+	// it is given): the entry costs the collector one object, not three.
+	buf := make([]byte, len(key), len(key)+store.EncodedSize(rec))
+	copy(buf, key)
+	buf = store.AppendRecord(buf, rec)
+	key, enc := unsafe.String(unsafe.SliceData(buf), len(key)), buf[len(key):]
+	size := int64(len(buf)) + entryOverhead
 	sh := s.shard(key)
 	now := s.now()
 	sh.mu.Lock()
@@ -271,7 +283,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	}
 	s.used.Add(size - e.size)
 	s.records.Add(1)
-	ne := entry{token: token, enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size}
+	ne := entry{enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size, token: e.token}
 	if s.evict != nil {
 		ne.seq = s.evict.push(key, now.UnixNano(), ne.expires)
 	}
@@ -285,9 +297,9 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 func (s *Store) completable(sh *shard, key, token string, enc []byte, now time.Time) (entry, error) {
 	e, ok := s.live(sh, key, now)
 	switch {
-	case ok && e.enc != nil && e.token == token && bytes.Equal(e.enc, enc):
+	case ok && e.enc != nil && e.ownedBy(token) && bytes.Equal(e.enc, enc):
 		return e, nil
-	case !ok || e.enc != nil || e.token != token:
+	case !ok || e.enc != nil || !e.ownedBy(token):
 		return entry{}, fmt.Errorf("memory complete: %w", store.ErrLockLost)
 	}
 	return e, nil
@@ -353,7 +365,7 @@ func (s *Store) live(sh *shard, key string, now time.Time) (entry, bool) {
 // owned returns the live lease under key if token owns it. sh.mu must be held.
 func (s *Store) owned(sh *shard, key, token string, now time.Time) (entry, bool) {
 	e, ok := s.live(sh, key, now)
-	if !ok || e.enc != nil || e.token != token {
+	if !ok || e.enc != nil || !e.ownedBy(token) {
 		return entry{}, false
 	}
 	return e, true
@@ -376,9 +388,15 @@ func (s *Store) fullError(op string) error {
 	return fmt.Errorf("memory %s: at %d of %d bytes: %w", op, s.used.Load(), s.maxBytes, store.ErrFull)
 }
 
+// ownedBy reports whether token is the token of e's lease.
+func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
+
+// tokenLen is the length of a token: 128 random bits, hex-encoded.
+const tokenLen = 32
+
 // newToken returns 128 random bits, hex-encoded.
 func newToken() string {
-	var b [16]byte
+	var b [tokenLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
 }
