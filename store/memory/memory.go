@@ -35,7 +35,8 @@
 // objects to mark on every collection, which with a few hundred thousand
 // records made every request of the proxy measurably slower. For the same
 // reason a completed entry is one object: its key and its encoding share an
-// allocation, the map's key aliases it, and the owner token is kept inline.
+// allocation, the map's key aliases it, and the owner token is kept inline
+// (with EvictOldest, the eviction queue adds a copy of the key).
 // The body of a record returned by Begin or Inspect aliases the stored
 // encoding and must not be modified.
 package memory
@@ -285,7 +286,9 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	s.records.Add(1)
 	ne := entry{enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size, token: e.token}
 	if s.evict != nil {
-		ne.seq = s.evict.push(key, now.UnixNano(), ne.expires)
+		// The queue may outlive the record (see evictQueue): it keeps a
+		// copy of the key, not the record's allocation.
+		ne.seq = s.evict.push(strings.Clone(key), now.UnixNano(), ne.expires)
 	}
 	sh.m[key] = ne
 	return nil

@@ -85,7 +85,9 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		}
 		sh.mu.Unlock()
 		for _, f := range found {
-			ent, err := toEntry(f.key, f.e, false)
+			// A record's key shares its allocation: a copy keeps the
+			// listing from holding whole records.
+			ent, err := toEntry(strings.Clone(f.key), f.e, false)
 			if err != nil {
 				return nil, "", err
 			}
