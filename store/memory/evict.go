@@ -78,11 +78,13 @@ func (s *Store) makeRoom(delta int64) {
 		if !ok {
 			return
 		}
-		sh := s.shard(it.key)
+		h, sh := s.locate(it.key)
 		sh.mu.Lock()
-		if e, ok := sh.m[it.key]; ok && e.enc != nil && e.seq == it.seq {
-			s.remove(sh, it.key, e)
-			s.evict.evictions.Add(1)
+		if i := sh.t.find(h, it.key); i >= 0 {
+			if e := &sh.t.slots[i].e; e.isRecord() && e.seq == it.seq {
+				s.remove(sh, i)
+				s.evict.evictions.Add(1)
+			}
 		}
 		sh.mu.Unlock()
 	}

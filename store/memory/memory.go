@@ -28,17 +28,17 @@
 //
 // # Layout
 //
-// A completed record is kept encoded (store.AppendRecord), in one byte
-// slice, and decoded by each Begin or Inspect that finds it. The garbage
-// collector then has nothing to scan inside a record: kept as Go objects,
-// a record's header map, slices and strings would be a dozen or more
-// objects to mark on every collection, which with a few hundred thousand
-// records made every request of the proxy measurably slower. For the same
-// reason a completed entry is one object: its key and its encoding share an
-// allocation, the map's key aliases it, and the owner token is kept inline
-// (with EvictOldest, the eviction queue adds a copy of the key).
-// The body of a record returned by Begin or Inspect aliases the stored
-// encoding and must not be modified.
+// A completed record is kept encoded (store.AppendRecord) and decoded by
+// each Begin or Inspect that finds it, and the encodings and keys lie back
+// to back in large append-only byte slabs, indexed by slots that hold no
+// pointers (see table). The garbage collector then has almost nothing to
+// trace: kept as Go objects — a header map, slices and strings, or even
+// one byte slice per record under a string key — records were objects to
+// mark on every collection, in a random order through memory, which with a
+// hundred thousand records cost every collection 10 ms or more of the
+// proxy's CPU. Under EvictOldest the eviction queue adds a copy of each
+// record's key. The body of a record returned by Begin or Inspect aliases
+// a slab and must not be modified; slab bytes are never written twice.
 package memory
 
 import (
@@ -53,7 +53,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
@@ -137,22 +136,29 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]entry
+	t  table
 }
 
-// entry is a lease when enc is nil, a completed record otherwise. Its only
-// pointer is to its encoded record, which holds none and shares its
-// allocation with the key (see Complete). A record keeps the token of the
-// lease it replaced, so that a completion retried by that owner is
-// recognised.
+// entry is a lease when encLen is 0, a completed record otherwise. Its key
+// and encoded record lie in its table's slabs, at off. A record keeps the
+// token of the lease it replaced, so that a completion retried by that
+// owner is recognised.
 type entry struct {
-	enc     []byte // the encoded record
 	token   [tokenLen]byte
 	fp      store.Fingerprint
 	expires int64 // Unix nanoseconds
 	size    int64
 	seq     uint64 // completion order, for EvictOldest
+	slab    int32
+	off     uint32
+	keyLen  uint32
+	encLen  uint32
 }
+
+func (e *entry) isRecord() bool { return e.encLen > 0 }
+
+// ownedBy reports whether token is the token of e's lease.
+func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
 
 // New returns a store and starts its sweeper.
 func New(opts Options) *Store {
@@ -170,7 +176,7 @@ func New(opts Options) *Store {
 		s.evict = &evictQueue{}
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]entry)
+		s.shards[i].t = newTable()
 	}
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -186,28 +192,30 @@ func New(opts Options) *Store {
 
 // Begin acquires a lease on key or reports what is there.
 func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	now := s.now()
 	size := int64(len(key)) + entryOverhead
 	sh.mu.Lock()
-	e, ok := s.live(sh, key, now)
-	if !ok && s.evict != nil && s.wouldOverflow(size) {
+	i := s.live(sh, h, key, now)
+	if i < 0 && s.evict != nil && s.wouldOverflow(size) {
 		// Evict only for a key that needs room, and without the lock:
 		// eviction takes other shards' locks.
 		sh.mu.Unlock()
 		s.makeRoom(size)
 		sh.mu.Lock()
-		e, ok = s.live(sh, key, now)
+		i = s.live(sh, h, key, now)
 	}
-	if ok {
+	if i >= 0 {
+		e := sh.t.entryAt(i)
+		enc := sh.t.enc(&e)
 		// A stored encoding never changes: decode it without the lock.
 		sh.mu.Unlock()
-		return found(e)
+		return found(&e, enc)
 	}
 	defer sh.mu.Unlock()
 	if s.wouldOverflow(size) {
 		// Reclaim what has expired in this shard before refusing.
-		s.sweep(sh, now, len(sh.m))
+		s.sweep(sh, now, len(sh.t.slots))
 		if s.wouldOverflow(size) {
 			return store.BeginResult{}, s.fullError("begin")
 		}
@@ -215,17 +223,17 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 	token := newToken()
 	ne := entry{fp: fp, expires: now.Add(lease).UnixNano(), size: size}
 	copy(ne.token[:], token)
-	sh.m[key] = ne
+	sh.t.put(h, key, ne, nil)
 	s.used.Add(size)
 	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 }
 
-// found reports the live entry e that Begin found.
-func found(e entry) (store.BeginResult, error) {
-	if e.enc == nil {
+// found reports the live entry e that Begin found; enc is its encoding.
+func found(e *entry, enc []byte) (store.BeginResult, error) {
+	if !e.isRecord() {
 		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
 	}
-	rec, err := decode(e.enc)
+	rec, err := decode(enc)
 	if err != nil {
 		return store.BeginResult{}, err
 	}
@@ -234,16 +242,15 @@ func found(e entry) (store.BeginResult, error) {
 
 // Extend renews the lease of token on key.
 func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration) error {
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := s.owned(sh, key, token, now)
-	if !ok {
+	i := s.owned(sh, h, key, token, now)
+	if i < 0 {
 		return fmt.Errorf("memory extend: %w", store.ErrLockLost)
 	}
-	e.expires = now.Add(lease).UnixNano()
-	sh.m[key] = e
+	sh.t.setExpiry(i, now.Add(lease).UnixNano())
 	return nil
 }
 
@@ -253,72 +260,92 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 // is a retry whose first attempt's answer was lost.
 func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	// Encode before taking the lock: the shard's other keys need not wait.
-	// The key is kept in front of the encoding, in the same allocation, and
-	// the map's key is made to point at it (a map assignment stores the key
-	// it is given): the entry costs the collector one object, not three.
-	buf := make([]byte, len(key), len(key)+store.EncodedSize(rec))
-	copy(buf, key)
-	buf = store.AppendRecord(buf, rec)
-	key, enc := unsafe.String(unsafe.SliceData(buf), len(key)), buf[len(key):]
-	size := int64(len(buf)) + entryOverhead
-	sh := s.shard(key)
+	enc := encode(rec)
+	defer putEncoding(enc)
+	if !fits(len(key), len(*enc)) {
+		return fmt.Errorf("memory complete: a record of %d bytes is too large for the memory store", len(*enc))
+	}
+	size := int64(len(key)+len(*enc)) + entryOverhead
+	h, sh := s.locate(key)
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, err := s.completable(sh, key, token, enc, now)
-	if err != nil || e.enc != nil {
+	i, done, err := s.completable(sh, h, key, token, *enc, now)
+	if err != nil || done {
 		return err
 	}
-	if s.evict != nil && s.wouldOverflow(size-e.size) {
+	leaseSize := sh.t.entryAt(i).size
+	if s.evict != nil && s.wouldOverflow(size-leaseSize) {
 		// Evict without the lock (eviction takes other shards' locks),
 		// then look again: the lease may have changed meanwhile.
 		sh.mu.Unlock()
-		s.makeRoom(size - e.size)
+		s.makeRoom(size - leaseSize)
 		sh.mu.Lock()
-		if e, err = s.completable(sh, key, token, enc, now); err != nil || e.enc != nil {
+		if i, done, err = s.completable(sh, h, key, token, *enc, now); err != nil || done {
 			return err
 		}
+		leaseSize = sh.t.entryAt(i).size
 	}
-	if s.wouldOverflow(size - e.size) {
+	if s.wouldOverflow(size - leaseSize) {
 		return s.fullError("complete")
 	}
-	s.used.Add(size - e.size)
+	s.used.Add(size - leaseSize)
 	s.records.Add(1)
-	ne := entry{enc: enc, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size, token: e.token}
+	ne := entry{token: sh.t.entryAt(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size}
 	if s.evict != nil {
-		// The queue may outlive the record (see evictQueue): it keeps a
-		// copy of the key, not the record's allocation.
 		ne.seq = s.evict.push(strings.Clone(key), now.UnixNano(), ne.expires)
 	}
-	sh.m[key] = ne
+	sh.t.put(h, key, ne, *enc)
 	return nil
 }
 
-// completable returns the lease of token on key, or the record a previous
-// Complete of token stored when it encodes to enc (the caller then has
-// nothing to do), or ErrLockLost. sh.mu must be held.
-func (s *Store) completable(sh *shard, key, token string, enc []byte, now time.Time) (entry, error) {
-	e, ok := s.live(sh, key, now)
-	switch {
-	case ok && e.enc != nil && e.ownedBy(token) && bytes.Equal(e.enc, enc):
-		return e, nil
-	case !ok || e.enc != nil || !e.ownedBy(token):
-		return entry{}, fmt.Errorf("memory complete: %w", store.ErrLockLost)
+// completable returns the slot of token's lease on key; or done when key
+// holds the record a previous Complete of token stored, encoding to enc
+// (the caller then has nothing to do); or ErrLockLost. sh.mu must be held.
+func (s *Store) completable(sh *shard, h uint64, key, token string, enc []byte, now time.Time) (int32, bool, error) {
+	i := s.live(sh, h, key, now)
+	if i < 0 {
+		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
 	}
-	return e, nil
+	e := sh.t.entryAt(i)
+	switch {
+	case e.isRecord() && e.ownedBy(token) && bytes.Equal(sh.t.enc(&e), enc):
+		return i, true, nil
+	case e.isRecord() || !e.ownedBy(token):
+		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
+	}
+	return i, false, nil
 }
 
 // Release deletes the lease of token on key; it does nothing when token does
 // not own key.
 func (s *Store) Release(_ context.Context, key, token string) error {
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := s.owned(sh, key, token, now); ok {
-		s.remove(sh, key, e)
+	if i := s.owned(sh, h, key, token, now); i >= 0 {
+		s.remove(sh, i)
 	}
 	return nil
+}
+
+// encodings recycles the buffers records are encoded into before they are
+// copied into a slab.
+var encodings = sync.Pool{New: func() any { return new([]byte) }}
+
+// encode returns rec encoded, in a buffer to give back with putEncoding.
+func encode(rec *store.Record) *[]byte {
+	buf := encodings.Get().(*[]byte)
+	*buf = store.AppendRecord((*buf)[:0], rec)
+	return buf
+}
+
+// putEncoding recycles buf, unless it grew too large to keep.
+func putEncoding(buf *[]byte) {
+	if cap(*buf) <= slabSize {
+		encodings.Put(buf)
+	}
 }
 
 // decode decodes a stored record; the record's body aliases enc.
@@ -347,40 +374,47 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%shardCount]
+// locate returns key's hash and its shard.
+func (s *Store) locate(key string) (uint64, *shard) {
+	h := maphash.String(s.seed, key)
+	return h, &s.shards[h%shardCount]
 }
 
-// live returns the unexpired entry under key, removing an expired one.
-// sh.mu must be held.
-func (s *Store) live(sh *shard, key string, now time.Time) (entry, bool) {
-	e, ok := sh.m[key]
-	if !ok {
-		return entry{}, false
+// live returns the slot of the unexpired entry under key, or -1, removing
+// an expired one. sh.mu must be held.
+func (s *Store) live(sh *shard, h uint64, key string, now time.Time) int32 {
+	i := sh.t.find(h, key)
+	if i < 0 {
+		return -1
 	}
-	if now.UnixNano() >= e.expires {
-		s.remove(sh, key, e)
-		return entry{}, false
+	if now.UnixNano() >= sh.t.slots[i].e.expires {
+		s.remove(sh, i)
+		return -1
 	}
-	return e, true
+	return i
 }
 
-// owned returns the live lease under key if token owns it. sh.mu must be held.
-func (s *Store) owned(sh *shard, key, token string, now time.Time) (entry, bool) {
-	e, ok := s.live(sh, key, now)
-	if !ok || e.enc != nil || !e.ownedBy(token) {
-		return entry{}, false
+// owned returns the slot of the live lease under key if token owns it, or
+// -1. sh.mu must be held.
+func (s *Store) owned(sh *shard, h uint64, key, token string, now time.Time) int32 {
+	i := s.live(sh, h, key, now)
+	if i < 0 {
+		return -1
 	}
-	return e, true
+	if e := &sh.t.slots[i].e; e.isRecord() || !e.ownedBy(token) {
+		return -1
+	}
+	return i
 }
 
-// remove deletes e, the entry under key. sh.mu must be held.
-func (s *Store) remove(sh *shard, key string, e entry) {
-	delete(sh.m, key)
+// remove deletes the entry in slot i. sh.mu must be held.
+func (s *Store) remove(sh *shard, i int32) {
+	e := &sh.t.slots[i].e
 	s.used.Add(-e.size)
-	if e.enc != nil {
+	if e.isRecord() {
 		s.records.Add(-1)
 	}
+	sh.t.remove(i)
 }
 
 func (s *Store) wouldOverflow(delta int64) bool {
@@ -390,9 +424,6 @@ func (s *Store) wouldOverflow(delta int64) bool {
 func (s *Store) fullError(op string) error {
 	return fmt.Errorf("memory %s: at %d of %d bytes: %w", op, s.used.Load(), s.maxBytes, store.ErrFull)
 }
-
-// ownedBy reports whether token is the token of e's lease.
-func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
 
 // tokenLen is the length of a token: 128 random bits, hex-encoded.
 const tokenLen = 32

@@ -15,28 +15,31 @@ import (
 
 // Inspect returns the lease or record under key, or store.ErrNotFound.
 func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	sh.mu.Lock()
-	e, ok := s.live(sh, key, s.now())
-	sh.mu.Unlock()
-	if !ok {
+	i := s.live(sh, h, key, s.now())
+	if i < 0 {
+		sh.mu.Unlock()
 		return store.Entry{}, fmt.Errorf("memory inspect: %w", store.ErrNotFound)
 	}
-	return toEntry(key, e, true)
+	e := sh.t.entryAt(i)
+	enc := sh.t.enc(&e)
+	sh.mu.Unlock()
+	return toEntry(key, &e, enc, true)
 }
 
 // Delete removes the lease or record under key, or returns
 // store.ErrNotFound. The owner of a deleted lease then gets
 // store.ErrLockLost from Extend and Complete.
 func (s *Store) Delete(_ context.Context, key string) error {
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := s.live(sh, key, s.now())
-	if !ok {
+	i := s.live(sh, h, key, s.now())
+	if i < 0 {
 		return fmt.Errorf("memory delete: %w", store.ErrNotFound)
 	}
-	s.remove(sh, key, e)
+	s.remove(sh, i)
 	return nil
 }
 
@@ -59,35 +62,36 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 	for i := first; i < shardCount; i++ {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		keys := make([]string, 0, len(sh.m))
-		for k := range sh.m {
-			if k > after {
-				keys = append(keys, k)
+		t := &sh.t
+		var slots []int32
+		for j := range t.slots {
+			if t.slots[j].used && t.key(&t.slots[j].e) > after {
+				slots = append(slots, int32(j))
 			}
 		}
-		slices.Sort(keys)
-		var found []struct {
+		slices.SortFunc(slots, func(a, b int32) int {
+			return strings.Compare(t.key(&t.slots[a].e), t.key(&t.slots[b].e))
+		})
+		type listed struct {
 			key string
 			e   entry
+			enc []byte
 		}
-		for _, k := range keys {
-			e := sh.m[k]
-			if now.UnixNano() >= e.expires || !matches(state, e) {
+		var found []listed
+		for _, j := range slots {
+			e := t.slots[j].e
+			if now.UnixNano() >= e.expires || !matches(state, &e) {
 				continue
 			}
-			found = append(found, struct {
-				key string
-				e   entry
-			}{k, e})
+			// Keys are copied: the listing must not keep slabs alive.
+			found = append(found, listed{strings.Clone(t.key(&e)), e, t.enc(&e)})
 			if len(out)+len(found) == limit {
 				break
 			}
 		}
 		sh.mu.Unlock()
 		for _, f := range found {
-			// A record's key shares its allocation: a copy keeps the
-			// listing from holding whole records.
-			ent, err := toEntry(strings.Clone(f.key), f.e, false)
+			ent, err := toEntry(f.key, &f.e, f.enc, false)
 			if err != nil {
 				return nil, "", err
 			}
@@ -101,24 +105,25 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 	return out, "", nil
 }
 
-func matches(state store.State, e entry) bool {
+func matches(state store.State, e *entry) bool {
 	switch state {
 	case store.InFlight:
-		return e.enc == nil
+		return !e.isRecord()
 	case store.Completed:
-		return e.enc != nil
+		return e.isRecord()
 	}
 	return true
 }
 
-// toEntry describes e; withBody false leaves the record's Body nil.
-func toEntry(key string, e entry, withBody bool) (store.Entry, error) {
+// toEntry describes e, whose encoded record is enc; withBody false leaves
+// the record's Body nil.
+func toEntry(key string, e *entry, enc []byte, withBody bool) (store.Entry, error) {
 	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp}
 	ent.ExpiresAt = unixNano(e.expires)
-	if e.enc == nil {
+	if !e.isRecord() {
 		return ent, nil
 	}
-	rec, err := decode(e.enc)
+	rec, err := decode(enc)
 	if err != nil {
 		return store.Entry{}, err
 	}

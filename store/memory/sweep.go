@@ -24,8 +24,8 @@ func (s *Store) sweepLoop(interval time.Duration) {
 }
 
 // sweepShard reclaims expired entries of shard i, examining at most
-// sweepBudget entries so the shard lock is held briefly. Map iteration starts
-// at a random position, so successive visits cover different entries.
+// sweepBudget entries so the shard lock is held briefly. Each visit starts
+// where the last one stopped, so successive visits cover every entry.
 func (s *Store) sweepShard(i int) int {
 	sh := &s.shards[i]
 	now := s.now()
@@ -34,17 +34,19 @@ func (s *Store) sweepShard(i int) int {
 	return s.sweep(sh, now, sweepBudget)
 }
 
-// sweep removes expired entries among at most budget entries of sh and
+// sweep removes expired entries among at most budget slots of sh and
 // returns how many it removed. sh.mu must be held.
 func (s *Store) sweep(sh *shard, now time.Time, budget int) int {
+	t := &sh.t
 	removed := 0
-	for key, e := range sh.m {
-		if budget <= 0 {
-			break
+	for range min(budget, len(t.slots)) {
+		if t.sweepAt >= len(t.slots) {
+			t.sweepAt = 0
 		}
-		budget--
-		if now.UnixNano() >= e.expires {
-			s.remove(sh, key, e)
+		i := int32(t.sweepAt)
+		t.sweepAt++
+		if t.slots[i].used && now.UnixNano() >= t.slots[i].e.expires {
+			s.remove(sh, i)
 			removed++
 		}
 	}
