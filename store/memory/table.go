@@ -58,6 +58,7 @@ type slot struct {
 type slab struct {
 	b    []byte
 	live int // bytes entries refer to
+	refs int // entries that refer to it (an empty key and lease take no bytes)
 }
 
 // tableStart is the number of entries a table has room for before it
@@ -103,7 +104,7 @@ func (t *table) enc(e *entry) []byte {
 // fits reports whether a key and an encoding of these lengths can be
 // stored: the table addresses its items with 32-bit offsets.
 func fits(keyLen, encLen int) bool {
-	return keyLen+encLen <= math.MaxUint32
+	return uint64(keyLen)+uint64(encLen) <= math.MaxUint32
 }
 
 // put stores e under key, with its encoded record enc (nil for a lease)
@@ -172,6 +173,9 @@ func (t *table) write(key string, enc []byte) (int32, uint32) {
 		for size < slabSize && (size < n || size < t.held/4) {
 			size *= 2
 		}
+		if t.cur >= 0 && t.slabs[t.cur].refs == 0 {
+			t.dropSlab(t.cur) // filled, and nothing refers to it any more
+		}
 		i = t.newSlab(size)
 		t.cur = i
 	default:
@@ -181,6 +185,7 @@ func (t *table) write(key string, enc []byte) (int32, uint32) {
 	off := len(sl.b)
 	sl.b = append(append(sl.b, key...), enc...)
 	sl.live += n
+	sl.refs++
 	t.live += n
 	return i, uint32(off)
 }
@@ -198,18 +203,24 @@ func (t *table) newSlab(size int) int32 {
 	return int32(len(t.slabs) - 1)
 }
 
-// release gives back the slab bytes e refers to, dropping a slab nothing
-// refers to any more (except the one being filled).
+// release gives back the slab bytes e refers to, dropping a slab no entry
+// refers to any more (except the one being filled). Slabs are dropped by
+// count of entries, not of bytes: an empty key and lease take none.
 func (t *table) release(e *entry) {
 	n := int(e.keyLen + e.encLen)
 	sl := &t.slabs[e.slab]
 	sl.live -= n
+	sl.refs--
 	t.live -= n
-	if sl.live == 0 && e.slab != t.cur {
-		t.held -= cap(sl.b)
-		*sl = slab{}
-		t.freeSlabs = append(t.freeSlabs, e.slab)
+	if sl.refs == 0 && e.slab != t.cur {
+		t.dropSlab(e.slab)
 	}
+}
+
+func (t *table) dropSlab(i int32) {
+	t.held -= cap(t.slabs[i].b)
+	t.slabs[i] = slab{}
+	t.freeSlabs = append(t.freeSlabs, i)
 }
 
 // compactIfSparse copies every entry's bytes into new slabs once the slabs

@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -115,5 +116,80 @@ func TestTableGivesLargeItemsASlabOfTheirOwn(t *testing.T) {
 	tb.remove(i)
 	if tb.held != before {
 		t.Errorf("held %d after removing the large record, want %d", tb.held, before)
+	}
+}
+
+// TestTableAgreesWithAMap drives a table with random puts, removals and
+// lookups — keys that collide, an empty key, items from none to 70 KB
+// bytes, so that slabs fill, drop and compact — against a plain map, and
+// checks that bytes handed out on the way are never changed and that the
+// table's accounts match what it holds.
+func TestTableAgreesWithAMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	tb := newTable()
+	model := map[string][]byte{}
+	hash := func(k string) uint64 { return uint64(len(k)) % 5 } // many collisions
+	type handedOut struct{ got, want []byte }
+	var handed []handedOut
+	for step := range 100000 {
+		k := ""
+		if r.IntN(50) > 0 {
+			k = fmt.Sprint("k", r.IntN(400))
+		}
+		switch op := r.IntN(10); {
+		case op < 5:
+			var v []byte
+			if r.IntN(3) > 0 {
+				size := []int{1, 50, 3000, 17000, 70000}[r.IntN(5)]
+				v = bytes.Repeat([]byte{byte(step)}, 1+r.IntN(size))
+			}
+			tb.put(hash(k), k, entry{}, v)
+			model[k] = v
+		case op < 8:
+			if i := tb.find(hash(k), k); i >= 0 {
+				tb.remove(i)
+			}
+			delete(model, k)
+		default:
+			i := tb.find(hash(k), k)
+			want, ok := model[k]
+			if (i >= 0) != ok {
+				t.Fatalf("step %d: %q found %v, want %v", step, k, i >= 0, ok)
+			}
+			if !ok {
+				continue
+			}
+			e := tb.entryAt(i)
+			got := tb.enc(&e)
+			if !bytes.Equal(got, want) || tb.key(&e) != k {
+				t.Fatalf("step %d: %q holds key %q and a record of %d bytes, want %d", step, k, tb.key(&e), len(got), len(want))
+			}
+			if len(handed) < 2000 {
+				handed = append(handed, handedOut{got, bytes.Clone(got)})
+			}
+		}
+		if tb.count != len(model) {
+			t.Fatalf("step %d: count %d, want %d", step, tb.count, len(model))
+		}
+	}
+	for _, h := range handed {
+		if !bytes.Equal(h.got, h.want) {
+			t.Fatal("bytes handed out were written again")
+		}
+	}
+	live, held, refs := 0, 0, 0
+	for k, v := range model {
+		live += len(k) + len(v)
+	}
+	for _, sl := range tb.slabs {
+		held += cap(sl.b)
+		refs += sl.refs
+	}
+	if tb.live != live || tb.held != held || refs != len(model) {
+		t.Errorf("table accounts live %d, held %d, %d references; it holds %d live bytes in %d of slabs for %d entries",
+			tb.live, tb.held, refs, live, held, len(model))
+	}
+	if tb.held > tb.live+tb.live/2+2*slabSize {
+		t.Errorf("slabs hold %d bytes for %d referred to", tb.held, tb.live)
 	}
 }
