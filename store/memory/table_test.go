@@ -193,3 +193,33 @@ func TestTableAgreesWithAMap(t *testing.T) {
 		t.Errorf("slabs hold %d bytes for %d referred to", tb.held, tb.live)
 	}
 }
+
+// TestTableKeepsASlabAnEmptyItemRefersTo checks that an entry taking no
+// bytes (an empty key's lease) keeps its slab: were the slab dropped when
+// its last byte went, it would be dropped again with that entry, and two
+// later records would share one slab — one lost, the other replayed under
+// both keys.
+func TestTableKeepsASlabAnEmptyItemRefersTo(t *testing.T) {
+	tb := newTable()
+	tb.put(1, "a", entry{}, []byte("record of a"))
+	empty := tb.put(2, "", entry{}, nil)                          // no bytes, in a's slab
+	tb.put(3, "filler", entry{}, bytes.Repeat([]byte("f"), 8000)) // a new slab to fill
+	tb.remove(tb.find(1, "a"))
+	if tb.find(2, "") != empty {
+		t.Fatal("the empty key is lost")
+	}
+	tb.remove(empty)
+	x, y := bytes.Repeat([]byte("x"), 20000), bytes.Repeat([]byte("y"), 20000)
+	tb.put(4, "tenant-x", entry{}, x)
+	tb.put(5, "tenant-y", entry{}, y)
+	for h, want := range map[uint64][]byte{4: x, 5: y} {
+		key := "tenant-" + string(want[0])
+		i := tb.find(h, key)
+		if i < 0 {
+			t.Fatalf("%s lost", key)
+		}
+		if e := tb.entryAt(i); !bytes.Equal(tb.enc(&e), want) {
+			t.Fatalf("%s holds another record", key)
+		}
+	}
+}
