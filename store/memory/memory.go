@@ -59,8 +59,8 @@ import (
 
 const (
 	shardCount = 64
-	// entryOverhead approximates the map slot, entry struct and key header
-	// of one entry, so that many tiny entries still count against MaxBytes.
+	// entryOverhead approximates an entry's slot (120 bytes) and its share
+	// of the index, so that many tiny entries still count against MaxBytes.
 	entryOverhead = 128
 	// sweepBudget bounds the entries examined per shard visit.
 	sweepBudget = 4096
