@@ -81,7 +81,7 @@ func (s *Store) makeRoom(delta int64) {
 		h, sh := s.locate(it.key)
 		sh.mu.Lock()
 		if i := sh.t.find(h, it.key); i >= 0 {
-			if e := &sh.t.slots[i].e; e.isRecord() && e.seq == it.seq {
+			if e := sh.t.at(i); e.isRecord() && e.seq == it.seq {
 				s.remove(sh, i)
 				s.evict.evictions.Add(1)
 			}

@@ -59,7 +59,7 @@ import (
 
 const (
 	shardCount = 64
-	// entryOverhead approximates an entry's slot (120 bytes) and its share
+	// entryOverhead approximates an entry's slot (112 bytes) and its share
 	// of the index, so that many tiny entries still count against MaxBytes.
 	entryOverhead = 128
 	// sweepBudget bounds the entries examined per shard visit.
@@ -146,8 +146,7 @@ type shard struct {
 type entry struct {
 	token   [tokenLen]byte
 	fp      store.Fingerprint
-	expires int64 // Unix nanoseconds
-	size    int64
+	expires int64  // Unix nanoseconds
 	seq     uint64 // completion order, for EvictOldest
 	slab    int32
 	off     uint32
@@ -156,6 +155,9 @@ type entry struct {
 }
 
 func (e *entry) isRecord() bool { return e.encLen > 0 }
+
+// size is what e counts against MaxBytes.
+func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }
 
 // ownedBy reports whether token is the token of e's lease.
 func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
@@ -206,7 +208,7 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		i = s.live(sh, h, key, now)
 	}
 	if i >= 0 {
-		e := sh.t.entryAt(i)
+		e := *sh.t.at(i)
 		enc := sh.t.enc(&e)
 		// A stored encoding never changes: decode it without the lock.
 		sh.mu.Unlock()
@@ -221,7 +223,7 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		}
 	}
 	token := newToken()
-	ne := entry{fp: fp, expires: now.Add(lease).UnixNano(), size: size}
+	ne := entry{fp: fp, expires: now.Add(lease).UnixNano()}
 	copy(ne.token[:], token)
 	sh.t.put(h, key, ne, nil)
 	s.used.Add(size)
@@ -250,7 +252,7 @@ func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration
 	if i < 0 {
 		return fmt.Errorf("memory extend: %w", store.ErrLockLost)
 	}
-	sh.t.setExpiry(i, now.Add(lease).UnixNano())
+	sh.t.at(i).expires = now.Add(lease).UnixNano()
 	return nil
 }
 
@@ -274,7 +276,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	if err != nil || done {
 		return err
 	}
-	leaseSize := sh.t.entryAt(i).size
+	leaseSize := sh.t.at(i).size()
 	if s.evict != nil && s.wouldOverflow(size-leaseSize) {
 		// Evict without the lock (eviction takes other shards' locks),
 		// then look again: the lease may have changed meanwhile.
@@ -284,14 +286,14 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 		if i, done, err = s.completable(sh, h, key, token, *enc, now); err != nil || done {
 			return err
 		}
-		leaseSize = sh.t.entryAt(i).size
+		leaseSize = sh.t.at(i).size()
 	}
 	if s.wouldOverflow(size - leaseSize) {
 		return s.fullError("complete")
 	}
 	s.used.Add(size - leaseSize)
 	s.records.Add(1)
-	ne := entry{token: sh.t.entryAt(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), size: size}
+	ne := entry{token: sh.t.at(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano()}
 	if s.evict != nil {
 		ne.seq = s.evict.push(strings.Clone(key), now.UnixNano(), ne.expires)
 	}
@@ -307,9 +309,9 @@ func (s *Store) completable(sh *shard, h uint64, key, token string, enc []byte, 
 	if i < 0 {
 		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
 	}
-	e := sh.t.entryAt(i)
+	e := sh.t.at(i)
 	switch {
-	case e.isRecord() && e.ownedBy(token) && bytes.Equal(sh.t.enc(&e), enc):
+	case e.isRecord() && e.ownedBy(token) && bytes.Equal(sh.t.enc(e), enc):
 		return i, true, nil
 	case e.isRecord() || !e.ownedBy(token):
 		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
@@ -387,7 +389,7 @@ func (s *Store) live(sh *shard, h uint64, key string, now time.Time) int32 {
 	if i < 0 {
 		return -1
 	}
-	if now.UnixNano() >= sh.t.slots[i].e.expires {
+	if now.UnixNano() >= sh.t.at(i).expires {
 		s.remove(sh, i)
 		return -1
 	}
@@ -401,7 +403,7 @@ func (s *Store) owned(sh *shard, h uint64, key, token string, now time.Time) int
 	if i < 0 {
 		return -1
 	}
-	if e := &sh.t.slots[i].e; e.isRecord() || !e.ownedBy(token) {
+	if e := sh.t.at(i); e.isRecord() || !e.ownedBy(token) {
 		return -1
 	}
 	return i
@@ -409,8 +411,8 @@ func (s *Store) owned(sh *shard, h uint64, key, token string, now time.Time) int
 
 // remove deletes the entry in slot i. sh.mu must be held.
 func (s *Store) remove(sh *shard, i int32) {
-	e := &sh.t.slots[i].e
-	s.used.Add(-e.size)
+	e := sh.t.at(i)
+	s.used.Add(-e.size())
 	if e.isRecord() {
 		s.records.Add(-1)
 	}

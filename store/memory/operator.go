@@ -22,7 +22,7 @@ func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
 		sh.mu.Unlock()
 		return store.Entry{}, fmt.Errorf("memory inspect: %w", store.ErrNotFound)
 	}
-	e := sh.t.entryAt(i)
+	e := *sh.t.at(i)
 	enc := sh.t.enc(&e)
 	sh.mu.Unlock()
 	return toEntry(key, &e, enc, true)

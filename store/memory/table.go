@@ -244,8 +244,7 @@ func (t *table) compactIfSparse() {
 	}
 }
 
-// entryAt returns a copy of the entry in slot i.
-func (t *table) entryAt(i int32) entry { return t.slots[i].e }
-
-// setExpiry changes the expiry of the entry in slot i.
-func (t *table) setExpiry(i int32, expires int64) { t.slots[i].e.expires = expires }
+// at returns the entry in slot i. The pointer is good until the next put
+// or remove; a caller that keeps the entry past either, or past the
+// shard's lock, copies it.
+func (t *table) at(i int32) *entry { return &t.slots[i].e }

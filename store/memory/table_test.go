@@ -33,7 +33,7 @@ func TestTableKeepsKeysThatShareAHash(t *testing.T) {
 				if i < 0 {
 					t.Fatalf("%s lost when %s was removed", k, gone)
 				}
-				e := tb.entryAt(i)
+				e := *tb.at(i)
 				want := "record of " + k
 				if k == "b" {
 					want = "new record of b"
@@ -62,7 +62,7 @@ func TestTableCompactsAndNeverRewritesWhatItHandedOut(t *testing.T) {
 	}
 	full := tb.held
 	// A reader holds the record of key-1 while everything moves.
-	e1 := tb.entryAt(tb.find(1, "key-1"))
+	e1 := *tb.at(tb.find(1, "key-1"))
 	held := tb.enc(&e1)
 	for i := range n {
 		if i%10 != 0 {
@@ -90,7 +90,7 @@ func TestTableCompactsAndNeverRewritesWhatItHandedOut(t *testing.T) {
 		if j < 0 {
 			continue
 		}
-		e := tb.entryAt(j)
+		e := *tb.at(j)
 		if tb.key(&e) != key || !bytes.Equal(tb.enc(&e), record(i)) {
 			t.Fatalf("%s: key %q or its record changed", key, tb.key(&e))
 		}
@@ -109,7 +109,7 @@ func TestTableGivesLargeItemsASlabOfTheirOwn(t *testing.T) {
 	if tb.held < before+slabSize {
 		t.Fatalf("held %d after a %d-byte record, want a slab of its own", tb.held, len(big))
 	}
-	e := tb.entryAt(i)
+	e := *tb.at(i)
 	if !bytes.Equal(tb.enc(&e), big) {
 		t.Fatal("the large record changed")
 	}
@@ -159,7 +159,7 @@ func TestTableAgreesWithAMap(t *testing.T) {
 			if !ok {
 				continue
 			}
-			e := tb.entryAt(i)
+			e := *tb.at(i)
 			got := tb.enc(&e)
 			if !bytes.Equal(got, want) || tb.key(&e) != k {
 				t.Fatalf("step %d: %q holds key %q and a record of %d bytes, want %d", step, k, tb.key(&e), len(got), len(want))
@@ -218,7 +218,7 @@ func TestTableKeepsASlabAnEmptyItemRefersTo(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("%s lost", key)
 		}
-		if e := tb.entryAt(i); !bytes.Equal(tb.enc(&e), want) {
+		if e := *tb.at(i); !bytes.Equal(tb.enc(&e), want) {
 			t.Fatalf("%s holds another record", key)
 		}
 	}
