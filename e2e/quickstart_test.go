@@ -23,7 +23,7 @@ func TestReadmeStartsWithRunAndTestCommands(t *testing.T) {
 	got := shellCommands(t, markdownSection(t, readme(t), ""))
 	want := [][][]string{
 		{{"go", "run", "./cmd/idempotency-proxy", "--upstream", "http://127.0.0.1:3000"}},
-		{{"go", "test", "-race", "./..."}},
+		{{"scripts/test.sh"}},
 	}
 	if !slices.EqualFunc(got, want, func(a, b [][]string) bool {
 		return slices.EqualFunc(a, b, slices.Equal[[]string])
@@ -38,8 +38,16 @@ func TestReadmeStartsWithRunAndTestCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^go test -race \./\.\.\.$`).Match(ci) {
-		t.Error(".ci/run does not run the README's test command go test -race ./...")
+	if !regexp.MustCompile(`(?m)^scripts/test\.sh$`).Match(ci) {
+		t.Error(".ci/run does not run the README's test command scripts/test.sh")
+	}
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "test.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^exec go test -race "\$@"$`).Match(script) ||
+		!regexp.MustCompile(`(?m)^\[ \$# -gt 0 \] \|\| set -- \./\.\.\.$`).Match(script) {
+		t.Error("scripts/test.sh does not run go test -race ./...")
 	}
 }
 

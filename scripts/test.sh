@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine with only Go: installs the tools the
+# integration and end-to-end tests start (Debian packages, through apt-get),
+# says what it installed, then runs go test -race. Arguments replace ./...
+# (scripts/test.sh ./store/... -run TestX).
+#
+# Elsewhere (macOS, other Linux distributions) install the commands listed in
+# "tools" below with the system's package manager (for example
+# `brew install redis`), then run this script or `go test -race ./...`; tests
+# whose tool is missing are skipped, unless CI is set, where they fail.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
+
+# One line per tool a test runs: the command (a name on the PATH or an
+# absolute path), then the Debian package that ships it.
+tools=(
+  "redis-server redis-server"
+  "redis-cli redis-tools"
+)
+
+missing=() packages=()
+for line in "${tools[@]}"; do
+  read -r cmd pkg <<<"$line"
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    missing+=("$cmd")
+    [[ " ${packages[*]} " == *" $pkg "* ]] || packages+=("$pkg")
+  fi
+done
+
+if [ ${#packages[@]} -gt 0 ]; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  if command -v apt-get >/dev/null 2>&1 && { [ ${#sudo[@]} -eq 0 ] || command -v sudo >/dev/null 2>&1; }; then
+    echo "test.sh: missing ${missing[*]}; installing Debian packages: ${packages[*]}"
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+    echo "test.sh: installed ${packages[*]}"
+  else
+    echo "test.sh: missing ${missing[*]} and no apt-get to install them (Debian packages: ${packages[*]});" >&2
+    echo "test.sh: install them with this system's package manager; until then their tests skip (fail when CI is set)" >&2
+  fi
+fi
+
+[ $# -gt 0 ] || set -- ./...
+echo "test.sh: go test -race $*"
+exec go test -race "$@"
