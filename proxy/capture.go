@@ -62,7 +62,9 @@ func (c *capture) Header() http.Header { return c.rw.Header() }
 
 func (c *capture) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		// Informational responses go to the client and are never recorded.
+		// Informational responses go to the client and are never
+		// recorded; the control header is for the proxy alone in them too.
+		takeUpstreamControl(c.rw.Header(), c.route.policy.UpstreamControlHeader)
 		if !c.clientGone {
 			c.rw.WriteHeader(code)
 		}
@@ -101,6 +103,8 @@ func (c *capture) WriteHeader(code int) {
 			}
 		}
 	}
+	unannounceTrailer(h, pol.UpstreamControlHeader)
+	keepContentTypeUnset(h, code)
 	// Not recorded, so no expiry to advertise; nor on the proxy's own
 	// problem responses (upstreamErr is set before they are written).
 	if pol.AdvertiseExpiry && c.recording && c.upstreamErr == nil {

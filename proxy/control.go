@@ -58,6 +58,72 @@ func takeUpstreamControl(h http.Header, name string) (noStore bool) {
 	return noStore
 }
 
+// unannounceTrailer removes name from the response's Trailer header, so
+// that the control header is neither announced to the client nor sent as
+// a trailer: net/http's server sends only the trailers announced when the
+// header section was written, and those set under http.TrailerPrefix
+// (which dropControlTrailers removes). It allocates only when name is
+// announced.
+func unannounceTrailer(h http.Header, name string) {
+	values, ok := h["Trailer"]
+	if !ok || name == "" {
+		return
+	}
+	found := false
+	for _, v := range values {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), name) {
+				found = true
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	var kept []string
+	for _, v := range values {
+		for _, tok := range strings.Split(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, name) {
+				kept = append(kept, tok)
+			}
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Trailer")
+		return
+	}
+	h["Trailer"] = []string{strings.Join(kept, ", ")}
+}
+
+// dropControlTrailers removes the control header name from the trailers
+// the reverse proxy left in the response header h once the body was
+// copied: announced ones under their own name, others under
+// http.TrailerPrefix. Run before the handler returns, when net/http's
+// server sends them.
+func dropControlTrailers(h http.Header, name string) {
+	if name == "" {
+		return
+	}
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	delete(h, name)
+	for k := range h {
+		if len(k) > len(http.TrailerPrefix) && strings.HasPrefix(k, http.TrailerPrefix) &&
+			strings.EqualFold(k[len(http.TrailerPrefix):], name) {
+			delete(h, k)
+		}
+	}
+}
+
+// keepContentTypeUnset stops net/http's server from adding a sniffed
+// Content-Type to a response whose upstream sent none: a nil value
+// suppresses the header. A client gets the header section the upstream
+// sent, executed or replayed alike.
+func keepContentTypeUnset(h http.Header, code int) {
+	if _, ok := h["Content-Type"]; !ok && bodyAllowed(code) {
+		h["Content-Type"] = nil
+	}
+}
+
 // expiresValue is the Idempotency-Expires value of a record created at
 // created and kept for ttl. HTTP-dates have whole seconds: the time is
 // rounded down, so a retry sent before the advertised date always finds
@@ -68,17 +134,15 @@ func expiresValue(created time.Time, ttl time.Duration) string {
 
 // unrecorded is the ResponseWriter of a request forwarded without a
 // capture (no key, fail_open): it removes the route's control header, which
-// is meant for the proxy alone, from the response. It is the pooled request
+// is meant for the proxy alone, from the response, and keeps net/http from
+// adding a Content-Type the upstream did not send. It is the pooled request
 // itself, writing to q.capture.rw, which such a request does not otherwise
 // use, so it costs neither an allocation nor a byte more per request.
 type unrecorded request
 
 // unrecorded returns the writer for a response forwarded without a
-// capture: w, or w behind the control header's removal.
+// capture.
 func (q *request) unrecorded(w http.ResponseWriter) http.ResponseWriter {
-	if q.route.policy.UpstreamControlHeader == "" {
-		return w
-	}
 	q.capture.rw = w
 	return (*unrecorded)(q)
 }
@@ -88,8 +152,12 @@ func (u *unrecorded) Header() http.Header { return u.capture.rw.Header() }
 func (u *unrecorded) Write(p []byte) (int, error) { return u.capture.rw.Write(p) }
 
 func (u *unrecorded) WriteHeader(code int) {
+	h := u.capture.rw.Header()
+	name := u.route.policy.UpstreamControlHeader
+	takeUpstreamControl(h, name)
 	if code >= 200 {
-		takeUpstreamControl(u.capture.rw.Header(), u.route.policy.UpstreamControlHeader)
+		unannounceTrailer(h, name)
+		keepContentTypeUnset(h, code)
 	}
 	u.capture.rw.WriteHeader(code)
 }

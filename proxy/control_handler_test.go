@@ -1,7 +1,11 @@
 package proxy
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +121,59 @@ func TestExpiryIsNotAdvertisedOnProblemResponses(t *testing.T) {
 		if v := r.Header.Get(ExpiresHeader); v != "" {
 			t.Errorf("request %d: the proxy's 502 carries Idempotency-Expires %q", i, v)
 		}
+	}
+}
+
+// The control header is for the proxy alone wherever the upstream puts it:
+// an interim (1xx) response and the trailers lose it as the final header
+// section does, keyed or not. Only the final header section steers
+// recording.
+func TestControlHeaderIsRemovedFromInterimResponsesAndTrailers(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Link", "</style.css>; rel=preload")
+		h.Set("Idempotency-Control", "no-store")
+		w.WriteHeader(http.StatusEarlyHints)
+		clear(h)
+		h.Set("Trailer", "Idempotency-Control, X-Checksum")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+		h.Set("Idempotency-Control", "no-store")
+		h.Set("X-Checksum", "c1")
+		h.Set(http.TrailerPrefix+"idempotency-control", "no-store")
+	})
+	for _, key := range []string{"k-1", ""} {
+		var interim []textproto.MIMEHeader
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			interim = append(interim, h)
+			return nil
+		}}
+		req := e.request(t, httptrace.WithClientTrace(context.Background(), trace), "/jobs", key)
+		if key == "" {
+			req.Header.Del("Idempotency-Key")
+		}
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		if len(interim) != 1 || interim[0].Get("Link") == "" {
+			t.Fatalf("key %q: interim responses %v, want the 103 with its Link", key, interim)
+		}
+		if v := interim[0]["Idempotency-Control"]; v != nil {
+			t.Errorf("key %q: the 103 carries Idempotency-Control %q", key, v)
+		}
+		if res.Trailer.Get("X-Checksum") != "c1" {
+			t.Errorf("key %q: trailers %v, want X-Checksum delivered", key, res.Trailer)
+		}
+		// Announced trailers are in the map before their value arrives.
+		if v, ok := res.Trailer["Idempotency-Control"]; ok {
+			t.Errorf("key %q: trailers carry Idempotency-Control %q", key, v)
+		}
+	}
+	// The no-store of the 103 and of the trailer did not release the key.
+	if r := e.do(t, "POST", "/jobs", "k-1", `{}`); !r.replayed() {
+		t.Errorf("retry: replayed=%v, want the recorded response", r.replayed())
 	}
 }

@@ -45,6 +45,7 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 		}
 	}()
 	h.rp.ServeHTTP(&q.capture, out)
+	dropControlTrailers(w.Header(), rt.policy.UpstreamControlHeader)
 }
 
 // conclude decides what the store keeps of an executed request — its

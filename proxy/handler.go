@@ -154,6 +154,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			setBody(r, q.body, nil)
 		}
 		h.passThrough(q.unrecorded(w), r)
+		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
 		return
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)
@@ -250,6 +251,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
 		setBody(q.in, q.body, nil)
 		h.rp.ServeHTTP(q.unrecorded(w), q.in)
+		dropControlTrailers(w.Header(), q.route.policy.UpstreamControlHeader)
 		return
 	}
 	h.log.Warn("store unavailable, rejecting request", "route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)

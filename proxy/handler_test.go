@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -196,5 +197,28 @@ func TestNewRejectsImpossiblePolicies(t *testing.T) {
 				t.Fatal("New accepted the policy")
 			}
 		})
+	}
+}
+
+// A response is delivered with the header section the upstream sent: an
+// upstream answer without Content-Type gains none, neither when executed
+// nor when replayed (net/http's server would sniff one), nor unkeyed.
+func TestResponsesGainNoContentTypeTheUpstreamDidNotSend(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // the upstream's own server must not sniff either
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "<html>plain bytes</html>")
+	})
+	for _, c := range []struct {
+		name, key string
+		replayed  bool
+	}{{"executed", "k-1", false}, {"replayed", "k-1", true}, {"unkeyed", "", false}} {
+		r := e.do(t, "POST", "/x", c.key, `{}`)
+		if r.replayed() != c.replayed || r.body != "<html>plain bytes</html>" {
+			t.Fatalf("%s: replayed=%v body %q", c.name, r.replayed(), r.body)
+		}
+		if v, ok := r.Header["Content-Type"]; ok {
+			t.Errorf("%s response carries Content-Type %q, which the upstream did not send", c.name, v)
+		}
 	}
 }

@@ -30,6 +30,8 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 		// append by anyone downstream copies instead of writing into it.
 		dst[k] = v[:len(v):len(v)]
 	}
+	// What the upstream did not send, the replay does not gain either.
+	keepContentTypeUnset(dst, rec.Status)
 	dst["Idempotent-Replayed"] = headerTrue
 	if expires != "" {
 		dst[ExpiresHeader] = []string{expires}
