@@ -90,6 +90,10 @@ func TestLeaseLostIsFenced(t *testing.T) {
 		t.Errorf("first owner's client: %s, want its own response delivered (201 %q)", first, ex[0].Body)
 	}
 	waitMetric(t, owner, mLockLost, 1)
+	if len(owner.logLines(map[string]string{"level": "WARN", "during": "renewal"}))+
+		len(owner.logLines(map[string]string{"level": "WARN", "during": "complete"})) == 0 {
+		t.Error("the lost lease was counted but no warning says so")
+	}
 	for _, p := range []*proxyProc{owner, other} {
 		if r := mustSend(t, c, p.URL(), request{Key: key}); !r.Replayed() || r.Body != ex[1].Body {
 			t.Errorf("replay via %s: %s %q, want the second owner's record %q", p.name, r, r.Body, ex[1].Body)

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -148,3 +151,26 @@ func waitStatus(t testing.TB, url string, want int, timeout time.Duration) {
 
 // freeAddr returns a loopback host:port that was free a moment ago.
 var freeAddr = testbin.FreeAddr
+
+// logLines returns the JSON log lines of p whose attributes include every
+// one of want (compared as strings).
+func (p *proxyProc) logLines(want map[string]string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(p.Logs(), "\n") {
+		var attrs map[string]any
+		if json.Unmarshal([]byte(line), &attrs) != nil {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if fmt.Sprint(attrs[k]) != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, attrs)
+		}
+	}
+	return out
+}

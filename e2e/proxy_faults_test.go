@@ -38,8 +38,8 @@ func TestProxyKilledMidRequest(t *testing.T) {
 			freed = r
 			break
 		}
-		if polls == 0 && r.Header.Get("Retry-After") == "" {
-			t.Errorf("409 without Retry-After")
+		if polls == 0 && (r.Problem() != "in-flight" || r.Header.Get("Retry-After") != "1") {
+			t.Errorf("key of a killed proxy: %s (Retry-After %q), want 409 in-flight with Retry-After: 1", r, r.Header.Get("Retry-After"))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("key still locked %v after the kill, lock_ttl is %v", time.Since(killed), lockTTL)

@@ -108,8 +108,8 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // no upstream execution of its key.
 func checkStoreRejected(t *testing.T, up *upstream, key string, r reply) {
 	t.Helper()
-	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
-		t.Errorf("key %s: store-unavailable reply %d with Retry-After %q, want 503 with Retry-After",
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "2" {
+		t.Errorf("key %s: store-unavailable reply %d with Retry-After %q, want 503 with Retry-After: 2",
 			key, r.Status, r.Header.Get("Retry-After"))
 	}
 	if n := up.Count(key); n != 0 {

@@ -22,8 +22,14 @@ func TestReplicasExactlyOnce(t *testing.T) {
 			up := startUpstream(t)
 			ps := startReplicas(t, replicas, baseConfig(up, srv.URL()))
 			const keys, perKey = 30, 10
-			results := fireConcurrently(t, ps, "order", keys, perKey, map[string]string{hdrSleep: "150ms"})
+			results, conflicts := fire(t, ps, "order", keys, perKey, map[string]string{hdrSleep: "150ms"})
 			checkExactlyOnce(t, up, results)
+			// Duplicates arrive while the first request runs: they must
+			// have been told to come back (409 in-flight, Retry-After: 1,
+			// checked by fire), not queued or executed.
+			if conflicts == 0 {
+				t.Errorf("no client saw a 409 although %d requests per key arrived at once", perKey)
+			}
 		})
 	}
 }
@@ -34,15 +40,23 @@ func TestReplicasExactlyOnce(t *testing.T) {
 // final answer. It returns every client's final reply, by key.
 func fireConcurrently(t *testing.T, ps []*proxyProc, prefix string, keys, perKey int, hdr map[string]string) map[string][]reply {
 	t.Helper()
+	results, _ := fire(t, ps, prefix, keys, perKey, hdr)
+	return results
+}
+
+// fire is fireConcurrently that also counts the 409s clients got on the
+// way, each checked to be the in-flight problem with Retry-After: 1.
+func fire(t *testing.T, ps []*proxyProc, prefix string, keys, perKey int, hdr map[string]string) (results map[string][]reply, conflicts int) {
+	t.Helper()
 	c := newClient(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := make(chan struct{})
 	var (
-		mu      sync.Mutex
-		results = map[string][]reply{}
-		wg      sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
+	results = map[string][]reply{}
 	for k := range keys {
 		key := fmt.Sprintf("%s-%03d", prefix, k)
 		for i := range perKey {
@@ -54,14 +68,24 @@ func fireConcurrently(t *testing.T, ps []*proxyProc, prefix string, keys, perKey
 				<-start
 				got := rt.Do(ctx, request{Key: key, Body: `{"item":"` + key + `"}`, Header: hdr})
 				mu.Lock()
+				defer mu.Unlock()
 				results[key] = append(results[key], got[len(got)-1])
-				mu.Unlock()
+				for _, r := range got[:len(got)-1] {
+					if r.Err != nil || r.Status != http.StatusConflict {
+						continue
+					}
+					conflicts++
+					if r.Problem() != "in-flight" || r.Header.Get("Retry-After") != "1" {
+						t.Errorf("key %s: duplicate in flight got %s (Retry-After %q), want 409 in-flight with Retry-After: 1",
+							key, r, r.Header.Get("Retry-After"))
+					}
+				}
 			}()
 		}
 	}
 	close(start)
 	wg.Wait()
-	return results
+	return results, conflicts
 }
 
 // checkExactlyOnce asserts one execution per key, one executed (not

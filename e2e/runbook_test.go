@@ -200,6 +200,11 @@ func runStuckKeyRunbook(t *testing.T, storeYAML string) {
 	waitForValue(t, "the fenced completion counted as a lost lease", func() string {
 		return adminMetric(t, p, "idempotency_proxy_lock_lost_total")
 	}, "1")
+	// The lease was deleted long before its next renewal: only the
+	// completion can have found it lost, and it must say so.
+	if lines := p.logLines(map[string]string{"level": "WARN", "key_hash": hash, "during": "complete"}); len(lines) != 1 {
+		t.Errorf("%d warnings that the completion found the lease lost, want 1", len(lines))
+	}
 	if code, body := keyedPost(t, p, "/v1/charges", key, false); code != http.StatusCreated || body != retryBody {
 		t.Fatalf("replay after the fenced completion: %d %q, want the retry's answer %q", code, body, retryBody)
 	}

@@ -109,8 +109,8 @@ func TestFullRedisNeverExecutesTwice(t *testing.T) {
 	t.Run("new key refused", func(t *testing.T) {
 		const fresh = "full-redis-new"
 		r := mustSend(t, e.c, e.ps[1].URL(), request{Key: fresh})
-		if r.Problem() != "store-full" || r.Header.Get("Retry-After") == "" {
-			t.Errorf("new key while full: %s (Retry-After %q), want 503 store-full with Retry-After", r, r.Header.Get("Retry-After"))
+		if r.Problem() != "store-full" || r.Header.Get("Retry-After") != "5" {
+			t.Errorf("new key while full: %s (Retry-After %q), want 503 store-full with Retry-After: 5", r, r.Header.Get("Retry-After"))
 		}
 		if n := e.up.Count(fresh); n != 0 {
 			t.Errorf("new key refused as store-full but executed %d times upstream", n)

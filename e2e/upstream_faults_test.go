@@ -170,8 +170,8 @@ func TestClientGivesUp(t *testing.T) {
 	}
 	c := newClient(t, 10*time.Second)
 	inFlight := mustSend(t, c, p.URL(), request{Key: key, Header: slow})
-	if inFlight.Status != http.StatusConflict || inFlight.Problem() != "in-flight" || inFlight.Header.Get("Retry-After") == "" {
-		t.Errorf("retry while in flight: %s (Retry-After %q), want 409 in-flight with Retry-After",
+	if inFlight.Status != http.StatusConflict || inFlight.Problem() != "in-flight" || inFlight.Header.Get("Retry-After") != "1" {
+		t.Errorf("retry while in flight: %s (Retry-After %q), want 409 in-flight with Retry-After: 1",
 			inFlight, inFlight.Header.Get("Retry-After"))
 	}
 	rt := retrier{Client: c, Bases: []string{p.URL()}, MaxAttempts: 100, MaxWait: 100 * time.Millisecond, Rand: testRand(1)}

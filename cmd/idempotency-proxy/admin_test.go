@@ -161,8 +161,13 @@ func TestFullMemoryStoreIsNamedInReadyz(t *testing.T) {
 	}
 	full := false
 	for i := 0; i < 200 && !full; i++ {
-		res, _ := p.post(t, "/charge", "fill-"+strconv.Itoa(i), strings.Repeat("x", 100))
-		full = res.StatusCode == http.StatusServiceUnavailable
+		res, body := p.post(t, "/charge", "fill-"+strconv.Itoa(i), strings.Repeat("x", 100))
+		if full = res.StatusCode == http.StatusServiceUnavailable; full {
+			if !strings.Contains(body, "/problems/store-full") || res.Header.Get("Retry-After") != "5" {
+				t.Fatalf("new key on a full store: %d (Retry-After %q) %s, want 503 store-full with Retry-After: 5",
+					res.StatusCode, res.Header.Get("Retry-After"), body)
+			}
+		}
 	}
 	if !full {
 		t.Fatal("a 4KiB memory store never filled up")
