@@ -28,6 +28,10 @@ var (
 	probInternal     = problem{proxy.ProblemBase + "admin-failed", "Admin operation failed", http.StatusInternalServerError}
 )
 
+// problemTypes is every problem the admin API answers, each listed in
+// clients/contract.json (TestEveryAdminProblemTypeIsInTheContract).
+var problemTypes = []problem{probUnauthorized, probBadRequest, probNotFound, probUnsupported, probStore, probInternal}
+
 type problemBody struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`

@@ -44,6 +44,10 @@ type Client struct {
 	// MaxBufferedBody bounds the copy kept of a request body that has no
 	// GetBody, in bytes; 0 means DefaultMaxBufferedBody.
 	MaxBufferedBody int64
+	// OnRetry, when set, is called before each wait between two attempts
+	// with why the client retries and how long it waits: for logs and
+	// metrics. It must not block.
+	OnRetry func(Retry)
 
 	// Test seams; nil means the real clock, sleep and random source.
 	now    func() time.Time
@@ -75,8 +79,9 @@ func KeyOf(resp *http.Response) string {
 // replaces req's own context. Do closes req.Body, like http.Client.Do.
 //
 // On success the caller must close the response body. A non-nil error is a
-// *RetryError, a *MismatchError, or an error about the request itself (an
-// invalid key, a body that cannot be replayed); the response is then nil.
+// *RetryError, a *MismatchError, a *ProblemError, or an error about the
+// request itself (an invalid key, a body that cannot be replayed); the
+// response is then nil.
 func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, error) {
 	key, err := operationKey(ctx, req)
 	if err != nil {
@@ -95,10 +100,40 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 		if last.final() {
 			return last.deliver(key)
 		}
-		if n == maxAttempts || ctx.Err() != nil || c.wait(ctx, c.delay(n, last)) != nil {
+		if n == maxAttempts || ctx.Err() != nil {
+			return nil, last.giveUp(ctx, key, n)
+		}
+		d := c.delay(n, last)
+		if c.OnRetry != nil {
+			c.OnRetry(last.retryInfo(n, d))
+		}
+		if c.wait(ctx, d) != nil {
 			return nil, last.giveUp(ctx, key, n)
 		}
 	}
+}
+
+// Retry describes one retry, for Client.OnRetry.
+type Retry struct {
+	// Attempt is the attempt that failed, from 1.
+	Attempt int
+	// Delay is the wait before the next attempt.
+	Delay time.Duration
+	// StatusCode is the failed attempt's status, 0 for a transport error
+	// or an attempt timeout.
+	StatusCode int
+	// Problem is the failed attempt's problem detail, if it had one.
+	Problem *Problem
+	// Err is the transport error, nil when there was a response.
+	Err error
+}
+
+func (r attemptResult) retryInfo(n int, d time.Duration) Retry {
+	info := Retry{Attempt: n, Delay: d, Problem: r.problem, Err: r.err}
+	if r.resp != nil {
+		info.StatusCode = r.resp.StatusCode
+	}
+	return info
 }
 
 // operationKey picks the operation's key: the request header, else WithKey's,

@@ -17,24 +17,29 @@
 //     operation at most once however many attempts reach it. A caller that may
 //     resume an operation after a restart derives the key from its own
 //     operation id with [KeyFor], or persists the key before the first call.
-//   - Retried, with the same key: transport errors and per-attempt timeouts
+//   - What the client does with each answer is clients/contract.json, the
+//     table docs/clients.md shows and the JavaScript and Python clients share.
+//     Retried, with the same key: transport errors and per-attempt timeouts
 //     (the response may have been lost on the way back; the retry gets the
-//     recorded replay), 409 (the first attempt is still in flight), 429 and
-//     503 (not processed; Retry-After is honoured in both delta-seconds and
-//     HTTP-date form, capped by MaxDelay), 502 and 504 (the proxy could not
-//     get an answer from the upstream).
+//     recorded replay); the proxy's in-flight (409), store-unavailable and
+//     store-full (503), upstream-unreachable and upstream-failed (502) and
+//     upstream-timeout (504); and, from anyone else, 409, 429, 502, 503 and
+//     504. Retry-After is honoured in both delta-seconds and HTTP-date form,
+//     capped by MaxDelay.
 //   - Never retried: a response carrying "Idempotent-Replayed: true" (it is the
-//     recorded answer; asking again cannot change it), every other 4xx, and
-//     every other 5xx (the proxy records them: a retry would only replay them).
-//   - A 422 whose problem+json type is [ProblemPayloadMismatch] means the key
-//     was already used with a different payload: a bug in the caller, returned
-//     as a [*MismatchError] (errors.Is(err, [ErrKeyReused]) holds), never
-//     retried. Any other 422 is the upstream's own answer and is returned as a
-//     response.
+//     recorded answer; asking again cannot change it), and every other status
+//     (the proxy records them: a retry would only replay them).
+//   - The proxy's answers that no retry can change are errors, never
+//     responses: 422 payload-mismatch is a [*MismatchError]
+//     (errors.Is(err, [ErrKeyReused]) holds), a bug in the caller; every
+//     other (a missing or invalid key, a body too large or ambiguous, 410
+//     key-expired with errors.Is(err, [ErrKeyExpired]), a record that cannot
+//     be read) is a [*ProblemError]. An upstream's own 4xx or 5xx, with a
+//     problem type of its own or none, is returned as a response.
 //   - Between attempts the client waits with exponential backoff and full
 //     jitter: a random delay in [0, min(MaxDelay, BaseDelay·2^(n-1))), or the
 //     server's Retry-After when it sent one. ctx bounds the whole operation,
-//     waits included.
+//     waits included. [Client.OnRetry] sees each retry and its delay.
 //   - When it gives up — attempts exhausted, or ctx done — Do returns a
 //     [*RetryError] with the number of attempts, the last status or transport
 //     error, and the key; it wraps the cause, so errors.Is(err,

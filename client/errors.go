@@ -10,20 +10,27 @@ import (
 	"net/http"
 )
 
-// Problem type URIs of the proxy's RFC 9457 error responses (docs/request-handling.md). They
-// let a caller tell the proxy's answers from the upstream's own.
+// Problem type URIs of the proxy's RFC 9457 error responses (docs/clients.md lists them with
+// what the client does on each; clients/contract.json is the list). They let a caller tell
+// the proxy's answers from the upstream's own.
 const (
 	problemBase = "https://idempotency-proxy.dev/problems/"
 
 	ProblemMissingKey          = problemBase + "missing-key"          // 400: key required, none sent
 	ProblemInvalidKey          = problemBase + "invalid-key"          // 400: empty, too long, non-printable or repeated
 	ProblemBodyUnreadable      = problemBase + "body-unreadable"      // 400: request body could not be read
+	ProblemAmbiguousBody       = problemBase + "ambiguous-body"       // 400: JSON body readable two ways (duplicate names)
+	ProblemAmbiguousPath       = problemBase + "ambiguous-path"       // 400: path readable two ways (%2F, %5C, ;)
 	ProblemBodyTooLarge        = problemBase + "body-too-large"       // 413: over max_request_body
 	ProblemInFlight            = problemBase + "in-flight"            // 409: first request with the key still running
+	ProblemKeyExpired          = problemBase + "key-expired"          // 410: the key's record expired; not executed again
 	ProblemPayloadMismatch     = problemBase + "payload-mismatch"     // 422: key reused with a different payload
 	ProblemStoreUnavailable    = problemBase + "store-unavailable"    // 503: proxy's store down, upstream not called
+	ProblemStoreFull           = problemBase + "store-full"           // 503: proxy's store full, upstream not called
+	ProblemRecordUnreadable    = problemBase + "record-unreadable"    // 503: the recorded answer cannot be read; never executed again
 	ProblemUpstreamUnreachable = problemBase + "upstream-unreachable" // 502: request never reached the upstream
-	ProblemUpstreamFailed      = problemBase + "upstream-failed"      // 502/504: upstream failed after the request was sent
+	ProblemUpstreamFailed      = problemBase + "upstream-failed"      // 502: upstream failed after the request was sent
+	ProblemUpstreamTimeout     = problemBase + "upstream-timeout"     // 504: upstream still running; retries get 409, then its answer
 )
 
 // maxProblemBody bounds how much of an error body is read to parse it.
@@ -35,6 +42,11 @@ var (
 	// operation, or a payload that changed between retries); retrying with the
 	// same key can never succeed. Returned wrapped in a *MismatchError.
 	ErrKeyReused = errors.New("client: idempotency key reused with a different payload")
+	// ErrKeyExpired means the operation's key was completed once and its
+	// record has expired: the proxy refuses to execute it again (410
+	// key-expired). Look the operation's outcome up another way. Returned
+	// wrapped in a *ProblemError.
+	ErrKeyExpired = errors.New("client: idempotency key expired")
 	// ErrAttemptsExhausted is the cause of a *RetryError whose every attempt
 	// got a retryable status.
 	ErrAttemptsExhausted = errors.New("client: attempts exhausted")
@@ -69,6 +81,35 @@ func (e *MismatchError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrKeyReused) hold.
 func (e *MismatchError) Unwrap() error { return ErrKeyReused }
+
+// ProblemError is returned for the proxy's answers that retrying with the
+// same key cannot change (a missing or invalid key, a body too large or
+// ambiguous, an expired key, a record that cannot be read): a problem in
+// the request or the deployment, not the operation's outcome.
+type ProblemError struct {
+	// Key is the operation's idempotency key.
+	Key string
+	// StatusCode is the proxy's status.
+	StatusCode int
+	// Problem is the proxy's problem detail.
+	Problem Problem
+}
+
+func (e *ProblemError) Error() string {
+	msg := fmt.Sprintf("client: proxy answered %d %s (key %q)", e.StatusCode, e.Problem.Type, e.Key)
+	if e.Problem.Detail != "" {
+		msg += ": " + e.Problem.Detail
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrKeyExpired) hold for a 410 key-expired.
+func (e *ProblemError) Unwrap() error {
+	if e.Problem.Type == ProblemKeyExpired {
+		return ErrKeyExpired
+	}
+	return nil
+}
 
 // RetryError is returned when Do gives up: attempts exhausted or ctx done.
 type RetryError struct {

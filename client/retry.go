@@ -8,41 +8,82 @@ import (
 	"time"
 )
 
+// action is what the client does with an answer.
+type action int
+
+const (
+	done  action = iota // the operation's answer: returned to the caller
+	retry               // same request, same key, after Retry-After or backoff
+	stop                // the proxy's problem that no retry can change: an error
+)
+
+// problemActions decides each of the proxy's problem types. It is the Go copy
+// of clients/contract.json, which TestClientFollowsTheContract holds it to.
+var problemActions = map[string]action{
+	ProblemMissingKey:          stop,
+	ProblemInvalidKey:          stop,
+	ProblemBodyUnreadable:      stop,
+	ProblemAmbiguousBody:       stop,
+	ProblemAmbiguousPath:       stop,
+	ProblemBodyTooLarge:        stop,
+	ProblemInFlight:            retry,
+	ProblemKeyExpired:          stop,
+	ProblemPayloadMismatch:     stop,
+	ProblemStoreUnavailable:    retry,
+	ProblemStoreFull:           retry,
+	ProblemRecordUnreadable:    stop,
+	ProblemUpstreamUnreachable: retry,
+	ProblemUpstreamFailed:      retry,
+	ProblemUpstreamTimeout:     retry,
+}
+
+// statusAction decides an answer that carries none of the proxy's problem
+// types, the upstream's own included: these statuses say the operation may
+// not have run, or its answer is not known yet; a retry gets the answer, or
+// its replay.
+func statusAction(code int) action {
+	switch code {
+	case http.StatusConflict, http.StatusTooManyRequests, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return retry
+	}
+	return done
+}
+
 // attemptResult is the outcome of one attempt.
 type attemptResult struct {
 	resp *http.Response // nil on transport error
 	err  error          // transport error, or a fatal request error
 	// fatal errors concern the request itself; retrying cannot help.
 	fatal bool
-	// retry is set by classify for responses worth another attempt.
-	retry bool
-	// mismatch marks the proxy's 422 payload-mismatch answer.
-	mismatch bool
-	problem  *Problem
+	// action is set by classify.
+	action  action
+	problem *Problem
 	// retryAfter is the server's Retry-After, valid when hasRetryAfter.
 	retryAfter    time.Duration
 	hasRetryAfter bool
 }
 
-// classify decides what a response means for the operation.
+// classify decides what a response means for the operation: a replay is
+// the recorded answer (asking again returns it again); one of the proxy's
+// problem types is decided by problemActions; anything else by its status.
 func (r *attemptResult) classify(now func() time.Time) {
 	resp := r.resp
-	switch resp.StatusCode {
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable,
-		http.StatusBadGateway, http.StatusGatewayTimeout:
-		// A replay is the recorded answer: asking again returns it again.
-		r.retry = !Replayed(resp)
-	case http.StatusUnprocessableEntity:
-		r.problem = readProblem(resp)
-		r.mismatch = r.problem != nil && r.problem.Type == ProblemPayloadMismatch
-		return
-	default:
-		return
-	}
-	if !r.retry {
+	if Replayed(resp) || resp.StatusCode < 400 {
 		return
 	}
 	r.problem = readProblem(resp)
+	act, ok := done, false
+	if r.problem != nil {
+		act, ok = problemActions[r.problem.Type]
+	}
+	if !ok {
+		act = statusAction(resp.StatusCode)
+	}
+	r.action = act
+	if act != retry {
+		return
+	}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		if now == nil {
 			now = time.Now
@@ -53,7 +94,7 @@ func (r *attemptResult) classify(now func() time.Time) {
 
 // final reports whether the operation ends with this attempt.
 func (r attemptResult) final() bool {
-	return r.fatal || (r.resp != nil && !r.retry)
+	return r.fatal || (r.resp != nil && r.action != retry)
 }
 
 // deliver turns a final attempt into Do's result.
@@ -61,9 +102,12 @@ func (r attemptResult) deliver(key string) (*http.Response, error) {
 	switch {
 	case r.fatal:
 		return nil, r.err
-	case r.mismatch:
+	case r.action == stop:
 		drainAndClose(r.resp)
-		return nil, &MismatchError{Key: key, Problem: *r.problem}
+		if r.problem.Type == ProblemPayloadMismatch {
+			return nil, &MismatchError{Key: key, Problem: *r.problem}
+		}
+		return nil, &ProblemError{Key: key, StatusCode: r.resp.StatusCode, Problem: *r.problem}
 	}
 	return r.resp, nil
 }

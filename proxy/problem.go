@@ -32,6 +32,14 @@ var (
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 )
 
+// problemTypes is every problem the proxy answers. clients/contract.json
+// decides what a client does with each; TestEveryProblemTypeHasAClientDecision
+// fails when the two disagree, or when a problem is missing here.
+var problemTypes = []problem{
+	probMissingKey, probInvalidKey, probBadBody, probTooLarge, probInFlight, probMismatch,
+	probStore, probStoreFull, probUnreachable, probUpstreamError,
+}
+
 type problemBody struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`

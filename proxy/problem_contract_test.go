@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+)
+
+// notYetAnswered are problem types the contract decides for clients before
+// the proxy answers them, so clients ship ready for them. Each leaves this
+// list in the change that makes the proxy answer it.
+var notYetAnswered = []string{"ambiguous-body", "ambiguous-path", "upstream-timeout", "record-unreadable", "key-expired"}
+
+// Every problem the proxy answers is in clients/contract.json with the same
+// status and Retry-After, so no problem type reaches clients undecided, and
+// the contract lists no proxy problem the proxy does not answer.
+func TestEveryProblemTypeHasAClientDecision(t *testing.T) {
+	c, err := contract.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProblemBase != ProblemBase {
+		t.Errorf("contract problem_base %q, proxy ProblemBase %q", c.ProblemBase, ProblemBase)
+	}
+	declared, err := contract.DeclaredTypes(".", "problem", "ProblemBase")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, p := range problemTypes {
+		listed = append(listed, strings.TrimPrefix(p.Type, ProblemBase))
+	}
+	slices.Sort(listed)
+	if !slices.Equal(listed, declared) {
+		t.Errorf("problemTypes lists %q, the package declares %q", listed, declared)
+	}
+	for _, p := range problemTypes {
+		name := strings.TrimPrefix(p.Type, ProblemBase)
+		row, ok := c.ByType(name)
+		switch {
+		case !ok:
+			t.Errorf("problem %s is not in %s: decide what clients do with it", name, contract.Path)
+		case !row.On(contract.ListenerProxy):
+			t.Errorf("problem %s: %s does not list it on the proxy listener", name, contract.Path)
+		case row.Status != p.Status:
+			t.Errorf("problem %s: status %d, %s says %d", name, p.Status, contract.Path, row.Status)
+		case row.RetryAfter != (p.RetryAfter > 0):
+			t.Errorf("problem %s: sends Retry-After %v, %s says %v", name, p.RetryAfter > 0, contract.Path, row.RetryAfter)
+		}
+	}
+	for _, row := range c.Problems {
+		if row.On(contract.ListenerProxy) && !slices.Contains(listed, row.Type) && !slices.Contains(notYetAnswered, row.Type) {
+			t.Errorf("%s lists problem %s on the proxy listener, which the proxy never answers", contract.Path, row.Type)
+		}
+		if slices.Contains(listed, row.Type) && slices.Contains(notYetAnswered, row.Type) {
+			t.Errorf("problem %s is answered now: remove it from notYetAnswered", row.Type)
+		}
+	}
+}
