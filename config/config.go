@@ -41,9 +41,9 @@ type Config struct {
 	// AdminListen serves /metrics, /healthz and /readyz, host:port.
 	AdminListen string `config:"admin_listen" flag:"admin-listen"`
 	// LogLevel is the minimum level of the JSON logs on stderr.
-	LogLevel slog.Level `config:"log_level" flag:"log-level"`
+	LogLevel slog.Level `config:"log_level" flag:"log-level" reload:"live"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM/SIGINT.
-	ShutdownTimeout time.Duration `config:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `config:"shutdown_timeout" reload:"live"`
 	Upstream        Upstream      `config:"upstream"`
 	Store           Store         `config:"store"`
 	Admin           Admin         `config:"admin"`
@@ -51,9 +51,9 @@ type Config struct {
 	// Defaults is the policy of every request no route matches, and the base
 	// every route inherits from. It is decoded before Routes, which start
 	// from it.
-	Defaults Policy `config:"defaults"`
+	Defaults Policy `config:"defaults" reload:"live"`
 	// Routes hold effective policies: keys a route does not set come from Defaults.
-	Routes []Route `config:"routes"`
+	Routes []Route `config:"routes" reload:"live"`
 	// File is the path of the configuration file used, "" when none.
 	File string
 }
@@ -66,67 +66,36 @@ type Upstream struct {
 	Timeout time.Duration `config:"timeout"`
 }
 
-// Store kinds.
+// Store kinds the code names; every kind is a field of Store.
 const (
 	StoreMemory = "memory"
 	StoreRedis  = "redis"
 )
 
 // Store selects and configures where keys, locks and responses are kept.
+//
+// Every field after Kind is a store kind: its tag is the kind's name and the
+// key of its section, and its type is the store package's own Options (a
+// store.Options), which declares the section's keys, defaults and checks.
+// Adding a kind is adding its field (docs/architecture.md, "Adding a
+// store").
 type Store struct {
-	// Kind is StoreMemory or StoreRedis; Load always sets it. "" (as in
-	// Default) means redis when Redis.URL or Redis.Addrs is set, else memory.
-	Kind   string      `config:"kind"`
-	Memory MemoryStore `config:"memory"`
-	Redis  RedisStore  `config:"redis"`
-}
-
-// kind resolves an empty Kind: setting a Redis address is enough to use
-// Redis.
-func (s Store) kind() string {
-	switch {
-	case s.Kind != "":
-		return s.Kind
-	case s.Redis.URL != "" || len(s.Redis.Addrs) > 0:
-		return StoreRedis
-	default:
-		return StoreMemory
-	}
-}
-
-// MemoryStore configures the in-process store.
-type MemoryStore struct {
-	// MaxBytes bounds the recorded data; when full, WhenFull decides.
-	MaxBytes Size `config:"max_bytes"`
-	// WhenFull is "reject" (new keys get the store-full answer of
-	// on_store_error) or "evict_oldest" (the oldest completed records
-	// are dropped; a lease never is).
-	WhenFull memory.WhenFull `config:"when_full"`
-}
-
-// RedisStore configures the Redis store: URL for one node, Addrs for a
-// cluster, or Addrs with MasterName for Sentinel.
-type RedisStore struct {
-	// URL is redis:// or rediss:// (TLS), credentials and database included.
-	URL string `config:"url" flag:"redis-url"`
-	// Addrs are host:port seeds of a cluster, or Sentinel addresses.
-	Addrs []string `config:"addrs"`
-	// MasterName selects Sentinel mode.
-	MasterName string `config:"master_name"`
-	// KeyPrefix starts every key the proxy writes.
-	KeyPrefix string `config:"key_prefix"`
-	// Timeout bounds each store operation.
-	Timeout time.Duration `config:"timeout"`
+	// Kind names the store in use; Load always sets it. "" (as in Default)
+	// means the kind whose address is set (store.redis.url or addrs, ...),
+	// else memory; two kinds with an address and no Kind is a problem.
+	Kind   string             `config:"kind"`
+	Memory memory.Options     `config:"memory"`
+	Redis  redisstore.Options `config:"redis"`
 }
 
 // Admin configures the operator API on the admin listener.
 type Admin struct {
 	// Token enables /admin/ and is the bearer token it requires. Prefer
 	// setting it through the environment (IDEMPOTENCY_PROXY_ADMIN_TOKEN).
-	Token string `config:"token"`
+	Token string `config:"token" reload:"live"`
 	// TokenFile names a file holding the token instead; it is read again
 	// on every reload. Not both.
-	TokenFile string `config:"token_file"`
+	TokenFile string `config:"token_file" reload:"live"`
 	// PProf serves /debug/pprof/ on the admin listener, behind the token
 	// when one is set.
 	PProf bool `config:"pprof"`
@@ -156,8 +125,8 @@ type Route struct {
 
 // Default returns the built-in defaults. Upstream.URL is nil: it has no
 // default and must be configured. Defaults owned by the packages that use
-// them (the policy, the upstream timeout, the Redis prefix and timeout) are
-// taken from there.
+// them (the policy, the upstream timeout, every store's options) are taken
+// from there.
 func Default() *Config {
 	return &Config{
 		Listen:          ":8080",
@@ -165,15 +134,8 @@ func Default() *Config {
 		LogLevel:        slog.LevelInfo,
 		ShutdownTimeout: 30 * time.Second,
 		Upstream:        Upstream{Timeout: proxy.DefaultUpstreamTimeout},
-		Store: Store{
-			Memory: MemoryStore{MaxBytes: 256 * MiB},
-			Redis: RedisStore{
-				Addrs:     []string{},
-				KeyPrefix: redisstore.DefaultKeyPrefix,
-				Timeout:   redisstore.DefaultTimeout,
-			},
-		},
-		Defaults: proxy.DefaultPolicy(),
-		Routes:   []Route{},
+		Store:           defaultStore(),
+		Defaults:        proxy.DefaultPolicy(),
+		Routes:          []Route{},
 	}
 }

@@ -13,9 +13,11 @@
 // field. A policy (defaults and each route) is the handler's own
 // proxy.Policy: its tags are the policy keys, proxy.DefaultPolicy its
 // defaults, its typed values (proxy.Concurrency…) parse their own words, and
-// proxy.Policy.Check validates it — for Load and for proxy.New alike. The
-// upstream timeout and the Redis key prefix and timeout are likewise the
-// defaults of the packages that use them.
+// proxy.Policy.Check validates it — for Load and for proxy.New alike. A
+// store's section is likewise its package's own Options (a store.Options):
+// its tags are the keys, its Defaults and Check the defaults and checks, and
+// each field of Store after Kind is a kind. The upstream timeout is the
+// proxy's default.
 //
 // # Layers
 //
@@ -36,9 +38,11 @@
 // "routes" override) replaces the file's whole list with a YAML or JSON
 // document, e.g. [{"match":"POST /v1/charges","ttl":"72h"}].
 //
-// A layer (environment or flags) that sets store.redis.url or
-// store.redis.addrs but not store.kind also sets store.kind to redis, so
-// --redis-url switches the store even over a file that says "kind: memory".
+// A layer (environment or flags) that sets a store's address key (tagged
+// `address`: store.redis.url, store.redis.addrs...) but not store.kind also
+// sets store.kind to that store, so --redis-url switches the store even over
+// a file that says "kind: memory". Without store.kind in any layer, the kind
+// whose address is set is used, else memory; two is an error.
 //
 // # Routes
 //

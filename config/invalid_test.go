@@ -70,6 +70,10 @@ var invalidFiles = []invalidCase{
 		"routes[0].on_upstream_error: must be one of release, keep",
 		"store.kind: must be one of memory, redis",
 	}},
+	// A kind is never guessed: a near miss says which one it is close to.
+	{"invalid-store-kind.yaml", []string{
+		"store.kind: must be one of memory, redis; did you mean redis?",
+	}},
 	{"invalid-lock-ttl.yaml", []string{
 		"routes[0].lock_ttl: 40s (from defaults) exceeds ttl 30s",
 	}},

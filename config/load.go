@@ -174,8 +174,8 @@ func applyOverrides(d *decoder, tree map[string]any, overrides map[string]string
 }
 
 // applyLayer puts a layer's values over the tree. A layer that gives a
-// Redis address without a store kind means Redis, even over a file that says
-// "kind: memory": that is what --redis-url promises.
+// store's address without a store kind selects that store, even over a file
+// that says "kind: memory": that is what --redis-url promises.
 func applyLayer(tree map[string]any, layer map[string]sourced) {
 	for _, key := range slices.Sorted(maps.Keys(layer)) {
 		set(tree, key, layer[key])
@@ -187,15 +187,7 @@ func applyLayer(tree map[string]any, layer map[string]sourced) {
 			}
 		}
 	}
-	if _, ok := layer["store.kind"]; ok {
-		return
-	}
-	for _, key := range []string{"store.redis.url", "store.redis.addrs"} {
-		if v, ok := layer[key]; ok && strings.TrimSpace(v.value) != "" {
-			set(tree, "store.kind", sourced{value: StoreRedis, origin: v.origin})
-			return
-		}
-	}
+	applyLayerKind(tree, layer)
 }
 
 // unset removes a dotted key from the tree, if it is there.

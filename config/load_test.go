@@ -152,8 +152,8 @@ defaults:
 			"PATH=/usr/bin",
 		}, nil, func(t *testing.T, c *Config) {
 			d := c.Defaults
-			if c.Listen != ":1001" || d.LockTTL != 20*time.Second || !d.RequireKey || c.Store.Memory.MaxBytes != GiB {
-				t.Errorf("listen=%s lock_ttl=%s require_key=%t max_bytes=%s", c.Listen, d.LockTTL, d.RequireKey, c.Store.Memory.MaxBytes)
+			if c.Listen != ":1001" || d.LockTTL != 20*time.Second || !d.RequireKey || c.Store.Memory.MaxBytes != int64(GiB) {
+				t.Errorf("listen=%s lock_ttl=%s require_key=%t max_bytes=%d", c.Listen, d.LockTTL, d.RequireKey, c.Store.Memory.MaxBytes)
 			}
 			if !slices.Equal(d.Methods, []string{"POST", "PUT"}) || !slices.Equal(d.ReleaseStatuses, []int{503}) {
 				t.Errorf("methods=%q release_statuses=%v", d.Methods, d.ReleaseStatuses)

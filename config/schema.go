@@ -16,7 +16,13 @@ type field struct {
 	// alt is the key this one is an alternative to (`alt:"key"`): a
 	// mapping that sets one of them resets the other, as a route setting
 	// header drops the key_sources it inherited.
-	alt   string
+	alt string
+	// address marks a key that says where a store is (`address:"yes"`):
+	// setting it selects its store kind (see store.Options).
+	address bool
+	// live marks a key a reload applies (`reload:"live"`); every other key
+	// needs a restart to take effect (RestartNeeded).
+	live  bool
 	index []int // reflect.Value.FieldByIndex of the struct
 	typ   reflect.Type
 }
@@ -41,7 +47,9 @@ func fieldsOf(t reflect.Type) []field {
 			continue
 		}
 		key, option, _ := strings.Cut(tag, ",")
-		out = append(out, field{key: key, option: option, flag: sf.Tag.Get("flag"), alt: sf.Tag.Get("alt"), index: []int{i}, typ: sf.Type})
+		_, address := sf.Tag.Lookup("address")
+		out = append(out, field{key: key, option: option, flag: sf.Tag.Get("flag"), alt: sf.Tag.Get("alt"),
+			address: address, live: sf.Tag.Get("reload") == "live", index: []int{i}, typ: sf.Type})
 	}
 	return out
 }

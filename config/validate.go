@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -139,52 +138,5 @@ func checkUpstream(v *validation, u Upstream) {
 	}
 	if u.Timeout <= 0 {
 		v.add("upstream.timeout", "must be > 0, not %s", u.Timeout)
-	}
-}
-
-func checkStore(v *validation, s Store) {
-	r := s.Redis
-	switch s.kind() {
-	case StoreMemory:
-	case StoreRedis:
-		if r.URL == "" && len(r.Addrs) == 0 {
-			v.add("store.kind", "redis needs store.redis.url or store.redis.addrs: set %s", setWith("store.redis.url"))
-		}
-	default:
-		v.add("store.kind", "must be one of memory, redis")
-	}
-	if s.Memory.MaxBytes <= 0 {
-		v.add("store.memory.max_bytes", "must be > 0, not %s", s.Memory.MaxBytes)
-	}
-	if r.URL != "" {
-		u, err := url.Parse(r.URL)
-		switch {
-		case err != nil:
-			// The error text would echo the URL, password included.
-			v.add("store.redis.url", "invalid URL")
-		case u.Scheme != "redis" && u.Scheme != "rediss":
-			v.add("store.redis.url", "scheme must be redis or rediss, not %q", u.Scheme)
-		case u.Host == "":
-			v.add("store.redis.url", "missing host")
-		}
-		if len(r.Addrs) > 0 {
-			v.add("store.redis.addrs", "set either store.redis.url or store.redis.addrs, not both")
-		}
-	}
-	for i, a := range r.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			v.add(fmt.Sprintf("store.redis.addrs[%d]", i), "invalid address %q (want host:port)", a)
-		}
-	}
-	if r.MasterName != "" && len(r.Addrs) == 0 {
-		v.add("store.redis.master_name", "needs store.redis.addrs (the Sentinel addresses)")
-	}
-	if strings.ContainsAny(r.KeyPrefix, "{}") {
-		// Braces would defeat the hash tag that keeps one key's entries in
-		// one Cluster slot.
-		v.add("store.redis.key_prefix", "must not contain { or }")
-	}
-	if r.Timeout <= 0 {
-		v.add("store.redis.timeout", "must be > 0, not %s", r.Timeout)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // newRegistry is the registry every metric of the process is registered
@@ -35,7 +35,7 @@ func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) 
 // newAdmin builds the admin listener's handler and checks the store once,
 // logging the root cause of a failure; the proxy starts either way and
 // /readyz answers 503 until the store answers.
-func newAdmin(cfg *config.Config, st storeCloser, reg *prometheus.Registry, pm *proxy.Metrics, am *admin.Metrics,
+func newAdmin(cfg *config.Config, st store.Store, reg *prometheus.Registry, pm *proxy.Metrics, am *admin.Metrics,
 	h *proxy.Handler, token *admin.Token, log *slog.Logger) *admin.Handler {
 	a := admin.New(admin.Options{
 		Store:        st,
@@ -75,10 +75,10 @@ func adminToken(c config.Admin) (string, error) {
 // startCheckTimeout bounds the store check at start.
 const startCheckTimeout = 2 * time.Second
 
-// storeStats returns the memory store's size figures for the metrics, nil
-// for a store that keeps none.
+// storeStats returns the size figures of a store that keeps them (the
+// memory store) for the metrics, nil for a store that keeps none.
 func storeStats(st any) func() admin.StoreStats {
-	ms, ok := st.(interface{ Stats() memory.Stats })
+	ms, ok := st.(store.StatsReporter)
 	if !ok {
 		return nil
 	}

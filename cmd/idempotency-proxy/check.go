@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
@@ -86,19 +85,10 @@ func checkStore(c config.Store, line func(status, what, detail string)) {
 
 // storeTarget names the store without credentials.
 func storeTarget(c config.Store) string {
-	if c.Kind != config.StoreRedis {
-		return "memory"
+	if opts := c.Options(); opts != nil {
+		return opts.Describe()
 	}
-	if c.Redis.URL != "" {
-		if u, err := url.Parse(c.Redis.URL); err == nil {
-			return u.Redacted()
-		}
-		return "redis"
-	}
-	if c.Redis.MasterName != "" {
-		return "sentinel " + c.Redis.MasterName + " via " + strings.Join(c.Redis.Addrs, ",")
-	}
-	return "cluster " + strings.Join(c.Redis.Addrs, ",")
+	return c.Kind
 }
 
 func checkUpstream(u *url.URL, line func(status, what, detail string)) {

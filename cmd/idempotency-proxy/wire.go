@@ -6,32 +6,20 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
-	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// storeCloser is a proxy.Store that holds resources.
-type storeCloser interface {
-	proxy.Store
-	Close() error
-}
-
-func openStore(c config.Store, log *slog.Logger) (storeCloser, error) {
-	if c.Kind == config.StoreRedis {
-		redis.SetLogger(redisLogger{log})
-		return redisstore.New(redisstore.Options{
-			URL:        c.Redis.URL,
-			Addrs:      c.Redis.Addrs,
-			MasterName: c.Redis.MasterName,
-			KeyPrefix:  c.Redis.KeyPrefix,
-			Timeout:    c.Redis.Timeout,
-		})
+// openStore opens the store the configuration selects: each kind's
+// options open their own store (store.Options).
+func openStore(c config.Store, log *slog.Logger) (store.Store, error) {
+	opts := c.Options()
+	if opts == nil {
+		// Load refuses an unknown kind; a Config built in code may not.
+		return nil, fmt.Errorf("store.kind: unknown store kind %q", c.Kind)
 	}
-	return memory.New(memory.Options{MaxBytes: int64(c.Memory.MaxBytes), WhenFull: c.Memory.WhenFull}), nil
+	return opts.Open(log)
 }
 
 func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *proxy.Metrics) proxy.Options {
@@ -64,11 +52,3 @@ type pinger interface {
 }
 
 const readyTimeout = time.Second
-
-// redisLogger sends go-redis's own log lines (reconnect attempts, pool
-// errors) to the JSON log instead of a plain line on stderr.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
-}

@@ -107,10 +107,11 @@ func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil
 type Options struct {
 	// MaxBytes bounds the approximate memory used by entries; 0 means no
 	// bound. See the package documentation for the behaviour when full.
-	MaxBytes int64
+	// The configuration requires a bound (DefaultMaxBytes unless set).
+	MaxBytes int64 `config:"max_bytes,size"`
 	// WhenFull is what a write that would exceed MaxBytes does; the zero
 	// value is Reject.
-	WhenFull WhenFull
+	WhenFull WhenFull `config:"when_full"`
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 	// SweepInterval is the pause between visits of the expiry sweeper to

@@ -153,16 +153,9 @@ func parseCursor(c string) (int, string, error) {
 	return i, string(last), nil
 }
 
-// Stats are the store's figures for its gauges and counter.
-type Stats struct {
-	// Bytes is the approximate size of the entries held (UsedBytes).
-	Bytes int64
-	// Records is the number of completed records held, expired ones
-	// included until they are reclaimed.
-	Records int64
-	// Evictions counts the records dropped to make room (EvictOldest).
-	Evictions uint64
-}
+// Stats are the store's figures for its gauges and counter: Bytes is
+// UsedBytes, Evictions counts records dropped under EvictOldest.
+type Stats = store.Stats
 
 // Stats returns the current figures.
 func (s *Store) Stats() Stats {

@@ -74,19 +74,19 @@ const (
 // Addrs with MasterName for Sentinel, or several Addrs for a Cluster.
 type Options struct {
 	// URL is redis://[user:password@]host:port/db or rediss:// for TLS.
-	URL string
+	URL string `config:"url" flag:"redis-url" address:"yes"`
 	// Addrs are Sentinel addresses (with MasterName) or Cluster seed nodes.
-	Addrs []string
+	Addrs []string `config:"addrs" address:"yes"`
 	// MasterName is the master's name in Sentinel.
-	MasterName string
+	MasterName string `config:"master_name"`
 	// Username, Password and TLSConfig apply to Addrs deployments; a URL
 	// carries its own.
 	Username, Password string
 	TLSConfig          *tls.Config
 	// KeyPrefix is prepended to every key; empty means DefaultKeyPrefix.
-	KeyPrefix string
+	KeyPrefix string `config:"key_prefix"`
 	// Timeout bounds every operation, dial included; 0 means DefaultTimeout.
-	Timeout time.Duration
+	Timeout time.Duration `config:"timeout"`
 	// PoolSize is the connection pool size (per node for a Cluster) for
 	// commands sent directly; 0 means the go-redis default of 10 per CPU.
 	// Batches use go-redis's pipeline pool, at most maxConcurrentBatches

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Options is a store kind's configuration, implemented by the Options type
+// of each store package. That type is the schema of its section of the
+// configuration (store.KIND): its fields' `config` tags are the keys, a
+// `flag` tag names the flag that sets a key, and an `address` tag marks
+// the keys that say where the store is (a URL, addresses, a directory).
+// Setting an address selects the kind when store.kind is not set, and a kind
+// with address keys needs one of them set. A kind is added to the
+// configuration by one field of config.Store (docs/architecture.md, "Adding
+// a store").
+type Options interface {
+	// Defaults returns the options with every default set: what the
+	// configuration shows and starts from.
+	Defaults() Options
+	// Check returns every reason the options cannot open a store. section
+	// is the dotted path of the options ("store.redis"): a reason that
+	// names another key names it in full.
+	Check(section string) []Problem
+	// Open builds the store. It need not reach the server: the proxy starts
+	// either way, and Ping tells when the store answers.
+	Open(log *slog.Logger) (Store, error)
+	// Describe names the store for logs and --check, never with its
+	// credentials: "redis://:xxxxx@db:6379/0", "memory".
+	Describe() string
+}
+
+// Problem is one reason a store's options cannot work, located by its key
+// within the store's section ("url", "addrs[1]").
+type Problem struct {
+	Key    string
+	Reason string
+}
+
+// Store is what every kind offers once open: the proxy's operations, the
+// operator's view, and Close.
+type Store interface {
+	Begin(ctx context.Context, key string, fp Fingerprint, lease time.Duration) (BeginResult, error)
+	Extend(ctx context.Context, key, token string, lease time.Duration) error
+	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
+	Release(ctx context.Context, key, token string) error
+	Ping(ctx context.Context) error
+
+	Inspect(ctx context.Context, key string) (Entry, error)
+	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, state State, cursor string, limit int) ([]Entry, string, error)
+	Health(ctx context.Context) (Health, error)
+
+	Close() error
+}
+
+// Stats are the size figures of a store that keeps them in the process
+// (the memory store), for its gauges and eviction counter.
+type Stats struct {
+	// Bytes is the approximate size of the entries held.
+	Bytes int64
+	// Records is the number of completed records held, expired ones
+	// included until they are reclaimed.
+	Records int64
+	// Evictions counts the records dropped to make room.
+	Evictions uint64
+}
+
+// StatsReporter is a store that keeps Stats.
+type StatsReporter interface {
+	Stats() Stats
+}
