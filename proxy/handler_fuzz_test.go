@@ -3,6 +3,8 @@ package proxy
 import (
 	"strings"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // FuzzHandlerKeyAndFingerprint sends arbitrary bodies and key headers
@@ -30,7 +32,7 @@ func FuzzHandlerKeyAndFingerprint(f *testing.F) {
 	pol := DefaultPolicy()
 	pol.Header = ""
 	pol.KeySources = []KeySource{HeaderKeySource("Idempotency-Key"), {Kind: KeyFromJSON, Pointer: mustPointer(f, "/id")}, {Kind: KeyFromBodySHA256}}
-	pol.FingerprintIgnore = []JSONPointer{mustPointer(f, "/ts")}
+	pol.FingerprintIgnore = []jsonread.Pointer{mustPointer(f, "/ts")}
 	pol.MaxRequestBody = 1 << 16
 	rig := newPolicyBenchRig(f, pol)
 	f.Fuzz(func(t *testing.T, key string, body []byte) {

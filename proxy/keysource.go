@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // KeySourceKind says where in a request a KeySource looks for the key.
@@ -32,7 +34,7 @@ type KeySource struct {
 	// Name is the header's canonical name, or the query parameter's name.
 	Name string
 	// Pointer locates the key in a JSON body (KeyFromJSON).
-	Pointer JSONPointer
+	Pointer jsonread.Pointer
 }
 
 // HeaderKeySource is the source of the "header" shorthand: [header:NAME].
@@ -70,7 +72,7 @@ func ParseKeySource(s string) (KeySource, error) {
 		}
 		return KeySource{Kind: KeyFromQuery, Name: arg}, nil
 	case "json":
-		p, err := ParseJSONPointer(arg)
+		p, err := jsonread.ParsePointer(arg)
 		if err != nil {
 			return KeySource{}, fmt.Errorf("key source %q: %w", s, err)
 		}

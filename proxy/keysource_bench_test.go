@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // benchItems is n bytes or more of an order's line items, a JSON array.
@@ -162,12 +164,12 @@ func decoderLookup(body []byte, tokens []string) bool {
 func BenchmarkCanonicalFingerprint(b *testing.B) {
 	small := []byte(`{"type":"charge.succeeded","id":"evt_1NqTq2Lk8rJ4YbQx9ZfHcW3m","object":"event","data":{"object":{"id":"ch_3N","currency":"usd","amount":2000}},"livemode":false,"created":1700000000}`)
 	large := benchKeyBodies(64 << 10)["id/last"]
-	ts := []JSONPointer{mustPointer(b, "/created")}
+	ts := []jsonread.Pointer{mustPointer(b, "/created")}
 	for _, tc := range []struct {
 		name   string
 		body   []byte
 		mode   FingerprintJSON
-		ignore []JSONPointer
+		ignore []jsonread.Pointer
 	}{
 		{"200B/raw", small, FingerprintRaw, nil},
 		{"200B/canonical", small, FingerprintCanonical, nil},
@@ -203,7 +205,7 @@ func TestKeySourceAndCanonicalAllocations(t *testing.T) {
 	bodies := benchKeyBodies(64 << 10)
 	header := &http.Request{Header: http.Header{"Idempotency-Key": {`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}}, URL: &url.URL{RawQuery: "idempotency_key=k1"}}
 	bare := &http.Request{Header: http.Header{}, URL: &url.URL{RawQuery: "a=1&idempotency_key=k1"}}
-	ignore := []JSONPointer{mustPointer(t, "/created")}
+	ignore := []jsonread.Pointer{mustPointer(t, "/created")}
 	var scratch []byte
 	headerOnly := []KeySource{HeaderKeySource("Idempotency-Key")}
 	query := mustSources(t, "header:Idempotency-Key", "query:idempotency_key")

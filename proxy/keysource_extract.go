@@ -1,13 +1,14 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 var (
@@ -126,20 +127,15 @@ func queryKey(rawQuery, name string) (string, error) {
 // a body that is not JSON up to the value, no value there, another type,
 // an integer beyond 64 bits — is absent: the body belongs to the upstream,
 // and the proxy does not refuse what it cannot use.
-func jsonKey(body []byte, p JSONPointer) (string, error) {
-	v, ok := p.lookup(body)
+func jsonKey(body []byte, p jsonread.Pointer) (string, error) {
+	v, ok := p.Find(body)
 	if !ok {
 		return "", errNoKey
 	}
 	var key string
 	switch {
 	case v[0] == '"':
-		raw := v[1 : len(v)-1]
-		if bytes.IndexByte(raw, '\\') < 0 {
-			key = string(raw)
-		} else {
-			key = string(appendUnescaped(make([]byte, 0, len(raw)), raw))
-		}
+		key = jsonread.Unquote(v)
 	case isInt64(v):
 		key = string(v)
 	default:

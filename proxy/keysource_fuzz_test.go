@@ -1,16 +1,15 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
-	"unicode/utf8"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 func FuzzKeySources(f *testing.F) {
@@ -86,30 +85,28 @@ func checkQueryKey(t *testing.T, rawQuery, name, key string, err error) {
 	}
 }
 
-// checkJSONKey compares a json source's answer with a resolution of the
-// pointer over encoding/json's tokens, on bodies that are JSON throughout.
-func checkJSONKey(t *testing.T, body []byte, p JSONPointer, key string, err error) {
+// checkJSONKey compares a json source's answer with encoding/json's reading
+// of the value the pointer finds (FuzzFind, in internal/jsonread, checks
+// that the value is the one encoding/json finds there).
+func checkJSONKey(t *testing.T, body []byte, p jsonread.Pointer, key string, err error) {
 	t.Helper()
-	// encoding/json reads invalid UTF-8 as U+FFFD; the scanner compares
-	// member names byte for byte.
-	if !json.Valid(body) || !utf8.Valid(body) || jsonDepth(body) > maxJSONDepth {
-		return
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	v, found := resolveTokens(t, dec, p.tokens)
+	v, found := p.Find(body)
 	want := ""
-	switch v := v.(type) {
-	case string:
-		want = v
-	case json.Number:
-		if _, perr := strconv.ParseInt(string(v), 10, 64); perr == nil && !strings.ContainsAny(string(v), ".eE") {
-			want = string(v)
-		} else {
+	if found {
+		var s string
+		var n json.Number
+		switch {
+		case json.Unmarshal(v, &s) == nil:
+			want = s
+		case json.Unmarshal(v, &n) == nil && !strings.ContainsAny(string(v), ".eE"):
+			if _, perr := strconv.ParseInt(string(v), 10, 64); perr == nil {
+				want = string(v)
+			} else {
+				found = false
+			}
+		default:
 			found = false
 		}
-	default:
-		found = false
 	}
 	switch {
 	case !found:
@@ -123,61 +120,6 @@ func checkJSONKey(t *testing.T, body []byte, p JSONPointer, key string, err erro
 	default:
 		if err == nil || err == errNoKey {
 			t.Fatalf("%s in %q: %q, %v; want invalid-key for %q", p, body, key, err, want)
-		}
-	}
-}
-
-// resolveTokens follows tokens through the value dec is at, taking the
-// first member of a repeated name, and returns the scalar found there.
-func resolveTokens(t *testing.T, dec *json.Decoder, tokens []string) (any, bool) {
-	t.Helper()
-	tok, err := dec.Token()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tokens) == 0 {
-		if d, ok := tok.(json.Delim); ok {
-			skipTokens(t, dec, d)
-			return nil, true
-		}
-		return tok, true
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil, false
-	}
-	n := arrayIndex(tokens[0])
-	for i := 0; dec.More(); i++ {
-		match := false
-		if d == '{' {
-			name, _ := dec.Token()
-			match = name.(string) == tokens[0]
-		} else {
-			match = i == n
-		}
-		if match {
-			return resolveTokens(t, dec, tokens[1:]) // the rest is not read
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-	}
-	return nil, false
-}
-
-func skipTokens(t *testing.T, dec *json.Decoder, open json.Delim) {
-	for depth := 1; depth > 0; {
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d, ok := tok.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				depth++
-			} else {
-				depth--
-			}
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // Key sources through the whole handler (docs/request-handling.md, "Where
@@ -129,7 +131,7 @@ func TestUnreadableJSONIsNoKey(t *testing.T) {
 // another order, still gets the replay; another amount is a 422.
 func TestFingerprintIgnoreReplaysARetryWithANewTimestamp(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(keySources(t, "json:/order_id")), withPolicy(func(p *Policy) {
-		p.FingerprintIgnore = []JSONPointer{mustPointer(t, "/sent_at")}
+		p.FingerprintIgnore = []jsonread.Pointer{mustPointer(t, "/sent_at")}
 	}))
 	first := e.do(t, "POST", "/orders", "", `{"order_id":"o-1","amount":10,"sent_at":"2026-11-30T10:00:00Z"}`)
 	retry := e.do(t, "POST", "/orders", "", `{ "sent_at":"2026-11-30T10:00:05Z", "amount":10, "order_id":"o-1" }`)

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 func TestParseKeySourceForms(t *testing.T) {
@@ -219,7 +221,7 @@ func TestJSONKeyIsAStringOrAnInteger(t *testing.T) {
 // The body belongs to the upstream: whatever it holds, a json source
 // finds a key or finds none, and never refuses the request.
 func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
-	deep := strings.Repeat(`{"id":`, maxJSONDepth+1) + `"x"` + strings.Repeat("}", maxJSONDepth+1)
+	deep := strings.Repeat(`{"id":`, jsonread.MaxDepth+1) + `"x"` + strings.Repeat("}", jsonread.MaxDepth+1)
 	for name, body := range map[string]string{
 		"empty":            ``,
 		"form":             `id=evt_1&type=x`,
@@ -248,21 +250,21 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 	}
 	// Containers skipped on the way to the key count towards the bound too.
 	pad := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
-	for n, want := range map[int]error{maxJSONDepth - 1: nil, maxJSONDepth: errNoKey} {
+	for n, want := range map[int]error{jsonread.MaxDepth - 1: nil, jsonread.MaxDepth: errNoKey} {
 		body := `{"pad":` + pad(n) + `,"id":"x"}`
 		if _, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != want {
 			t.Errorf("%d nested arrays before the key: %v, want %v", n, err, want)
 		}
 	}
 	// Nesting within the bound is followed.
-	ptr := strings.Repeat("/id", maxJSONDepth)
-	ok := strings.Repeat(`{"id":`, maxJSONDepth) + `"x"` + strings.Repeat("}", maxJSONDepth)
+	ptr := strings.Repeat("/id", jsonread.MaxDepth)
+	ok := strings.Repeat(`{"id":`, jsonread.MaxDepth) + `"x"` + strings.Repeat("}", jsonread.MaxDepth)
 	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+ptr), []byte(ok), true); err != nil || got != "x" {
-		t.Errorf("%d levels: %q, %v; want x", maxJSONDepth, got, err)
+		t.Errorf("%d levels: %q, %v; want x", jsonread.MaxDepth, got, err)
 	}
-	deepPtr := strings.Repeat("/id", maxJSONDepth+1)
+	deepPtr := strings.Repeat("/id", jsonread.MaxDepth+1)
 	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+deepPtr), []byte(deep), true); err != errNoKey {
-		t.Errorf("%d levels: %q, %v; want absent", maxJSONDepth+1, got, err)
+		t.Errorf("%d levels: %q, %v; want absent", jsonread.MaxDepth+1, got, err)
 	}
 }
 

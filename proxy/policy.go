@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // Policy is the idempotency policy of one route.
@@ -70,7 +72,7 @@ type Policy struct {
 	// FingerprintIgnore are JSON pointers left out of a JSON body's
 	// fingerprint (a timestamp a sender renews on every retry); any
 	// pointer implies FingerprintJSON canonical.
-	FingerprintIgnore []JSONPointer `config:"fingerprint_ignore"`
+	FingerprintIgnore []jsonread.Pointer `config:"fingerprint_ignore"`
 	// ReplayExcludeHeaders are recorded but not replayed.
 	ReplayExcludeHeaders []string `config:"replay_exclude_headers,header"`
 	// UpstreamControlHeader is the response header through which the
@@ -110,7 +112,7 @@ func DefaultPolicy() Policy {
 		ScopeHeaders:          []string{"Authorization"},
 		FingerprintHeaders:    []string{"Content-Type"},
 		FingerprintHost:       true,
-		FingerprintIgnore:     []JSONPointer{},
+		FingerprintIgnore:     []jsonread.Pointer{},
 		ReplayExcludeHeaders:  []string{"Date", "Set-Cookie"},
 		UpstreamControlHeader: DefaultUpstreamControlHeader,
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // PolicyProblem is one value of a Policy the handler cannot run.
@@ -92,7 +94,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), MaxFingerprintIgnore)
 	}
 	for i, ptr := range p.FingerprintIgnore {
-		if err := CheckFingerprintIgnore([]JSONPointer{ptr}); err != nil {
+		if err := CheckFingerprintIgnore([]jsonread.Pointer{ptr}); err != nil {
 			c.addAt("fingerprint_ignore", i, "%v", err)
 		}
 	}

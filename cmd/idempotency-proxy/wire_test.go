@@ -13,6 +13,8 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // The configuration's built-in defaults, translated, are the defaults of the
@@ -115,7 +117,7 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 		return []int{418}
 	case v.Type() == reflect.TypeFor[[]proxy.KeySource]():
 		return []string{"json:/id", "header:X-Delivery"}
-	case v.Type() == reflect.TypeFor[[]proxy.JSONPointer]():
+	case v.Type() == reflect.TypeFor[[]jsonread.Pointer]():
 		return []string{"/sent_at"}
 	}
 	t.Fatalf("%s: no test value for %s (option %q); add one here", name, v.Type(), option)

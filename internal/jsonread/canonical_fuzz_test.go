@@ -1,4 +1,4 @@
-package proxy
+package jsonread
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(doc), "/a")
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, ptr string) {
-		out, ok := appendCanonicalJSON(nil, doc, nil)
-		valid := json.Valid(doc) && utf8.Valid(doc) && jsonDepth(doc) <= maxJSONDepth
+		out, ok := AppendCanonical(nil, doc, nil)
+		valid := json.Valid(doc) && utf8.Valid(doc) && jsonDepth(doc) <= MaxDepth
 		if ok != valid {
 			t.Fatalf("canonical(%q) ok = %v, but valid = %v", doc, ok, valid)
 		}
@@ -28,7 +28,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("canonical(%q) = %q, not JSON", doc, out)
 		}
-		again, ok := appendCanonicalJSON(nil, out, nil)
+		again, ok := AppendCanonical(nil, out, nil)
 		if !ok || !bytes.Equal(again, out) {
 			t.Fatalf("canonical is not idempotent: %q → %q → %q", doc, out, again)
 		}
@@ -36,23 +36,23 @@ func FuzzCanonicalJSON(f *testing.F) {
 			t.Fatalf("canonical(%q) = %q reads differently: %v vs %v", doc, out, a, b)
 		}
 		mixed, _ := scramble(doc, 0, nil)
-		if got, ok := appendCanonicalJSON(nil, mixed, nil); !ok || !bytes.Equal(got, out) {
+		if got, ok := AppendCanonical(nil, mixed, nil); !ok || !bytes.Equal(got, out) {
 			t.Fatalf("reordered %q canonicalises to %q, the original %q to %q", mixed, got, doc, out)
 		}
 
-		p, err := ParseJSONPointer(ptr)
+		p, err := ParsePointer(ptr)
 		if err != nil || p.IsRoot() {
 			return
 		}
-		ignore := []JSONPointer{p}
-		less, ok := appendCanonicalJSON(nil, doc, ignore)
+		ignore := []Pointer{p}
+		less, ok := AppendCanonical(nil, doc, ignore)
 		if !ok || !json.Valid(less) {
 			t.Fatalf("ignoring %q in %q: %q, %v", ptr, doc, less, ok)
 		}
-		if again, ok := appendCanonicalJSON(nil, less, ignore); !ok || !bytes.Equal(again, less) {
+		if again, ok := AppendCanonical(nil, less, ignore); !ok || !bytes.Equal(again, less) {
 			t.Fatalf("ignoring %q is not idempotent: %q → %q", ptr, less, again)
 		}
-		if mixedLess, _ := appendCanonicalJSON(nil, mixed, ignore); !bytes.Equal(mixedLess, less) {
+		if mixedLess, _ := AppendCanonical(nil, mixed, ignore); !bytes.Equal(mixedLess, less) {
 			t.Fatalf("ignoring %q: reordered %q gives %q, the original %q", ptr, mixed, mixedLess, less)
 		}
 		for _, n := range p.index {
@@ -60,7 +60,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 				return // removing an element renumbers the ones after it
 			}
 		}
-		if v, found := p.lookup(less); found {
+		if v, found := p.Find(less); found {
 			t.Fatalf("ignoring %q in %q left %q in %q", ptr, doc, v, less)
 		}
 	})

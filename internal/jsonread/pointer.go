@@ -1,4 +1,4 @@
-package proxy
+package jsonread
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// JSONPointer is an RFC 6901 pointer into a JSON document ("/data/object/id").
+// Pointer is an RFC 6901 pointer into a JSON document ("/data/object/id").
 // Its zero value is the empty pointer, which names the whole document.
-type JSONPointer struct {
+type Pointer struct {
 	text   string
 	tokens []string
 	// index[i] is tokens[i] as an array index, or -1 when the token cannot
@@ -17,20 +17,20 @@ type JSONPointer struct {
 	index []int
 }
 
-// ParseJSONPointer parses an RFC 6901 pointer: "" or "/"-separated
+// ParsePointer parses an RFC 6901 pointer: "" or "/"-separated
 // reference tokens in which "~1" stands for "/" and "~0" for "~".
-func ParseJSONPointer(s string) (JSONPointer, error) {
-	p := JSONPointer{text: s}
+func ParsePointer(s string) (Pointer, error) {
+	p := Pointer{text: s}
 	if s == "" {
 		return p, nil
 	}
 	if s[0] != '/' {
-		return JSONPointer{}, fmt.Errorf("JSON pointer %q must start with \"/\" (RFC 6901), as in /id", s)
+		return Pointer{}, fmt.Errorf("JSON pointer %q must start with \"/\" (RFC 6901), as in /id", s)
 	}
 	for _, raw := range strings.Split(s[1:], "/") {
 		tok, err := unescapePointerToken(raw)
 		if err != nil {
-			return JSONPointer{}, fmt.Errorf("JSON pointer %q: %w", s, err)
+			return Pointer{}, fmt.Errorf("JSON pointer %q: %w", s, err)
 		}
 		p.tokens = append(p.tokens, tok)
 		p.index = append(p.index, arrayIndex(tok))
@@ -82,17 +82,17 @@ func arrayIndex(tok string) int {
 }
 
 // String returns the pointer as it was written.
-func (p JSONPointer) String() string { return p.text }
+func (p Pointer) String() string { return p.text }
 
 // IsRoot reports whether p is the empty pointer, which names the whole document.
-func (p JSONPointer) IsRoot() bool { return len(p.tokens) == 0 }
+func (p Pointer) IsRoot() bool { return len(p.tokens) == 0 }
 
 // MarshalText returns the pointer as it was written.
-func (p JSONPointer) MarshalText() ([]byte, error) { return []byte(p.text), nil }
+func (p Pointer) MarshalText() ([]byte, error) { return []byte(p.text), nil }
 
-// UnmarshalText parses an RFC 6901 pointer, as ParseJSONPointer.
-func (p *JSONPointer) UnmarshalText(text []byte) error {
-	q, err := ParseJSONPointer(string(text))
+// UnmarshalText parses an RFC 6901 pointer, as ParsePointer.
+func (p *Pointer) UnmarshalText(text []byte) error {
+	q, err := ParsePointer(string(text))
 	if err != nil {
 		return err
 	}
@@ -110,15 +110,15 @@ func tokenMatchesKey(raw []byte, tok string) bool {
 	return string(appendUnescaped(scratch[:0], raw)) == tok
 }
 
-// lookup returns the value p names in the JSON text doc, as a slice of doc,
+// Find returns the value p names in the JSON text doc, as a slice of doc,
 // or false when doc has no value there or is not JSON up to it. It reads
 // only as far as the value's end: what follows is not looked at, so a
 // truncated document still yields a value that precedes the cut. In an
 // object with a repeated member name, the first one counts.
-func (p JSONPointer) lookup(doc []byte) ([]byte, bool) {
+func (p Pointer) Find(doc []byte) ([]byte, bool) {
 	i := skipWS(doc, 0)
 	for d, tok := range p.tokens {
-		if d >= maxJSONDepth || i >= len(doc) {
+		if d >= MaxDepth || i >= len(doc) {
 			return nil, false
 		}
 		switch doc[i] {

@@ -1,6 +1,7 @@
-package proxy
+package jsonread
 
 import (
+	"bytes"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -13,11 +14,11 @@ import (
 // bytes through), and each function returns the offset after what it read,
 // or -1 when the input is not JSON there.
 
-// maxJSONDepth bounds the nesting of arrays and objects the scanner follows.
+// MaxDepth bounds the nesting of arrays and objects the scanner follows.
 // Deeper documents are treated as not JSON: a key is absent and the
 // fingerprint hashes the body raw. Request bodies worth keying on nest a few
 // levels, and the bound keeps recursion off an attacker's hands.
-const maxJSONDepth = 64
+const MaxDepth = 64
 
 // strPlain marks the bytes that stand for themselves inside a JSON string.
 var strPlain = func() (t [256]bool) {
@@ -153,7 +154,7 @@ func skipValue(b []byte, i, depth int) int {
 	}
 	switch b[i] {
 	case '{':
-		if depth >= maxJSONDepth {
+		if depth >= MaxDepth {
 			return -1
 		}
 		i = skipWS(b, i+1)
@@ -186,7 +187,7 @@ func skipValue(b []byte, i, depth int) int {
 			}
 		}
 	case '[':
-		if depth >= maxJSONDepth {
+		if depth >= MaxDepth {
 			return -1
 		}
 		i = skipWS(b, i+1)
@@ -272,4 +273,21 @@ func hex4(b []byte) rune {
 		r = r<<4 | rune(c)
 	}
 	return r
+}
+
+// Unquote returns the text of the JSON string v, a value Find returned
+// (quotes included, already scanned).
+func Unquote(v []byte) string {
+	raw := v[1 : len(v)-1]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw)
+	}
+	return string(appendUnescaped(make([]byte, 0, len(raw)), raw))
+}
+
+// Valid reports whether doc is one JSON text in UTF-8 that nests no deeper
+// than MaxDepth.
+func Valid(doc []byte) bool {
+	i := skipValue(doc, skipWS(doc, 0), 0)
+	return i >= 0 && skipWS(doc, i) == len(doc) && utf8.Valid(doc)
 }

@@ -1,4 +1,4 @@
-package proxy
+package jsonread
 
 import (
 	"encoding/json"
@@ -22,13 +22,13 @@ func TestParseJSONPointerUnescapesTokens(t *testing.T) {
 		{"/items/0", []string{"items", "0"}},
 	}
 	for _, tc := range tests {
-		p, err := ParseJSONPointer(tc.in)
+		p, err := ParsePointer(tc.in)
 		if err != nil {
-			t.Errorf("ParseJSONPointer(%q): %v", tc.in, err)
+			t.Errorf("ParsePointer(%q): %v", tc.in, err)
 			continue
 		}
 		if !slices.Equal(p.tokens, tc.want) || p.String() != tc.in {
-			t.Errorf("ParseJSONPointer(%q) = %q (%q), want %q", tc.in, p.tokens, p.String(), tc.want)
+			t.Errorf("ParsePointer(%q) = %q (%q), want %q", tc.in, p.tokens, p.String(), tc.want)
 		}
 	}
 }
@@ -40,9 +40,9 @@ func TestParseJSONPointerRejectsBadSyntax(t *testing.T) {
 		"/a~":   `"~" must be followed by 0`,
 		"/a/b~": `"~" must be followed by 0`,
 	} {
-		_, err := ParseJSONPointer(in)
+		_, err := ParsePointer(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseJSONPointer(%q) error = %v, want one containing %q", in, err, want)
+			t.Errorf("ParsePointer(%q) error = %v, want one containing %q", in, err, want)
 		}
 	}
 }
@@ -71,18 +71,18 @@ func TestJSONPointerLookup(t *testing.T) {
 		{"/nested/deep/v/1", "null"},
 	}
 	for _, tc := range tests {
-		p, err := ParseJSONPointer(tc.ptr)
+		p, err := ParsePointer(tc.ptr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := p.lookup([]byte(doc))
+		got, ok := p.Find([]byte(doc))
 		if !ok || string(got) != tc.want {
 			t.Errorf("lookup(%q) = %q, %v; want %q", tc.ptr, got, ok, tc.want)
 		}
 	}
 	for _, ptr := range []string{"/missing", "/items/2", "/items/-", "/items/01", "/a~1b/x", "/items/x", "/nested/deep/v/2"} {
-		p, _ := ParseJSONPointer(ptr)
-		if got, ok := p.lookup([]byte(doc)); ok {
+		p, _ := ParsePointer(ptr)
+		if got, ok := p.Find([]byte(doc)); ok {
 			t.Errorf("lookup(%q) = %q, want no value", ptr, got)
 		}
 	}
@@ -106,13 +106,13 @@ func TestSkipValueAgreesWithEncodingJSON(t *testing.T) {
 }
 
 func TestScannerBoundsNesting(t *testing.T) {
-	ok := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
+	ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
 	if skipValue([]byte(ok), 0, 0) != len(ok) {
-		t.Errorf("%d nested arrays refused", maxJSONDepth)
+		t.Errorf("%d nested arrays refused", MaxDepth)
 	}
 	deep := "[" + ok + "]"
 	if skipValue([]byte(deep), 0, 0) != -1 {
-		t.Errorf("%d nested arrays accepted", maxJSONDepth+1)
+		t.Errorf("%d nested arrays accepted", MaxDepth+1)
 	}
 }
 
@@ -124,6 +124,18 @@ func TestAppendUnescapedDecodesLikeEncodingJSON(t *testing.T) {
 		}
 		if got := string(appendUnescaped(nil, []byte(s))); got != want {
 			t.Errorf("appendUnescaped(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+func TestValidIsOneJSONTextInUTF8(t *testing.T) {
+	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
+	for doc, want := range map[string]bool{
+		`{"a":[1,"b",{}]}`: true, ` 1 `: true, `"\ud800"`: true,
+		``: false, `{"a":1} {}`: false, `[1,]`: false, "\"\xff\"": false, deep: false,
+	} {
+		if got := Valid([]byte(doc)); got != want {
+			t.Errorf("Valid(%.20q) = %v, want %v", doc, got, want)
 		}
 	}
 }

@@ -1,0 +1,278 @@
+package jsonread
+
+import (
+	"bytes"
+	"math/bits"
+	"slices"
+	"sync"
+	"unicode/utf8"
+)
+
+// MaxIgnore is the most pointers AppendCanonical leaves out: one bit each
+// in the mask that follows a value's path.
+const MaxIgnore = 64
+
+// AppendCanonical appends the canonical form of the JSON text body to
+// dst, leaving out the values ignore points at: members are sorted by the
+// bytes of their decoded names (members with the same name keep their
+// order), whitespace between tokens is dropped, and every token is copied
+// as sent. It reports false, with dst's contents unchanged, when body is
+// not one JSON text in UTF-8 or nests deeper than MaxDepth. At most
+// MaxIgnore pointers are used.
+func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, bool) {
+	c := canonicalizers.Get().(*canonicalizer)
+	c.in, c.out, c.ignore = body, dst, ignore
+	var mask uint64
+	for k := range min(len(ignore), MaxIgnore) {
+		if !ignore[k].IsRoot() {
+			mask |= 1 << k
+		}
+	}
+	i := c.value(skipWS(body, 0), 0, mask)
+	// JSON is UTF-8 (RFC 8259 §8.1). Readers differ on other bytes —
+	// encoding/json reads "\xff" as U+FFFD, so {"\xff":1,"\ufffd":2}
+	// repeats a name for it — and the order of members would then carry a
+	// meaning the canonical form drops. Checked last: a body that is not
+	// JSON fails the scan at its first bytes.
+	ok := i >= 0 && skipWS(body, i) == len(body) && utf8.Valid(body)
+	out := c.out
+	c.in, c.out, c.ignore = nil, nil, nil
+	c.members = c.members[:0]
+	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 { // do not keep what one huge body grew
+		canonicalizers.Put(c)
+	}
+	if !ok {
+		return out[:len(dst)], false
+	}
+	return out, true
+}
+
+// canonicalizer holds the scratch space of one canonicalisation.
+type canonicalizer struct {
+	in     []byte
+	out    []byte
+	ignore []Pointer
+	// members is a stack of the members of the objects being written,
+	// innermost last.
+	members []memberSpan
+	// tmp holds an object's members while they are written back sorted.
+	tmp []byte
+	// nameA and nameB hold decoded member names being compared.
+	nameA, nameB []byte
+}
+
+// memberSpan is one object member: its name in in (between the quotes) and
+// its canonical `"name":value` in out.
+type memberSpan struct {
+	nameStart, nameEnd int
+	start, end         int
+	escaped            bool // the name has a backslash escape
+}
+
+var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+// value writes the canonical form of the value at in[i], which sits inside
+// depth containers; mask selects the ignore pointers whose leading tokens
+// name this value's path. It returns the offset after the value, or -1.
+func (c *canonicalizer) value(i, depth int, mask uint64) int {
+	if i >= len(c.in) {
+		return -1
+	}
+	switch c.in[i] {
+	case '{':
+		return c.object(i, depth, mask)
+	case '[':
+		return c.array(i, depth, mask)
+	}
+	end := scanScalar(c.in, i)
+	if end < 0 {
+		return -1
+	}
+	c.out = append(c.out, c.in[i:end]...)
+	return end
+}
+
+func (c *canonicalizer) object(i, depth int, mask uint64) int {
+	if depth >= MaxDepth {
+		return -1
+	}
+	in := c.in
+	c.out = append(c.out, '{')
+	first := len(c.out)
+	base := len(c.members)
+	sorted := true
+	if i = skipWS(in, i+1); i < len(in) && in[i] == '}' {
+		c.out = append(c.out, '}')
+		return i + 1
+	}
+	for {
+		if i >= len(in) || in[i] != '"' {
+			return -1
+		}
+		name := i
+		if i = scanString(in, i); i < 0 {
+			return -1
+		}
+		m := memberSpan{nameStart: name + 1, nameEnd: i - 1}
+		m.escaped = bytes.IndexByte(in[m.nameStart:m.nameEnd], '\\') >= 0
+		var drop bool
+		var child uint64
+		if mask != 0 {
+			drop, child = c.match(in[m.nameStart:m.nameEnd], -1, depth, mask)
+		}
+		if i = skipWS(in, i); i >= len(in) || in[i] != ':' {
+			return -1
+		}
+		i = skipWS(in, i+1)
+		if drop {
+			i = skipValue(in, i, depth+1)
+		} else {
+			if len(c.members) > base {
+				c.out = append(c.out, ',')
+			}
+			m.start = len(c.out)
+			c.out = append(c.out, in[name:m.nameEnd+1]...)
+			c.out = append(c.out, ':')
+			if i = c.value(i, depth+1, child); i >= 0 {
+				m.end = len(c.out)
+				if sorted && len(c.members) > base && c.compare(c.members[len(c.members)-1], m) > 0 {
+					sorted = false
+				}
+				c.members = append(c.members, m)
+			}
+		}
+		if i < 0 {
+			return -1
+		}
+		if i = skipWS(in, i); i >= len(in) {
+			return -1
+		}
+		if in[i] == '}' {
+			break
+		}
+		if in[i] != ',' {
+			return -1
+		}
+		i = skipWS(in, i+1)
+	}
+	if !sorted {
+		c.sortMembers(first, c.members[base:])
+	}
+	c.members = c.members[:base]
+	c.out = append(c.out, '}')
+	return i + 1
+}
+
+// compare orders members by their decoded names. Sorting by the names as
+// sent would let {"a":1,"\u0061":2} and {"\u0061":2,"a":1} canonicalise
+// alike, though an upstream that keeps the last of a repeated name reads 2
+// from one and 1 from the other; equal names keep the order they came in.
+func (c *canonicalizer) compare(a, b memberSpan) int {
+	if !a.escaped && !b.escaped {
+		return bytes.Compare(c.in[a.nameStart:a.nameEnd], c.in[b.nameStart:b.nameEnd])
+	}
+	return c.compareDecoded(a, b)
+}
+
+func (c *canonicalizer) compareDecoded(a, b memberSpan) int {
+	x, y := c.in[a.nameStart:a.nameEnd], c.in[b.nameStart:b.nameEnd]
+	if a.escaped {
+		c.nameA = appendUnescaped(c.nameA[:0], x)
+		x = c.nameA
+	}
+	if b.escaped {
+		c.nameB = appendUnescaped(c.nameB[:0], y)
+		y = c.nameB
+	}
+	return bytes.Compare(x, y)
+}
+
+// sortMembers rewrites out[first:], the members ms separated by commas, in
+// the order of their names.
+func (c *canonicalizer) sortMembers(first int, ms []memberSpan) {
+	if len(ms) <= 12 {
+		// The objects of a request body are small: an insertion sort that
+		// shifts, stable, beats the generic sort's swaps and calls.
+		for i := 1; i < len(ms); i++ {
+			m, j := ms[i], i
+			for ; j > 0 && c.compare(ms[j-1], m) > 0; j-- {
+				ms[j] = ms[j-1]
+			}
+			ms[j] = m
+		}
+	} else {
+		slices.SortStableFunc(ms, c.compare)
+	}
+	c.tmp = append(c.tmp[:0], c.out[first:]...)
+	c.out = c.out[:first]
+	for j, m := range ms {
+		if j > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, c.tmp[m.start-first:m.end-first]...)
+	}
+}
+
+func (c *canonicalizer) array(i, depth int, mask uint64) int {
+	if depth >= MaxDepth {
+		return -1
+	}
+	in := c.in
+	c.out = append(c.out, '[')
+	if i = skipWS(in, i+1); i < len(in) && in[i] == ']' {
+		c.out = append(c.out, ']')
+		return i + 1
+	}
+	written := false
+	for n := 0; ; n++ {
+		var drop bool
+		var child uint64
+		if mask != 0 {
+			drop, child = c.match(nil, n, depth, mask)
+		}
+		if drop {
+			i = skipValue(in, i, depth+1)
+		} else {
+			if written {
+				c.out = append(c.out, ',')
+			}
+			written = true
+			i = c.value(i, depth+1, child)
+		}
+		if i < 0 {
+			return -1
+		}
+		if i = skipWS(in, i); i >= len(in) {
+			return -1
+		}
+		if in[i] == ']' {
+			break
+		}
+		if in[i] != ',' {
+			return -1
+		}
+		i = skipWS(in, i+1)
+	}
+	c.out = append(c.out, ']')
+	return i + 1
+}
+
+// match applies the ignore pointers in mask to the member named name (n < 0)
+// or to array element n of a container inside depth
+// containers: drop when one of them ends there, child the pointers that
+// go on into its value.
+func (c *canonicalizer) match(name []byte, n, depth int, mask uint64) (drop bool, child uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		k := bits.TrailingZeros64(m)
+		p := &c.ignore[k]
+		if n < 0 && !tokenMatchesKey(name, p.tokens[depth]) || n >= 0 && p.index[depth] != n {
+			continue
+		}
+		if depth == len(p.tokens)-1 {
+			drop = true
+		} else {
+			child |= 1 << k
+		}
+	}
+	return drop, child
+}
