@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,33 @@ func TestAdminServerClosesIdleAndStalledConnections(t *testing.T) {
 		}
 		if i == n && len(rest) > 0 && !strings.Contains(string(rest), "408") {
 			t.Errorf("stalled header got %q", rest)
+		}
+	}
+}
+
+// /debug/pprof/cmdline shows the command line with every URL's password
+// masked, as the logs mask it; the rest of each argument is kept.
+func TestPProfCmdlineMasksCredentials(t *testing.T) {
+	saved := os.Args
+	t.Cleanup(func() { os.Args = saved })
+	os.Args = []string{"idempotency-proxy", "--redis-url", "redis://:s3cret@10.0.0.1:6379/0",
+		"--postgres-url=postgres://app:pa55@db:5432/idem?sslmode=disable", "--upstream", "http://user@127.0.0.1:3000",
+		"--listen=:8080", "rediss://%zz:hunter2@bad"}
+	e := newEnv(t, "", func(o *Options) { o.PProf = true })
+	rec := e.do(t, "GET", "/debug/pprof/cmdline", "", "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("cmdline = %d", rec.Code)
+	}
+	got := strings.Split(rec.Body.String(), "\x00")
+	want := []string{"idempotency-proxy", "--redis-url", "redis://:xxxxx@10.0.0.1:6379/0",
+		"--postgres-url=postgres://app:xxxxx@db:5432/idem?sslmode=disable", "--upstream", "http://user@127.0.0.1:3000",
+		"--listen=:8080", "[redacted]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("cmdline =\n%q\nwant\n%q", got, want)
+	}
+	for _, secret := range []string{"s3cret", "pa55", "hunter2"} {
+		if strings.Contains(rec.Body.String(), secret) {
+			t.Errorf("cmdline shows %q", secret)
 		}
 	}
 }

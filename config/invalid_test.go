@@ -138,6 +138,11 @@ var invalidFiles = []invalidCase{
 	{"invalid-admin-token.yaml", []string{
 		"admin.token_file: set admin.token or admin.token_file, not both",
 	}},
+	// Profiles and the command line are not served to every interface
+	// without a token.
+	{"invalid-pprof-open.yaml", []string{
+		`admin.pprof: true without admin.token or admin.token_file serves profiles, and the command line, to anyone who reaches admin_listen ":9090": set admin.token (or admin.token_file), or bind admin_listen to a loopback address such as 127.0.0.1:9090`,
+	}},
 	// "cookie:session" is valid: one cookie's value scopes the key.
 	{"invalid-scope-cookie.yaml", []string{
 		`defaults.scope_headers[1]: invalid cookie name "bad name" in "Cookie:bad name"`,
@@ -233,5 +238,37 @@ func TestValidateBuiltInCode(t *testing.T) {
 		"routes[0].max_response_body: must not be negative"
 	if err := cfg.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate() = %v, want\n%s", err, want)
+	}
+}
+
+// admin.pprof without a token is accepted where only this machine reaches
+// it, and anywhere behind a token.
+func TestPProfWithoutATokenOnlyOnLoopback(t *testing.T) {
+	for _, c := range []struct {
+		listen, token string
+		ok            bool
+	}{
+		{"127.0.0.1:9090", "", true},
+		{"[::1]:9090", "", true},
+		{"localhost:9090", "", true},
+		{"127.0.0.2:9090", "", true},
+		{":9090", "s3cret", true},
+		{":9090", "", false},
+		{"0.0.0.0:9090", "", false},
+		{"[::]:9090", "", false},
+		{"10.0.0.5:9090", "", false},
+	} {
+		_, err := Load(Source{Env: []string{
+			"IDEMPOTENCY_PROXY_UPSTREAM_URL=http://127.0.0.1:3000",
+			"IDEMPOTENCY_PROXY_ADMIN_LISTEN=" + c.listen,
+			"IDEMPOTENCY_PROXY_ADMIN_PPROF=true",
+			"IDEMPOTENCY_PROXY_ADMIN_TOKEN=" + c.token,
+		}})
+		if (err == nil) != c.ok {
+			t.Errorf("admin_listen %q, token %q: error %v, want accepted=%v", c.listen, c.token, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "admin.pprof") {
+			t.Errorf("admin_listen %q: error %v does not name admin.pprof", c.listen, err)
+		}
 	}
 }

@@ -65,6 +65,9 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
 		v.add("admin.token_file", "set admin.token or admin.token_file, not both")
 	}
+	if c.Admin.PProf && c.Admin.Token == "" && c.Admin.TokenFile == "" && !loopback(c.AdminListen) {
+		v.add("admin.pprof", "true without admin.token or admin.token_file serves profiles, and the command line, to anyone who reaches admin_listen %q: set admin.token (or admin.token_file), or bind admin_listen to a loopback address such as 127.0.0.1:9090", c.AdminListen)
+	}
 	c.checkPolicies(v)
 	matches := make([]string, len(c.Routes))
 	for i, r := range c.Routes {
@@ -114,6 +117,21 @@ func inherited(keys []string, route, defaults Policy) bool {
 		}
 	}
 	return true
+}
+
+// loopback reports whether addr (host:port) listens on a loopback address
+// only: 127.0.0.0/8, ::1 or localhost. An empty host listens on every
+// interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func checkAddr(v *validation, key, addr string) {
