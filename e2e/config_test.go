@@ -29,6 +29,8 @@ type proxyConfig struct {
 	// Extra is YAML appended at the top level as it is, such as a
 	// routes: list read from the documentation; Routes must then be empty.
 	Extra string
+	// Env is added to the process's environment.
+	Env []string
 }
 
 // routeConfig is one entry of routes:, its keys as raw YAML values.

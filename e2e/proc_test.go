@@ -28,6 +28,7 @@ type proxyProc struct {
 	config string // path of the YAML file
 	listen string // host:port of the proxy listener
 	admin  string // host:port of the admin listener
+	env    []string
 	stderr *testbin.Buffer
 
 	mu   sync.Mutex
@@ -39,7 +40,7 @@ type proxyProc struct {
 // process is SIGKILLed in t.Cleanup; its stderr is printed if the test failed.
 func startProxy(t testing.TB, name string, cfg proxyConfig) *proxyProc {
 	t.Helper()
-	p := &proxyProc{t: t, name: name, stderr: &testbin.Buffer{}}
+	p := &proxyProc{t: t, name: name, env: cfg.Env, stderr: &testbin.Buffer{}}
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -73,7 +74,7 @@ func (p *proxyProc) AdminURL() string { return "http://" + p.admin }
 func (p *proxyProc) Logs() string { return p.stderr.String() }
 
 func (p *proxyProc) launch() error {
-	proc, err := testbin.Launch(testbin.Command{Path: proxyBin, Args: []string{"--config", p.config}, Stdout: p.stderr}, p.stderr)
+	proc, err := testbin.Launch(testbin.Command{Path: proxyBin, Args: []string{"--config", p.config}, Env: p.env, Stdout: p.stderr}, p.stderr)
 	if err != nil {
 		return err
 	}
