@@ -2,15 +2,11 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 )
-
-// ErrCorrupt means stored bytes are not a valid encoded record.
-var ErrCorrupt = errors.New("corrupt record")
 
 // recordVersion is the first byte of every encoded record. A new layout gets
 // a new version; decoders reject versions they do not know.
@@ -19,19 +15,22 @@ const recordVersion = 1
 const (
 	flagBodyOmitted = 1 << iota
 	flagCreatedAt
-	knownFlags = flagBodyOmitted | flagCreatedAt
+	flagSealed
+	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed
 )
 
 // Encoded layout, version 1 (uvarint = encoding/binary unsigned varint):
 //
 //	version   1 byte
-//	flags     1 byte   bit 0: body omitted, bit 1: created-at present
+//	flags     1 byte   bit 0: body omitted, bit 1: created-at present, bit 2: sealed
 //	status    uvarint
 //	fp        32 bytes
 //	created   varint   Unix milliseconds, only when flag bit 1 is set
-//	body      uvarint length + raw bytes (always 0 when omitted)
-//	nnames    uvarint  number of header names
-//	nvalues   uvarint  total number of header values
+//	sealed    only when flag bit 2 is set: uvarint length + key id,
+//	          uvarint body size in clear, uvarint length + sealed data
+//	body      uvarint length + raw bytes (always 0 when omitted or sealed)
+//	nnames    uvarint  number of header names (0 when sealed)
+//	nvalues   uvarint  total number of header values (0 when sealed)
 //	per name: uvarint length + name, uvarint count, per value uvarint length + value
 //
 // Header names are written in sorted order, so one record always has one
@@ -48,23 +47,29 @@ func EncodedSize(rec *Record) int {
 	if !rec.CreatedAt.IsZero() {
 		n += varintLen(rec.CreatedAt.UnixMilli())
 	}
+	if s := rec.Sealed; s != nil {
+		n += uvarintLen(uint64(len(s.KeyID))) + len(s.KeyID) + uvarintLen(uint64(s.BodyBytes)) +
+			uvarintLen(uint64(len(s.Data))) + len(s.Data)
+	}
 	body := encodedBody(rec)
 	n += uvarintLen(uint64(len(body))) + len(body)
+	header := encodedHeader(rec)
 	nvalues := 0
-	for name, vals := range rec.Header {
+	for name, vals := range header {
 		nvalues += len(vals)
 		n += uvarintLen(uint64(len(name))) + len(name) + uvarintLen(uint64(len(vals)))
 		for _, v := range vals {
 			n += uvarintLen(uint64(len(v))) + len(v)
 		}
 	}
-	return n + uvarintLen(uint64(len(rec.Header))) + uvarintLen(uint64(nvalues))
+	return n + uvarintLen(uint64(len(header))) + uvarintLen(uint64(nvalues))
 }
 
 // AppendRecord appends the encoding of rec to dst. The result depends only
 // on rec's contents (header names are sorted). With dst of capacity
 // len(dst)+EncodedSize(rec) and at most sortedNamesOnStack header names it
-// does not allocate. The body of a record with BodyOmitted is not encoded.
+// does not allocate. The body of a record with BodyOmitted is not encoded,
+// nor the header and body of a sealed record (they are in Sealed).
 func AppendRecord(dst []byte, rec *Record) []byte {
 	var flags byte
 	if rec.BodyOmitted {
@@ -73,24 +78,34 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	if !rec.CreatedAt.IsZero() {
 		flags |= flagCreatedAt
 	}
+	if rec.Sealed != nil {
+		flags |= flagSealed
+	}
 	dst = append(dst, recordVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(rec.Status))
 	dst = append(dst, rec.Fingerprint[:]...)
 	if !rec.CreatedAt.IsZero() {
 		dst = binary.AppendVarint(dst, rec.CreatedAt.UnixMilli())
 	}
+	if s := rec.Sealed; s != nil {
+		dst = appendString(dst, s.KeyID)
+		dst = binary.AppendUvarint(dst, uint64(s.BodyBytes))
+		dst = binary.AppendUvarint(dst, uint64(len(s.Data)))
+		dst = append(dst, s.Data...)
+	}
 	body := encodedBody(rec)
 	dst = binary.AppendUvarint(dst, uint64(len(body)))
 	dst = append(dst, body...)
+	header := encodedHeader(rec)
 	nvalues := 0
-	for _, vals := range rec.Header {
+	for _, vals := range header {
 		nvalues += len(vals)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(rec.Header)))
+	dst = binary.AppendUvarint(dst, uint64(len(header)))
 	dst = binary.AppendUvarint(dst, uint64(nvalues))
 	var stack [sortedNamesOnStack]string
-	for _, name := range sortedNames(stack[:0], rec.Header) {
-		vals := rec.Header[name]
+	for _, name := range sortedNames(stack[:0], header) {
+		vals := header[name]
 		dst = appendString(dst, name)
 		dst = binary.AppendUvarint(dst, uint64(len(vals)))
 		for _, v := range vals {
@@ -114,6 +129,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 		return nil, d.fail(fmt.Sprintf("unknown flags %#x", flags))
 	}
 	var rec Record
+	var sealed *Sealed
 	rec.BodyOmitted = flags&flagBodyOmitted != 0
 	status := d.uvarint()
 	if status > math.MaxInt32 {
@@ -124,11 +140,17 @@ func DecodeRecord(b []byte) (*Record, error) {
 	if flags&flagCreatedAt != 0 {
 		rec.CreatedAt = time.UnixMilli(d.varint()).UTC()
 	}
+	if flags&flagSealed != 0 {
+		sealed = d.sealed()
+	}
 	if body := d.bytes(d.length()); len(body) > 0 {
-		if rec.BodyOmitted {
-			return nil, d.fail("body present on a record with body omitted")
+		if rec.BodyOmitted || sealed != nil {
+			return nil, d.fail("body present on a record with body omitted or sealed")
 		}
 		rec.Body = body[:len(body):len(body)]
+	}
+	if sealed != nil {
+		return d.sealedEnd(&rec, sealed)
 	}
 	out, err := d.headers(&rec)
 	if err != nil {
@@ -157,10 +179,17 @@ func sortedNames(dst []string, h map[string][]string) []string {
 }
 
 func encodedBody(rec *Record) []byte {
-	if rec.BodyOmitted {
+	if rec.BodyOmitted || rec.Sealed != nil {
 		return nil
 	}
 	return rec.Body
+}
+
+func encodedHeader(rec *Record) map[string][]string {
+	if rec.Sealed != nil {
+		return nil
+	}
+	return rec.Header
 }
 
 func appendString(dst []byte, s string) []byte {

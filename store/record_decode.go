@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -79,6 +80,44 @@ func (d *decoder) bytes(n int) []byte {
 	p := d.b[d.off : d.off+n]
 	d.off += n
 	return p
+}
+
+// sealed reads the sealed section. Its key id and data alias d.b, as the
+// headers of a record in clear do.
+func (d *decoder) sealed() *Sealed {
+	id := d.bytes(d.length())
+	size := d.uvarint()
+	data := d.bytes(d.length())
+	if d.err != nil {
+		return nil
+	}
+	if size > math.MaxInt32 {
+		d.fail("sealed body size out of range")
+		return nil
+	}
+	return &Sealed{
+		KeyID:     unsafe.String(unsafe.SliceData(id), len(id)),
+		BodyBytes: int(size),
+		Data:      data[:len(data):len(data)],
+	}
+}
+
+// sealedEnd checks that a sealed record has no header of its own and ends
+// there, and returns it.
+func (d *decoder) sealedEnd(rec *Record, s *Sealed) (*Record, error) {
+	nnames, nvalues := d.length(), d.length()
+	if d.err == nil && (nnames != 0 || nvalues != 0) {
+		d.fail("headers present on a sealed record")
+	}
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	out := *rec
+	out.Sealed = s
+	return &out, nil
 }
 
 // valuesWithRecord is how many header values share one allocation with

@@ -30,6 +30,14 @@ func sampleRecords() map[string]*Record {
 			CreatedAt: time.UnixMilli(-5).UTC(),
 		},
 		"large status": {Status: 1 << 30},
+		"sealed": {
+			Status: 201, Fingerprint: fp, CreatedAt: time.UnixMilli(1_700_000_000_123).UTC(),
+			Sealed: &Sealed{KeyID: "2026-01", BodyBytes: 1234, Data: []byte{0, 1, 0xff, 'x'}},
+		},
+		"sealed with body omitted": {
+			Status: 200, BodyOmitted: true,
+			Sealed: &Sealed{KeyID: "k", Data: []byte{9}},
+		},
 	}
 }
 
@@ -70,6 +78,12 @@ func TestDecodeRecordRejectsCorruption(t *testing.T) {
 		"unknown flag":    append([]byte{1, 0x80}, valid[2:]...),
 		"trailing bytes":  append(append([]byte{}, valid...), 0),
 	}
+	// A sealed record carrying a body or headers in clear besides.
+	// Ending in: body length 0, no header names, no values.
+	sealed := AppendRecord(nil, &Record{Sealed: &Sealed{KeyID: "k", Data: []byte{1}}})
+	head := sealed[: len(sealed)-3 : len(sealed)-3]
+	tests["sealed with body"] = append(head, 1, 'x', 0, 0)
+	tests["sealed with headers"] = append(head, 0, 1, 1, 1, 'X', 1, 0)
 	// A record claiming its body was omitted while carrying one.
 	withBody := AppendRecord(nil, &Record{Body: []byte("x")})
 	withBody[1] |= flagBodyOmitted
@@ -145,6 +159,13 @@ func FuzzDecode(f *testing.F) {
 func recordsEqual(a, b *Record) bool {
 	if a.Status != b.Status || a.BodyOmitted != b.BodyOmitted || a.Fingerprint != b.Fingerprint ||
 		!a.CreatedAt.Equal(b.CreatedAt) || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
+		return false
+	}
+	if (a.Sealed == nil) != (b.Sealed == nil) {
+		return false
+	}
+	if a.Sealed != nil && (a.Sealed.KeyID != b.Sealed.KeyID || a.Sealed.BodyBytes != b.Sealed.BodyBytes ||
+		!bytes.Equal(a.Sealed.Data, b.Sealed.Data)) {
 		return false
 	}
 	for k, av := range a.Header {

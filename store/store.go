@@ -23,6 +23,7 @@ package store
 
 import (
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -43,7 +44,40 @@ var (
 	ErrLockLost = errors.New("lock lost")
 	// ErrNotFound means there is nothing under the key: no lease, no record.
 	ErrNotFound = errors.New("key not found")
+
+	// ErrUnreadable means a record is stored under the key that cannot be
+	// read. The key may have been executed, so it must not be executed
+	// again; it is one of the three errors below, which say why.
+	ErrUnreadable = errors.New("record unreadable")
+	// ErrCorrupt means stored bytes are not a valid encoded record: damaged,
+	// or of a newer version's format.
+	ErrCorrupt = unreadable("corrupt record")
+	// ErrKeyUnknown means a record is sealed with a key the keyring does not
+	// hold (removed, or encryption turned off).
+	ErrKeyUnknown = unreadable("record sealed with a key not in the keyring")
+	// ErrAuthFailed means a sealed record does not authenticate under its
+	// key: its bytes were changed, or it was copied from another key.
+	ErrAuthFailed = unreadable("sealed record does not authenticate")
 )
+
+// unreadable is a reason a record cannot be read; each is ErrUnreadable.
+type unreadable string
+
+func (e unreadable) Error() string      { return string(e) }
+func (unreadable) Is(target error) bool { return target == ErrUnreadable }
+
+// SealError is a sealed record that did not open: the id of the key it
+// names, so logs can say which key is missing, and why (ErrKeyUnknown,
+// ErrAuthFailed or ErrCorrupt). It never holds key material.
+type SealError struct {
+	KeyID string
+	Err   error
+}
+
+func (e *SealError) Error() string {
+	return "record sealed with key " + strconv.Quote(e.KeyID) + ": " + e.Err.Error()
+}
+func (e *SealError) Unwrap() error { return e.Err }
 
 type full struct{}
 
@@ -108,4 +142,29 @@ type Record struct {
 	// CreatedAt is when the recorded response began (its status arrived),
 	// to the millisecond; Idempotency-Expires counts ttl from it.
 	CreatedAt time.Time
+	// Sealed, when set, holds the record's header and body encrypted
+	// (package store/seal), and Header and Body are empty. A store keeps
+	// and returns it as it does Header and Body, so with encryption on no
+	// store holds a recorded header or body in clear.
+	Sealed *Sealed
+}
+
+// Sealed is a record's header and body, encrypted with one key of the
+// proxy's keyring. The other fields of its record stay readable: operators
+// and eviction need the status, sizes and times without the key.
+type Sealed struct {
+	// KeyID names the keyring key that sealed it.
+	KeyID string
+	// BodyBytes is the size of the body in clear (0 when omitted).
+	BodyBytes int
+	// Data is the nonce, the ciphertext and its authentication tag.
+	Data []byte
+}
+
+// BodyBytes is the size of rec's body in clear, sealed or not.
+func (r *Record) BodyBytes() int {
+	if r.Sealed != nil {
+		return r.Sealed.BodyBytes
+	}
+	return len(r.Body)
 }

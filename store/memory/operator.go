@@ -127,7 +127,7 @@ func toEntry(key string, e *entry, enc []byte, withBody bool) (store.Entry, erro
 	if err != nil {
 		return store.Entry{}, err
 	}
-	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, len(rec.Body)
+	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, rec.BodyBytes()
 	if !withBody {
 		rec.Body = nil
 	}

@@ -70,7 +70,7 @@ func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.
 		if err != nil {
 			return store.Entry{}, fmt.Errorf("redis key %s: %w", key, err)
 		}
-		e.State, e.Fingerprint, e.Record, e.BodyBytes = store.Completed, rec.Fingerprint, rec, len(rec.Body)
+		e.State, e.Fingerprint, e.Record, e.BodyBytes = store.Completed, rec.Fingerprint, rec, rec.BodyBytes()
 		if !withBody {
 			rec.Body = nil
 		}

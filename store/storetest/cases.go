@@ -87,6 +87,7 @@ func records() map[string]*store.Record {
 			Fingerprint: fingerprint(9), CreatedAt: created,
 		},
 		"empty body": {Status: 204, Header: map[string][]string{"X-A": {""}}, Fingerprint: fingerprint(9), CreatedAt: created},
+		"sealed":     sealedRecord(),
 		"body omitted": {
 			Status: 200, BodyOmitted: true, Header: map[string][]string{"Content-Length": {"5000000"}},
 			Fingerprint: fingerprint(9), CreatedAt: created,
@@ -247,4 +248,5 @@ func assertRecord(t *testing.T, got, want *store.Record) {
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		t.Errorf("record created = %v, want %v", got.CreatedAt, want.CreatedAt)
 	}
+	assertSealed(t, got.Sealed, want.Sealed)
 }

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"CompleteThenBeginReplays", testCompleteThenBegin},
 		{"RetriedCompletionIsNotALostLease", testCompleteTwice},
 		{"InspectRecord", testInspectRecord},
+		{"SealedRecordIsKeptWhole", testSealedRecordIsKeptWhole},
 		{"InspectLease", testInspectLease},
 		{"InspectMissing", testInspectMissing},
 		{"DeleteRecord", testDeleteRecord},
