@@ -21,6 +21,7 @@ const (
 	failWaitedTooLong
 	failStoreUnavailable
 	failStoreFull
+	failRecordUnreadable // a record is stored under the key that cannot be read
 	failUnreachable      // nothing reached the upstream
 	failUpstream         // the connection failed after the request was sent
 	failUpstreamTimeout  // no answer within upstream.timeout
@@ -51,6 +52,8 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.", OutcomeStoreRejected
 	case failStoreFull:
 		return probStoreFull, "The idempotency store is full and cannot take new keys, so the request was not forwarded. It is safe to retry with the same key once records expire or the store is enlarged.", OutcomeStoreRejected
+	case failRecordUnreadable:
+		return probUnreadable, "A response is recorded under this idempotency key, but the proxy cannot read it, so the request was not forwarded again. Retrying with this key gets the same answer until an operator restores the record's encryption key or deletes the key.", OutcomeUnreadable
 	case failUnreachable:
 		return probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key.", OutcomeUpstreamError
 	case failUpstreamTimeout:

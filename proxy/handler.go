@@ -209,6 +209,14 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	for {
 		q.began = h.clock.Now()
 		res, err := h.store.Begin(detached, q.keyHash, q.fp, pol.LockTTL)
+		if err == nil && res.State == store.Completed && res.Record.Sealed != nil {
+			// Sealed, and no keyring opened it (store/seal).
+			err = &store.SealError{KeyID: res.Record.Sealed.KeyID, Err: store.ErrKeyUnknown}
+		}
+		if errors.Is(err, store.ErrUnreadable) {
+			h.unreadable(w, q, err)
+			return
+		}
 		if err != nil {
 			h.storeUnavailable(w, q, err)
 			return
@@ -237,15 +245,29 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	}
 }
 
+// unreadable refuses a key whose record cannot be read: its encryption
+// key was removed, its bytes were changed or copied from another key, or
+// it is a newer version's record during a rolling upgrade. The key was
+// executed, so forwarding would execute it again, whatever on_store_error
+// says; it gets this answer until an operator restores the key or deletes
+// the record.
+func (h *Handler) unreadable(w http.ResponseWriter, q *request, err error) {
+	reason := unreadableReason(err)
+	h.metrics.unreadable[reason].Inc()
+	var keyID string
+	if se := (*store.SealError)(nil); errors.As(err, &se) {
+		keyID = se.KeyID
+	}
+	h.log.Error("recorded response unreadable: the key is refused and not executed again",
+		"route", q.route.label, "key_hash", q.keyHash, "reason", reason, "key_id", keyID, "error", err)
+	h.refuse(w, q, failRecordUnreadable, err)
+}
+
 // storeUnavailable applies on_store_error to a store that could not take
 // the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
 	full := errors.Is(err, store.ErrFull)
-	// Something is stored under the key that this proxy cannot read (a
-	// newer version's record during a rolling upgrade, a damaged value):
-	// the key may well be completed, so forwarding could execute it again,
-	// whatever on_store_error says.
-	if q.route.policy.FailOpen == FailOpen && !errors.Is(err, store.ErrCorrupt) {
+	if q.route.policy.FailOpen == FailOpen {
 		q.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)

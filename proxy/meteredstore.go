@@ -11,7 +11,8 @@ import (
 // meteredStore is the handler's Store: it times every lease operation in
 // idempotency_proxy_store_operation_duration_seconds and counts failures in
 // idempotency_proxy_store_errors_total. A lost lease is not a store
-// failure: it is counted in idempotency_proxy_lock_lost_total instead.
+// failure: it is counted in idempotency_proxy_lock_lost_total instead; nor
+// is an unreadable record (idempotency_proxy_record_unreadable_total).
 type meteredStore struct {
 	Store
 	m *Metrics
@@ -22,7 +23,7 @@ var _ Store = meteredStore{}
 func (s meteredStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
 	t := time.Now()
 	res, err := s.Store.Begin(ctx, key, fp, lease)
-	s.m.observeStore(opBegin, time.Since(t), err != nil)
+	s.m.observeStore(opBegin, time.Since(t), failed(err))
 	return res, err
 }
 
@@ -47,4 +48,6 @@ func (s meteredStore) Release(ctx context.Context, key, token string) error {
 	return err
 }
 
-func failed(err error) bool { return err != nil && !errors.Is(err, store.ErrLockLost) }
+func failed(err error) bool {
+	return err != nil && !errors.Is(err, store.ErrLockLost) && !errors.Is(err, store.ErrUnreadable)
+}

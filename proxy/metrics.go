@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"errors"
 	"runtime"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // Outcome is the value of the "outcome" label: what the proxy did with a request.
@@ -29,6 +32,10 @@ const (
 	// OutcomeBadRequest: a request body that could not be read (client
 	// gone or too slow) fits none of the other outcomes.
 	OutcomeBadRequest Outcome = "bad_request"
+	// OutcomeUnreadable: 503 record-unreadable, a record is stored under
+	// the key that cannot be read (its encryption key is gone, its bytes
+	// were changed, or its format is newer); never executed again.
+	OutcomeUnreadable Outcome = "unreadable"
 )
 
 // Outcomes returns every outcome, a copy the caller may keep.
@@ -38,7 +45,7 @@ func Outcomes() []Outcome { return slices.Clone(allOutcomes) }
 var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
-	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest,
+	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
 }
 
 // Store operations, the values of the "operation" label.
@@ -58,6 +65,26 @@ const (
 	omitTooLarge  = "too_large"
 	omitStoreFull = "store_full"
 )
+
+// Reasons a record cannot be read, the values of the "reason" label of
+// idempotency_proxy_record_unreadable_total.
+const (
+	unreadableKeyUnknown = "key_unknown" // sealed with a key not in the keyring
+	unreadableAuthFailed = "auth_failed" // changed, or copied from another key
+	unreadableFormat     = "format"      // not a record this version can decode
+)
+
+// unreadableReason is the reason label of err, an error wrapping
+// store.ErrUnreadable.
+func unreadableReason(err error) string {
+	switch {
+	case errors.Is(err, store.ErrKeyUnknown):
+		return unreadableKeyUnknown
+	case errors.Is(err, store.ErrAuthFailed):
+		return unreadableAuthFailed
+	}
+	return unreadableFormat
+}
 
 // defaultRoute is the route label of requests that match no configured route.
 const defaultRoute = "default"
@@ -79,6 +106,7 @@ type Metrics struct {
 	inflight         prometheus.Gauge
 	lockLost         prometheus.Counter
 	bodyOmitted      map[string]prometheus.Counter // by reason
+	unreadable       map[string]prometheus.Counter // by reason
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -141,6 +169,14 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	for _, reason := range []string{omitTooLarge, omitStoreFull} {
 		m.bodyOmitted[reason] = omitted.WithLabelValues(reason)
 	}
+	unreadable := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idempotency_proxy_record_unreadable_total",
+		Help: "Requests refused with 503 record-unreadable because the key's record could not be read, by reason: key_unknown (sealed with a key no longer in the keyring), auth_failed (changed, or copied from another key), format (not a record this version can decode).",
+	}, []string{"reason"})
+	m.unreadable = map[string]prometheus.Counter{}
+	for _, reason := range []string{unreadableKeyUnknown, unreadableAuthFailed, unreadableFormat} {
+		m.unreadable[reason] = unreadable.WithLabelValues(reason)
+	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idempotency_proxy_build_info",
 		Help: "Always 1; labels carry the version and the Go version the binary was built with.",
@@ -148,7 +184,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
-		m.storeErrors, m.inflight, m.lockLost, omitted, buildInfo)
+		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}

@@ -28,6 +28,7 @@ var (
 	probMismatch      = problem{ProblemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
 	probStore         = problem{ProblemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable, 2}
 	probStoreFull     = problem{ProblemBase + "store-full", "Idempotency store full", http.StatusServiceUnavailable, 5}
+	probUnreadable    = problem{ProblemBase + "record-unreadable", "Recorded response unreadable", http.StatusServiceUnavailable, 0}
 	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 )
@@ -37,7 +38,7 @@ var (
 // fails when the two disagree, or when a problem is missing here.
 var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probTooLarge, probInFlight, probMismatch,
-	probStore, probStoreFull, probUnreachable, probUpstreamError,
+	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError,
 }
 
 type problemBody struct {
