@@ -1,0 +1,305 @@
+// idempotency-proxy client for browsers and Node >= 18: one Idempotency-Key
+// per logical operation, kept (by operation name) from before the first
+// attempt until a final answer, and retried as clients/contract.json says.
+// No dependencies; docs/clients.md describes it.
+
+/** Prefix of the type URI of every problem the proxy answers itself. */
+export const PROBLEM_BASE = "https://idempotency-proxy.dev/problems/";
+
+/**
+ * What the client does with each of the proxy's problem types: "retry" (same
+ * request, same key, after Retry-After or backoff) or "stop" (an error no
+ * retry can change). The JavaScript copy of clients/contract.json; the tests
+ * hold it to that file.
+ */
+export const PROBLEM_ACTIONS = Object.freeze({
+  "missing-key": "stop",
+  "invalid-key": "stop",
+  "body-unreadable": "stop",
+  "ambiguous-body": "stop",
+  "ambiguous-path": "stop",
+  "body-too-large": "stop",
+  "in-flight": "retry",
+  "key-expired": "stop",
+  "payload-mismatch": "stop",
+  "store-unavailable": "retry",
+  "store-full": "retry",
+  "record-unreadable": "stop",
+  "upstream-unreachable": "retry",
+  "upstream-failed": "retry",
+  "upstream-timeout": "retry",
+});
+
+/** Statuses retried when the answer carries none of the proxy's problem types. */
+export const RETRY_STATUSES = Object.freeze([409, 429, 502, 503, 504]);
+
+/**
+ * decide says what to do with an answer: "retry", "stop" or "done".
+ * @param {number} status
+ * @param {string | null | undefined} problemType the problem+json type URI, if any
+ * @param {boolean} replayed the answer carries Idempotent-Replayed: true
+ */
+export function decide(status, problemType, replayed) {
+  if (replayed) return "done";
+  if (typeof problemType === "string" && problemType.startsWith(PROBLEM_BASE)) {
+    const action = PROBLEM_ACTIONS[problemType.slice(PROBLEM_BASE.length)];
+    if (action) return action;
+  }
+  return RETRY_STATUSES.includes(status) ? "retry" : "done";
+}
+
+/** Base class of the client's errors; `key` is the operation's key. */
+export class IdempotencyError extends Error {
+  constructor(message, { key, attempts = 0, status = 0, problem = null, cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    this.key = key;
+    this.attempts = attempts;
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+/** The proxy answered a problem no retry with this key can change. */
+export class ProblemError extends IdempotencyError {}
+
+/** 422 payload-mismatch: the key was first used with a different request; a bug in the caller. */
+export class PayloadMismatchError extends ProblemError {}
+
+/** 410 key-expired: the operation ran once and its record expired; look its outcome up. */
+export class KeyExpiredError extends ProblemError {}
+
+/**
+ * Every attempt failed with a retryable answer or a network error, or the
+ * caller's signal aborted the operation. The key stays stored under the
+ * operation's name, so calling again resumes the same operation.
+ */
+export class GaveUpError extends IdempotencyError {}
+
+// Web Crypto: global in browsers and Node >= 19; Node 18 has it in node:crypto.
+// The specifier is a variable so that bundlers for browsers leave it alone.
+const nodeCrypto = "node:crypto";
+const webcrypto = globalThis.crypto ?? (await import(nodeCrypto)).webcrypto;
+
+/** newKey returns a fresh random key (a UUIDv4). */
+export function newKey() {
+  if (typeof webcrypto.randomUUID === "function") return webcrypto.randomUUID();
+  // randomUUID exists only in secure contexts (https, localhost); build one.
+  const b = webcrypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+const STORAGE_PREFIX = "idempotency-key:";
+
+/** A Storage-like object kept in memory, for Node and for storage: "memory". */
+export class MemoryStorage {
+  #items = new Map();
+  getItem(name) {
+    return this.#items.has(name) ? this.#items.get(name) : null;
+  }
+  setItem(name, value) {
+    this.#items.set(name, String(value));
+  }
+  removeItem(name) {
+    this.#items.delete(name);
+  }
+}
+
+function resolveStorage(storage) {
+  if (storage && typeof storage === "object") return storage;
+  if (storage === "local" && globalThis.localStorage) return globalThis.localStorage;
+  if ((storage === undefined || storage === "session") && globalThis.sessionStorage) return globalThis.sessionStorage;
+  if (storage === undefined || storage === "session" || storage === "memory" || storage === "local") return new MemoryStorage();
+  throw new TypeError(`storage must be "session", "local", "memory" or a Storage-like object, got ${storage}`);
+}
+
+/** parseRetryAfter reads Retry-After (delta-seconds or an HTTP-date) in milliseconds, or null. */
+export function parseRetryAfter(value, now = Date.now()) {
+  if (value == null) return null;
+  const v = String(value).trim();
+  if (/^\d+$/.test(v)) return Math.min(Number(v), 86400) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    function onAbort() {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+async function readProblem(response) {
+  const type = response.headers.get("Content-Type") || "";
+  if (!/^application\/problem\+json\b/i.test(type)) return null;
+  try {
+    const p = await response.clone().json();
+    return p && typeof p === "object" ? p : null;
+  } catch {
+    return null;
+  }
+}
+
+function isTrue(v) {
+  return (v || "").trim().toLowerCase() === "true";
+}
+
+/**
+ * Client sends requests as idempotent operations.
+ *
+ *   const client = new IdempotentClient();
+ *   const { response, replayed } = await client.request("/v1/charges", {
+ *     method: "POST", json: { order: 42 }, operation: "charge:order-42" });
+ */
+export class IdempotentClient {
+  #inflight = new Map();
+
+  /**
+   * @param {object} [options]
+   * @param {number} [options.maxAttempts=5] requests one operation may send
+   * @param {number} [options.baseDelay=100] backoff before the second attempt, ms; doubles each retry
+   * @param {number} [options.maxDelay=10000] cap of every wait, Retry-After included, ms
+   * @param {number} [options.attemptTimeout=30000] bound of one attempt until its headers, ms (0: none)
+   * @param {"session"|"local"|"memory"|Storage} [options.storage="session"] where named operations keep their key
+   * @param {typeof fetch} [options.fetch] the fetch to use (default globalThis.fetch)
+   * @param {(retry: object) => void} [options.onRetry] called before each wait between attempts
+   */
+  constructor(options = {}) {
+    this.maxAttempts = options.maxAttempts ?? 5;
+    this.baseDelay = options.baseDelay ?? 100;
+    this.maxDelay = options.maxDelay ?? 10_000;
+    this.attemptTimeout = options.attemptTimeout ?? 30_000;
+    this.storage = resolveStorage(options.storage);
+    this.fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
+    this.onRetry = options.onRetry;
+  }
+
+  /** pending returns the key an unfinished operation of this name keeps, or null. */
+  pending(operation) {
+    const raw = this.storage.getItem(STORAGE_PREFIX + operation);
+    if (!raw) return null;
+    try {
+      return JSON.parse(raw).key ?? null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** forget drops the key an operation keeps, so its next call is a new operation. */
+  forget(operation) {
+    this.storage.removeItem(STORAGE_PREFIX + operation);
+  }
+
+  /**
+   * request sends one logical operation, retrying it with the same key.
+   * init is fetch's, plus: operation (a name whose key is kept until a final
+   * answer; concurrent calls with one name are one operation), key (an
+   * explicit key), json (a value sent as the JSON body). The body must be
+   * replayable: a string, ArrayBuffer, typed array, Blob, URLSearchParams or
+   * FormData.
+   * @returns {Promise<{response: Response, status: number, replayed: boolean, bodyOmitted: boolean, key: string, attempts: number}>}
+   */
+  request(url, init = {}) {
+    const { operation } = init;
+    if (operation == null) return this.#run(url, init);
+    const running = this.#inflight.get(operation);
+    if (running) return running;
+    const p = this.#run(url, init).finally(() => this.#inflight.delete(operation));
+    this.#inflight.set(operation, p);
+    return p;
+  }
+
+  #keyFor(init) {
+    if (init.key) return init.key;
+    if (init.operation == null) return newKey();
+    const slot = STORAGE_PREFIX + init.operation;
+    const kept = this.pending(init.operation);
+    if (kept) return kept;
+    const key = newKey();
+    // Stored before the first attempt: a reload from here on resumes it.
+    this.storage.setItem(slot, JSON.stringify({ key, created: new Date().toISOString() }));
+    return key;
+  }
+
+  async #run(url, init) {
+    const { operation, key: _key, json, signal, ...rest } = init;
+    const key = this.#keyFor(init);
+    const headers = new Headers(rest.headers);
+    headers.set("Idempotency-Key", key);
+    let body = rest.body;
+    if (json !== undefined) {
+      body = JSON.stringify(json);
+      if (!headers.has("Content-Type")) headers.set("Content-Type", "application/json");
+    }
+    if (body != null && typeof body.getReader === "function") {
+      throw new TypeError("request: a ReadableStream body cannot be resent; pass a string, ArrayBuffer or Blob");
+    }
+    const finish = () => {
+      if (operation != null) this.forget(operation);
+    };
+    let last = { status: 0, problem: null, error: null };
+    for (let attempt = 1; ; attempt++) {
+      const ctrl = new AbortController();
+      const onAbort = () => ctrl.abort(signal.reason);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (signal?.aborted) ctrl.abort(signal.reason);
+      const timer = this.attemptTimeout > 0 ? setTimeout(() => ctrl.abort(new DOMException("attempt timed out", "TimeoutError")), this.attemptTimeout) : null;
+      let response = null;
+      try {
+        response = await this.fetch(url, { ...rest, headers, body, signal: ctrl.signal });
+      } catch (error) {
+        last = { status: 0, problem: null, error };
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      }
+      if (signal?.aborted) {
+        throw new GaveUpError(`operation aborted after ${attempt} attempt(s); key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: signal.reason });
+      }
+      let retryAfter = null;
+      if (response) {
+        const replayed = isTrue(response.headers.get("Idempotent-Replayed"));
+        const problem = response.status >= 400 && !replayed ? await readProblem(response) : null;
+        const action = decide(response.status, problem?.type, replayed);
+        if (action === "done") {
+          finish();
+          return { response, status: response.status, replayed, bodyOmitted: isTrue(response.headers.get("Idempotent-Body-Omitted")), key, attempts: attempt };
+        }
+        await response.body?.cancel().catch(() => {});
+        if (action === "stop") {
+          finish();
+          const opts = { key, attempts: attempt, status: response.status, problem };
+          const name = problem.type.slice(PROBLEM_BASE.length);
+          const msg = `proxy answered ${response.status} ${name} (key ${key})${problem.detail ? ": " + problem.detail : ""}`;
+          if (name === "payload-mismatch") throw new PayloadMismatchError(msg, opts);
+          if (name === "key-expired") throw new KeyExpiredError(msg, opts);
+          throw new ProblemError(msg, opts);
+        }
+        last = { status: response.status, problem, error: null };
+        retryAfter = parseRetryAfter(response.headers.get("Retry-After"));
+      }
+      if (attempt >= this.maxAttempts) {
+        const why = last.error ? String(last.error?.message ?? last.error) : `last status ${last.status}${last.problem?.type ? " (" + last.problem.type + ")" : ""}`;
+        throw new GaveUpError(`gave up after ${attempt} attempt(s), ${why}; key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: last.error ?? undefined });
+      }
+      const delay = retryAfter != null ? Math.min(retryAfter, this.maxDelay) : Math.random() * Math.min(this.maxDelay, this.baseDelay * 2 ** (attempt - 1));
+      this.onRetry?.({ attempt, delay, status: last.status, problem: last.problem, error: last.error, key });
+      try {
+        await sleep(delay, signal);
+      } catch (reason) {
+        throw new GaveUpError(`operation aborted after ${attempt} attempt(s); key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: reason });
+      }
+    }
+  }
+}
