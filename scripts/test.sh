@@ -18,6 +18,7 @@ export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 tools=(
   "redis-server redis-server"
   "redis-cli redis-tools"
+  "node nodejs"
 )
 
 missing=() packages=()
