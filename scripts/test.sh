@@ -19,6 +19,7 @@ tools=(
   "redis-server redis-server"
   "redis-cli redis-tools"
   "node nodejs"
+  "python3 python3"
 )
 
 missing=() packages=()

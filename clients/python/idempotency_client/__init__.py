@@ -1,0 +1,378 @@
+"""Client for APIs behind idempotency-proxy, standard library only.
+
+One Idempotency-Key per logical operation, reused on every retry; an operation
+name keeps its key (in memory, or in a file under ``key_dir``) from before the
+first attempt until a final answer, so a restarted process resumes the
+operation instead of starting a new one. What to do with each answer is the
+proxy's contract (clients/contract.json in the repository): retry with the same
+key (after Retry-After, else capped exponential backoff with full jitter), stop
+with a typed exception, or hand the answer over. docs/clients.md describes it.
+
+    from idempotency_client import Client
+    client = Client()
+    result = client.request("POST", "http://127.0.0.1:8080/v1/charges",
+                            json={"order": 42}, operation="charge:order-42")
+    result.status, result.replayed, result.json()
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json as jsonlib
+import os
+import random
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional
+
+__all__ = [
+    "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "decide", "parse_retry_after", "new_key",
+    "Client", "Result", "Retry", "IdempotencyError", "ProblemError", "PayloadMismatchError",
+    "KeyExpiredError", "GaveUpError",
+]
+
+#: Prefix of the type URI of every problem the proxy answers itself.
+PROBLEM_BASE = "https://idempotency-proxy.dev/problems/"
+
+#: What the client does with each of the proxy's problem types: "retry" or
+#: "stop". The Python copy of clients/contract.json; the tests hold it to that file.
+PROBLEM_ACTIONS: Mapping[str, str] = {
+    "missing-key": "stop",
+    "invalid-key": "stop",
+    "body-unreadable": "stop",
+    "ambiguous-body": "stop",
+    "ambiguous-path": "stop",
+    "body-too-large": "stop",
+    "in-flight": "retry",
+    "key-expired": "stop",
+    "payload-mismatch": "stop",
+    "store-unavailable": "retry",
+    "store-full": "retry",
+    "record-unreadable": "stop",
+    "upstream-unreachable": "retry",
+    "upstream-failed": "retry",
+    "upstream-timeout": "retry",
+}
+
+#: Statuses retried when the answer carries none of the proxy's problem types.
+RETRY_STATUSES = frozenset({409, 429, 502, 503, 504})
+
+
+def decide(status: int, problem_type: Optional[str], replayed: bool) -> str:
+    """What to do with an answer: "retry", "stop" or "done"."""
+    if replayed:
+        return "done"
+    if problem_type and problem_type.startswith(PROBLEM_BASE):
+        action = PROBLEM_ACTIONS.get(problem_type[len(PROBLEM_BASE):])
+        if action:
+            return action
+    return "retry" if status in RETRY_STATUSES else "done"
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Retry-After (delta-seconds or an HTTP-date) in seconds, or None."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.isdigit():
+        return float(min(int(v), 86400))
+    try:
+        at = email.utils.parsedate_to_datetime(v).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, at - (time.time() if now is None else now))
+
+
+def new_key() -> str:
+    """A fresh random key (a UUIDv4)."""
+    return str(uuid.uuid4())
+
+
+class IdempotencyError(Exception):
+    """Base class of the client's errors; ``key`` is the operation's key."""
+
+    def __init__(self, message: str, *, key: str, attempts: int = 0, status: int = 0,
+                 problem: Optional[Dict[str, Any]] = None):
+        super().__init__(message)
+        self.key = key
+        self.attempts = attempts
+        self.status = status
+        self.problem = problem
+
+
+class ProblemError(IdempotencyError):
+    """The proxy answered a problem no retry with this key can change."""
+
+
+class PayloadMismatchError(ProblemError):
+    """422 payload-mismatch: the key was first used with a different request."""
+
+
+class KeyExpiredError(ProblemError):
+    """410 key-expired: the operation ran once and its record expired; look its outcome up."""
+
+
+class GaveUpError(IdempotencyError):
+    """Attempts exhausted; the operation's key stays kept, so calling again resumes it."""
+
+
+@dataclass
+class Result:
+    """A final answer."""
+
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+    key: str
+    attempts: int
+    replayed: bool = False  #: the recorded answer of an earlier execution
+    body_omitted: bool = False  #: a replay whose body was too large to record
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(self.headers.get_content_charset() or "utf-8", "replace")
+
+
+@dataclass
+class Retry:
+    """What ``on_retry`` sees before each wait between two attempts."""
+
+    attempt: int  #: the attempt that failed, from 1
+    delay: float  #: seconds before the next attempt
+    status: int  #: 0 for a network error or a timeout
+    problem: Optional[Dict[str, Any]]
+    error: Optional[BaseException]
+    key: str
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect is the operation's recorded answer: hand it over, never
+    # follow it (urllib would turn a POST into a GET without its body).
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None
+
+
+@dataclass
+class _Flight:
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Optional[Result] = None
+    error: Optional[BaseException] = None
+
+
+_MISSING = object()
+
+
+class Client:
+    """Sends requests as idempotent operations; safe for concurrent use.
+
+    max_attempts: requests one operation may send, the first included.
+    base_delay, max_delay: backoff in seconds (doubling, full jitter); max_delay caps
+        every wait, Retry-After included.
+    attempt_timeout: seconds each blocking step of one attempt (connect, send,
+        each read) may take; a timeout is retried like a network error.
+    key_dir: directory where a named operation keeps its key in a file until a
+        final answer; None keeps keys in memory (they survive retries and calls in
+        this process, not a restart).
+    on_retry: called with a Retry before each wait.
+    opener: the urllib opener; by default one that does not follow redirects.
+    """
+
+    def __init__(self, *, max_attempts: int = 5, base_delay: float = 0.1, max_delay: float = 10.0,
+                 attempt_timeout: float = 30.0, key_dir: Optional[str] = None,
+                 on_retry: Optional[Callable[[Retry], None]] = None,
+                 opener: Optional[urllib.request.OpenerDirector] = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.max_attempts = max_attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.attempt_timeout = attempt_timeout
+        self.key_dir = key_dir
+        self.on_retry = on_retry
+        self.opener = opener or urllib.request.build_opener(_NoRedirect)
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._memory: Dict[str, str] = {}
+        self._flights: Dict[str, _Flight] = {}
+
+    # --- keys kept by operation name
+
+    def _key_path(self, operation: str) -> str:
+        return os.path.join(self.key_dir, urllib.parse.quote(operation, safe="") + ".key")
+
+    def pending(self, operation: str) -> Optional[str]:
+        """The key an unfinished operation of this name keeps, or None."""
+        if self.key_dir is None:
+            with self._lock:
+                return self._memory.get(operation)
+        try:
+            with open(self._key_path(operation), encoding="utf-8") as f:
+                return jsonlib.load(f).get("key")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise OSError(f"reading the key of operation {operation!r}: {e}") from e
+
+    def forget(self, operation: str) -> None:
+        """Drops the key an operation keeps: its next call is a new operation."""
+        if self.key_dir is None:
+            with self._lock:
+                self._memory.pop(operation, None)
+            return
+        try:
+            os.remove(self._key_path(operation))
+        except FileNotFoundError:
+            pass
+
+    def _keep(self, operation: str, key: str) -> None:
+        if self.key_dir is None:
+            with self._lock:
+                self._memory[operation] = key
+            return
+        os.makedirs(self.key_dir, exist_ok=True)
+        # Written whole and synced before the first attempt: a crash from here
+        # on leaves the key for the restarted process.
+        fd, tmp = tempfile.mkstemp(dir=self.key_dir, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                jsonlib.dump({"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._key_path(operation))
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _key_for(self, operation: Optional[str], key: Optional[str]) -> str:
+        if key:
+            return key
+        if operation is None:
+            return new_key()
+        kept = self.pending(operation)
+        if kept:
+            return kept
+        kept = new_key()
+        self._keep(operation, kept)
+        return kept
+
+    # --- requests
+
+    def request(self, method: str, url: str, *, body: Optional[bytes] = None, json: Any = _MISSING,
+                headers: Optional[Mapping[str, str]] = None, operation: Optional[str] = None,
+                key: Optional[str] = None) -> Result:
+        """Sends one logical operation, retrying it with the same key.
+
+        operation names it: its key is kept until a final answer, and concurrent
+        calls with one name in this client share one operation and its outcome.
+        key is an explicit key instead. json is a value sent as the JSON body.
+        Raises PayloadMismatchError, KeyExpiredError, ProblemError or GaveUpError.
+        """
+        if operation is None:
+            return self._run(method, url, body, json, headers, None, key)
+        with self._lock:
+            flight = self._flights.get(operation)
+            owner = flight is None
+            if owner:
+                flight = self._flights[operation] = _Flight()
+        if not owner:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.result
+        try:
+            flight.result = self._run(method, url, body, json, headers, operation, key)
+            return flight.result
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                del self._flights[operation]
+            flight.done.set()
+
+    def _run(self, method, url, body, json, headers, operation, key) -> Result:
+        hdrs = {k: v for k, v in (headers or {}).items()}
+        if json is not _MISSING:
+            body = jsonlib.dumps(json, separators=(",", ":")).encode()
+            if not any(k.lower() == "content-type" for k in hdrs):
+                hdrs["Content-Type"] = "application/json"
+        if isinstance(body, str):
+            body = body.encode()
+        key = self._key_for(operation, key)
+        hdrs["Idempotency-Key"] = key
+        status, problem, error = 0, None, None
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after = None
+            try:
+                status, resp_headers, resp_body = self._attempt(method, url, body, hdrs)
+            except (OSError, http.client.HTTPException) as e:
+                # Network errors and timeouts: the answer may be lost, retry.
+                status, problem, error = 0, None, e
+            else:
+                error = None
+                replayed = _is_true(resp_headers.get("Idempotent-Replayed"))
+                problem = _problem(resp_headers, resp_body) if status >= 400 and not replayed else None
+                action = decide(status, problem.get("type") if problem else None, replayed)
+                if action == "done":
+                    if operation is not None:
+                        self.forget(operation)
+                    return Result(status=status, headers=resp_headers, body=resp_body, key=key, attempts=attempt,
+                                  replayed=replayed, body_omitted=_is_true(resp_headers.get("Idempotent-Body-Omitted")))
+                if action == "stop":
+                    if operation is not None:
+                        self.forget(operation)
+                    name = problem["type"][len(PROBLEM_BASE):]
+                    detail = problem.get("detail")
+                    msg = f"proxy answered {status} {name} (key {key})" + (f": {detail}" if detail else "")
+                    cls = {"payload-mismatch": PayloadMismatchError, "key-expired": KeyExpiredError}.get(name, ProblemError)
+                    raise cls(msg, key=key, attempts=attempt, status=status, problem=problem)
+                retry_after = parse_retry_after(resp_headers.get("Retry-After"))
+            if attempt >= self.max_attempts:
+                why = f"{error}" if error else f"last status {status}" + (f" ({problem.get('type')})" if problem else "")
+                raise GaveUpError(f"gave up after {attempt} attempt(s), {why}; key {key} is kept",
+                                  key=key, attempts=attempt, status=status, problem=problem) from error
+            if retry_after is not None:
+                delay = min(retry_after, self.max_delay)
+            else:
+                delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+            if self.on_retry:
+                self.on_retry(Retry(attempt=attempt, delay=delay, status=status, problem=problem, error=error, key=key))
+            self._sleep(delay)
+
+    def _attempt(self, method, url, body, headers):
+        req = urllib.request.Request(url, data=body, headers=headers, method=method)
+        try:
+            with self.opener.open(req, timeout=self.attempt_timeout) as resp:
+                return resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            # An HTTP answer (4xx, 5xx, an unfollowed redirect), not a failure.
+            with e:
+                return e.code, e.headers, e.read()
+
+
+def _is_true(v: Optional[str]) -> bool:
+    return (v or "").strip().lower() == "true"
+
+
+def _problem(headers: http.client.HTTPMessage, body: bytes) -> Optional[Dict[str, Any]]:
+    if headers.get_content_type() != "application/problem+json":
+        return None
+    try:
+        p = jsonlib.loads(body)
+    except ValueError:
+        return None
+    return p if isinstance(p, dict) and isinstance(p.get("type"), str) else None
