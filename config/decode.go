@@ -52,19 +52,24 @@ func (d *decoder) mapping(path string, raw any, v reflect.Value) {
 	}
 	fields := fieldsOf(v.Type())
 	known := make([]string, len(fields))
+	failed := map[string]bool{}
 	for i, f := range fields {
 		known[i] = f.key
 		item, ok := m[f.key]
 		if !ok || item == nil {
 			continue
 		}
+		before := len(d.problems)
 		d.value(join(path, f.key), item, v.FieldByIndex(f.index), f.option)
+		failed[f.key] = len(d.problems) > before
 	}
 	// One of two alternative keys replaces whatever the other held, the
 	// inherited value included; both set in one mapping is left to the
-	// policy's check, which reports it.
+	// policy's check, which reports it. A value that did not decode
+	// replaces nothing: the other key keeps its value rather than fail
+	// again, empty, under its own name.
 	for _, f := range fields {
-		if _, set := m[f.key]; !set || f.alt == "" {
+		if _, set := m[f.key]; !set || f.alt == "" || failed[f.key] {
 			continue
 		}
 		if _, both := m[f.alt]; both {

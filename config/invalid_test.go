@@ -64,15 +64,28 @@ var invalidFiles = []invalidCase{
 	// Policy words are decoded by the handler's own parsers, so they come
 	// with the other decoding problems, before the semantic ones.
 	{"invalid-policy-word.yaml", []string{
-		"log_level: must be one of debug, info, warn, error",
-		"defaults.concurrent: must be one of reject, wait",
-		"defaults.on_store_error: must be one of fail_closed, fail_open",
-		"routes[0].on_upstream_error: must be one of release, keep",
-		"store.kind: must be one of memory, redis",
+		`log_level: must be one of debug, info, warn, error, not "verbose"`,
+		`defaults.concurrent: must be one of reject, wait, not "queue"`,
+		`defaults.on_store_error: must be one of fail_closed, fail_open, not "ignore"`,
+		`routes[0].on_upstream_error: must be one of release, keep, not "retry"`,
+		`store.kind: must be one of memory, redis, not "etcd"`,
+	}},
+	// A near miss of a word, a URL without its scheme and a "- header:"
+	// mapping each say the fix, and only once.
+	{"invalid-hints.yaml", []string{
+		`log_level: must be one of debug, info, warn, error, not "warning"; did you mean warn?`,
+		`upstream.url: invalid URL "127.0.0.1:3200": first path segment in URL cannot contain colon; add the scheme: "http://127.0.0.1:3200"`,
+		`store.memory.when_full: must be one of reject, evict_oldest, not "evict-oldest"; did you mean evict_oldest?`,
+		`defaults.on_store_error: must be one of fail_closed, fail_open, not "fail-open"; did you mean fail_open?`,
+		`routes[2].key_sources[0]: must be a string, not a mapping; in YAML "- header: X-Cart-Id" is a mapping: write "header:X-Cart-Id" without the space, or quote it`,
+		`store.kind: must be one of memory, redis, not "reddis"; did you mean redis?`,
+	}},
+	{"invalid-url-scheme-missing.yaml", []string{
+		`upstream.url: scheme must be http or https, not "localhost"; add the scheme: "http://localhost:3200/v1"`,
 	}},
 	// A kind is never guessed: a near miss says which one it is close to.
 	{"invalid-store-kind.yaml", []string{
-		"store.kind: must be one of memory, redis; did you mean redis?",
+		`store.kind: must be one of memory, redis, not "rediss"; did you mean redis?`,
 	}},
 	{"invalid-lock-ttl.yaml", []string{
 		"routes[0].lock_ttl: 40s (from defaults) exceeds ttl 30s",
@@ -133,7 +146,7 @@ var invalidFiles = []invalidCase{
 		"admin_listen: same address as listen (:8080)",
 	}},
 	{"invalid-when-full.yaml", []string{
-		"store.memory.when_full: must be one of reject, evict_oldest",
+		`store.memory.when_full: must be one of reject, evict_oldest, not "evict_newest"; did you mean evict_oldest?`,
 	}},
 	{"invalid-admin-token.yaml", []string{
 		"admin.token_file: set admin.token or admin.token_file, not both",
@@ -180,7 +193,7 @@ var invalidFiles = []invalidCase{
 		"routes[2].key_sources: set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])",
 	}},
 	{"invalid-fingerprint.yaml", []string{
-		"defaults.fingerprint_json: must be one of raw, canonical",
+		`defaults.fingerprint_json: must be one of raw, canonical, not "sorted"`,
 		`routes[0].fingerprint_ignore[2]: JSON pointer "sent_at" must start with "/" (RFC 6901), as in /id`,
 		`routes[0].fingerprint_ignore[3]: JSON pointer "/a~x": "~" must be followed by 0 (for "~") or 1 (for "/")`,
 		`routes[2].advertise_expiry: must be true or false, not "sometimes"`,
@@ -213,6 +226,19 @@ func TestInvalidFilesCovered(t *testing.T) {
 		if !slices.ContainsFunc(invalidFiles, func(tt invalidCase) bool { return tt.file == filepath.Base(f) }) {
 			t.Errorf("%s has no expected problems in invalidFiles", f)
 		}
+	}
+}
+
+// The admin token exported for the keys command, as the operating guide
+// suggests, conflicts with a token file: the message names the variable.
+func TestAdminTokenConflictNamesTheVariable(t *testing.T) {
+	got := problemLines(t, Source{
+		File: filepath.Join("testdata", "invalid-admin-token.yaml"),
+		Env:  []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=from-env"},
+	})
+	want := []string{"admin.token_file: set admin.token (from IDEMPOTENCY_PROXY_ADMIN_TOKEN) or admin.token_file, not both"}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems = %q, want %q", got, want)
 	}
 }
 

@@ -131,7 +131,7 @@ func checkStore(v *validation, s Store) {
 		}
 		v.add("store.kind", "%s are set: set store.kind to the one to use", strings.Join(set, " and "))
 	case !known:
-		v.add("store.kind", "must be one of %s%s", strings.Join(kindNames(), ", "), didYouMean(kind, kindNames(), ""))
+		v.add("store.kind", "%s", oneOf(kindNames(), kind))
 	case len(k.addresses) > 0 && len(s.addressed(k)) == 0:
 		keys := make([]string, len(k.addresses))
 		for i, a := range k.addresses {

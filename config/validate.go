@@ -63,7 +63,13 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	checkUpstream(v, c.Upstream)
 	checkStore(v, c.Store)
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
-		v.add("admin.token_file", "set admin.token or admin.token_file, not both")
+		// The token most often comes from the environment, exported for
+		// the keys command: name the variable, or it is hard to find.
+		token := "admin.token"
+		if o := v.origins["admin.token"]; o != "" {
+			token += " (" + o + ")"
+		}
+		v.add("admin.token_file", "set %s or admin.token_file, not both", token)
 	}
 	if c.Admin.PProf && c.Admin.Token == "" && c.Admin.TokenFile == "" && !loopback(c.AdminListen) {
 		v.add("admin.pprof", "true without admin.token or admin.token_file serves profiles, and the command line, to anyone who reaches admin_listen %q: set admin.token (or admin.token_file), or bind admin_listen to a loopback address such as 127.0.0.1:9090", c.AdminListen)
@@ -150,7 +156,7 @@ func checkUpstream(v *validation, u Upstream) {
 	case u.URL == nil:
 		v.add("upstream.url", "required: set it with %s (e.g. http://127.0.0.1:3000)", setWith("upstream.url"))
 	case u.URL.Scheme != "http" && u.URL.Scheme != "https":
-		v.add("upstream.url", "scheme must be http or https, not %q", u.URL.Scheme)
+		v.add("upstream.url", "scheme must be http or https, not %q%s", u.URL.Scheme, schemeHint(u.URL.String()))
 	case u.URL.Host == "":
 		v.add("upstream.url", "missing host in %q", u.URL.Redacted())
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/textproto"
 	"net/url"
 	"reflect"
@@ -67,8 +68,40 @@ func text(d *decoder, path string, raw any, u encoding.TextUnmarshaler) {
 		return
 	}
 	if err := u.UnmarshalText([]byte(s)); err != nil {
-		d.add(path, raw, "%v", err)
+		d.add(path, raw, "%v%s", err, choiceHint(err, s))
 	}
+}
+
+// choiceHint suggests the word closest to s when err is a word that is none
+// of its choices: "fail-open" → "; did you mean fail_open?".
+func choiceHint(err error, s string) string {
+	var ce interface{ Choices() []string }
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	return wordHint(s, ce.Choices())
+}
+
+// wordHint is "; did you mean W?" for the word closest to s, or for a word
+// s starts with ("warning" → warn), or "".
+func wordHint(s string, words []string) string {
+	if s == "" {
+		return ""
+	}
+	if h := didYouMean(s, words, ""); h != "" {
+		return h
+	}
+	for _, w := range words {
+		if strings.HasPrefix(strings.ToLower(s), w) {
+			return "; did you mean " + w + "?"
+		}
+	}
+	return ""
+}
+
+// oneOf is the message for a word s that is none of words.
+func oneOf(words []string, s string) string {
+	return fmt.Sprintf("must be one of %s, not %q%s", strings.Join(words, ", "), s, wordHint(s, words))
 }
 
 // duration accepts Go duration strings only: a bare number would be
@@ -109,7 +142,7 @@ func logLevel(d *decoder, path string, raw any, v reflect.Value) {
 	var l slog.Level
 	// slog also accepts "warn+2" and the like; the configuration has four words.
 	if !slices.Contains(logLevels, strings.ToLower(s)) || l.UnmarshalText([]byte(s)) != nil {
-		d.add(path, raw, "must be one of %s", strings.Join(logLevels, ", "))
+		d.add(path, raw, "%s", oneOf(logLevels, s))
 		return
 	}
 	v.Set(reflect.ValueOf(l))
@@ -129,10 +162,24 @@ func urlValue(d *decoder, path string, raw any, v reflect.Value) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		d.add(path, raw, "invalid URL %q: %v", s, err)
+		d.add(path, raw, "invalid URL %q: %v%s", s, err, schemeHint(s))
 		return
 	}
 	v.Set(reflect.ValueOf(u))
+}
+
+// schemeHint suggests the URL a host:port without a scheme was meant to be:
+// url.Parse reads "127.0.0.1:3000" as an error and "localhost:3000" as the
+// scheme "localhost".
+func schemeHint(s string) string {
+	host, _, _ := strings.Cut(s, "/")
+	if strings.Contains(s, "://") {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; add the scheme: %q", "http://"+s)
 }
 
 // list accepts a YAML sequence or a comma-separated string (the form

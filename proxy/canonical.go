@@ -41,7 +41,7 @@ func (f *FingerprintJSON) UnmarshalText(text []byte) error {
 	case "canonical":
 		*f = FingerprintCanonical
 	default:
-		return errWord([]string{"raw", "canonical"})
+		return errWord([]string{"raw", "canonical"}, string(text))
 	}
 	return nil
 }

@@ -181,7 +181,7 @@ func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) a
 		return settled
 	case errors.Is(err, store.ErrLockLost):
 		if !leaseLost {
-			h.lockLost(q, "complete")
+			h.lockLost(q, "complete", lostAfterDelivered)
 		}
 		return settled
 	case errors.Is(err, store.ErrFull):

@@ -64,7 +64,7 @@ func (h *Handler) startLease(ctx context.Context, q *request) {
 			l.timer.Reset(every)
 		case errors.Is(err, store.ErrLockLost):
 			l.lost = true
-			h.lockLost(q, "renewal")
+			h.lockLost(q, "renewal", lostWhileRunning)
 		default:
 			// The store may come back before the lease runs out.
 			h.log.Warn("could not renew lease", "route", q.route.label, "key_hash", q.keyHash, "error", err)
@@ -96,7 +96,7 @@ func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
 	case err == nil:
 		q.lease.until = sent.Add(ttl)
 	case errors.Is(err, store.ErrLockLost):
-		h.lockLost(q, "renewal while the store was full")
+		h.lockLost(q, "renewal while the store was full", lostAfterDelivered)
 		return true
 	default:
 		h.log.Warn("could not renew lease of a key held while the store is full", "route", q.route.label, "key_hash", q.keyHash, "error", err)
@@ -104,8 +104,15 @@ func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
 	return false
 }
 
-func (h *Handler) lockLost(q *request, during string) {
+// Lost-lease messages, by when the loss is found: a renewal finds it while
+// the upstream still runs, before any response exists; a completion after
+// the response went to the client.
+const (
+	lostWhileRunning   = "lease on key lost while its upstream request runs: it expired, or an operator deleted it, and another request may execute it; this request's response will be delivered but not recorded"
+	lostAfterDelivered = "lease on key lost: it expired, or an operator deleted it, while the upstream ran, and another request may have executed it; this response was delivered but not recorded"
+)
+
+func (h *Handler) lockLost(q *request, during, msg string) {
 	h.metrics.lockLost.Inc()
-	h.log.Warn("lease on key lost: it expired, or an operator deleted it, while the upstream ran, and another request may have executed it; this response was delivered but not recorded",
-		"route", q.route.label, "key_hash", q.keyHash, "during", during, "lock_ttl", q.route.policy.LockTTL.String())
+	h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "during", during, "lock_ttl", q.route.policy.LockTTL.String())
 }

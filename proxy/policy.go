@@ -187,16 +187,33 @@ func boolIndex(b bool) int {
 	return 0
 }
 
-// errWord is the one message for a word that is not one of its choices; the
-// configuration puts the key path in front of it.
-func errWord(words []string) error {
-	return fmt.Errorf("must be one of %s", strings.Join(words, ", "))
+// WordError is the one error for a word that is not one of its choices; the
+// configuration puts the key path in front of it and suggests the choice
+// closest to the word given.
+type WordError struct {
+	Given string
+	Words []string
+}
+
+func (e *WordError) Error() string {
+	msg := "must be one of " + strings.Join(e.Words, ", ")
+	if e.Given != "" {
+		msg += fmt.Sprintf(", not %q", e.Given)
+	}
+	return msg
+}
+
+// Choices are the words the value may be.
+func (e *WordError) Choices() []string { return e.Words }
+
+func errWord(words []string, given string) error {
+	return &WordError{Given: given, Words: words}
 }
 
 func parseWord[T ~uint8](dst *T, words []string, b []byte) error {
 	i := slices.Index(words, string(b))
 	if i < 0 {
-		return errWord(words)
+		return errWord(words, string(b))
 	}
 	*dst = T(i)
 	return nil
@@ -205,7 +222,7 @@ func parseWord[T ~uint8](dst *T, words []string, b []byte) error {
 func parseBool[T ~bool](dst *T, words []string, b []byte) error {
 	i := slices.Index(words, string(b))
 	if i < 0 {
-		return errWord(words)
+		return errWord(words, string(b))
 	}
 	*dst = i == 1
 	return nil

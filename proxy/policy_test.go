@@ -33,7 +33,7 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 			}
 		}
 		err := tt.value().UnmarshalText([]byte("Sometimes"))
-		if want := "must be one of " + strings.Join(tt.words, ", "); err == nil || err.Error() != want {
+		if want := "must be one of " + strings.Join(tt.words, ", ") + `, not "Sometimes"`; err == nil || err.Error() != want {
 			t.Errorf("UnmarshalText(Sometimes) = %v, want %q", err, want)
 		}
 	}

@@ -57,7 +57,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 		c.addWith("lock_ttl", []string{"ttl"}, "%s exceeds ttl %s", c.show("lock_ttl", p.LockTTL), c.show("ttl", p.TTL))
 	}
 	if p.Concurrent > ConcurrentWait {
-		c.add("concurrent", "%v", errWord(concurrencyWords))
+		c.add("concurrent", "%v", errWord(concurrencyWords, ""))
 	}
 	switch {
 	case p.WaitTimeout < 0:
@@ -88,7 +88,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	c.headers("fingerprint_headers", p.FingerprintHeaders)
 	c.headers("replay_exclude_headers", p.ReplayExcludeHeaders)
 	if p.FingerprintJSON > FingerprintCanonical {
-		c.add("fingerprint_json", "must be one of raw, canonical")
+		c.add("fingerprint_json", "%v", errWord([]string{"raw", "canonical"}, ""))
 	}
 	if len(p.FingerprintIgnore) > MaxFingerprintIgnore {
 		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), MaxFingerprintIgnore)

@@ -113,3 +113,52 @@ func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
 		t.Fatalf("retry: %d %q replayed=%v, want a fresh execution", r.StatusCode, r.body, r.replayed())
 	}
 }
+
+// The lost-lease warning says what happens to the response by when the loss
+// is found: a renewal finds it before any response exists (an operator
+// deleted the key while the upstream ran), a completion after delivery.
+func TestLostLeaseWarningSaysWhenItWasFound(t *testing.T) {
+	t.Run("renewal", func(t *testing.T) {
+		var logs lockedBuffer
+		arrived, release := make(chan struct{}), make(chan struct{})
+		const lockTTL = 30 * time.Second
+		clock := newFakeClock()
+		st := memory.New(memory.Options{Now: clock.Now})
+		t.Cleanup(func() { st.Close() })
+		e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+			close(arrived)
+			<-release
+			w.Write([]byte("done"))
+		}, withStore(st), withLog(&logs), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+		e.handler.clock = clock
+		first := make(chan *response)
+		go func() { first <- e.do(t, "POST", "/x", "k", "{}") }()
+		<-arrived
+		if err := st.Delete(context.Background(), storageKeyFor("k")); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(lockTTL / 3)
+		lines := logs.lines(t, "lease on key lost")
+		close(release)
+		<-first
+		if len(lines) != 1 || lines[0]["msg"] != lostWhileRunning || lines[0]["during"] != "renewal" {
+			t.Fatalf("lost-lease lines while the upstream runs = %v, want one %q", lines, lostWhileRunning)
+		}
+		if got := len(logs.lines(t, "lease on key lost")); got != 1 {
+			t.Errorf("%d lost-lease lines after completion, want the one of the renewal", got)
+		}
+	})
+	t.Run("complete", func(t *testing.T) {
+		var logs lockedBuffer
+		st := newFlaky(t)
+		e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+			st.lostAfterBegin.Store(true)
+			w.Write([]byte("mine"))
+		}, withStore(st), withLog(&logs))
+		e.do(t, "POST", "/x", "k", "{}")
+		lines := logs.lines(t, "lease on key lost")
+		if len(lines) != 1 || lines[0]["msg"] != lostAfterDelivered || lines[0]["during"] != "complete" {
+			t.Fatalf("lost-lease lines = %v, want one %q", lines, lostAfterDelivered)
+		}
+	})
+}

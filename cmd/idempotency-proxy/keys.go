@@ -45,6 +45,7 @@ included; the problem is printed on stderr), 2 bad usage.
 type keysCmd struct {
 	admin     *url.URL
 	token     string
+	tokenFrom string // where token came from: adminTokenEnv or "--token-file FILE"
 	method    string
 	path      string
 	body      []byte
@@ -131,6 +132,10 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	}
 	if c.token, err = cliToken(*tokenFile, env); err != nil {
 		return nil, err
+	}
+	c.tokenFrom = adminTokenEnv
+	if *tokenFile != "" {
+		c.tokenFrom = "--token-file " + *tokenFile
 	}
 	switch sub {
 	case "get":
@@ -231,6 +236,16 @@ func (c *keysCmd) run(stdout, stderr io.Writer) int {
 	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
 		fmt.Fprintf(stderr, "idempotency-proxy keys: reading the answer: %v\n", err)
+		return exitFailure
+	}
+	if res.StatusCode == http.StatusUnauthorized {
+		// The problem tells an HTTP client to send a bearer token; a
+		// command-line user sets it another way.
+		if c.token == "" {
+			fmt.Fprintf(stderr, "idempotency-proxy: the admin API needs its token (401): set %s or --token-file\n", adminTokenEnv)
+		} else {
+			fmt.Fprintf(stderr, "idempotency-proxy: the proxy refused the admin token from %s (401): set %s or --token-file to the proxy's admin.token\n", c.tokenFrom, adminTokenEnv)
+		}
 		return exitFailure
 	}
 	if res.StatusCode >= 300 {

@@ -54,6 +54,11 @@ func newFakeAdmin(t *testing.T) *fakeAdmin {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte(`{"type":"https://idempotency-proxy.dev/problems/key-not-found","status":404}`))
+		case r.Header.Get("Authorization") == "Bearer wrong" ||
+			strings.HasSuffix(r.URL.Path, "/needs-token") && r.Header.Get("Authorization") == "":
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"type":"https://idempotency-proxy.dev/problems/unauthorized","status":401,"detail":"Send the admin token as Authorization: Bearer TOKEN."}`))
 		case r.Method == "DELETE":
 			w.WriteHeader(http.StatusNoContent)
 		default:
@@ -117,5 +122,30 @@ func TestKeysFailedCallExits1WithTheProblemOnStderr(t *testing.T) {
 	f.srv.Close()
 	if code, _, errs := runBinary(t, nil, "keys", "list", "--admin", f.srv.URL); code != 1 || !strings.Contains(errs, "connection refused") {
 		t.Fatalf("admin down: exit %d, stderr %q; want 1 with the cause", code, errs)
+	}
+}
+
+// A 401 tells a command-line user how to give the token, not how to send
+// an HTTP header.
+func TestKeysUnauthorizedSaysHowToSetTheToken(t *testing.T) {
+	f := newFakeAdmin(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("wrong\n"), 0o600)
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, nil, "idempotency-proxy: the admin API needs its token (401): set IDEMPOTENCY_PROXY_ADMIN_TOKEN or --token-file\n"},
+		{[]string{adminTokenEnv + "=wrong"}, nil,
+			"idempotency-proxy: the proxy refused the admin token from IDEMPOTENCY_PROXY_ADMIN_TOKEN (401): set IDEMPOTENCY_PROXY_ADMIN_TOKEN or --token-file to the proxy's admin.token\n"},
+		{nil, []string{"--token-file", tokenFile},
+			"idempotency-proxy: the proxy refused the admin token from --token-file " + tokenFile + " (401): set IDEMPOTENCY_PROXY_ADMIN_TOKEN or --token-file to the proxy's admin.token\n"},
+	} {
+		args := append([]string{"keys", "get", "needs-token", "--admin", f.srv.URL}, tc.args...)
+		code, out, errs := runBinary(t, tc.env, args...)
+		if code != 1 || out != "" || errs != tc.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr\n  %q\nwant 1 and\n  %q", tc.args, code, out, errs, tc.want)
+		}
 	}
 }

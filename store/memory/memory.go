@@ -93,11 +93,22 @@ func (w WhenFull) String() string {
 func (w *WhenFull) UnmarshalText(b []byte) error {
 	i := slices.Index(whenFullWords, string(b))
 	if i < 0 {
-		return fmt.Errorf("must be one of %s", strings.Join(whenFullWords, ", "))
+		return wordError(string(b))
 	}
 	*w = WhenFull(i)
 	return nil
 }
+
+// wordError is a when_full that is none of its words; Choices lets the
+// configuration suggest the closest.
+type wordError string
+
+func (e wordError) Error() string {
+	return fmt.Sprintf("must be one of %s, not %q", strings.Join(whenFullWords, ", "), string(e))
+}
+
+// Choices are the words when_full may be.
+func (wordError) Choices() []string { return whenFullWords }
 
 // MarshalText gives the configuration's word.
 func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
