@@ -8,6 +8,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+	"github.com/idempotency-proxy/idempotency-proxy/store/postgres"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
 )
 
@@ -68,8 +69,9 @@ type Upstream struct {
 
 // Store kinds the code names; every kind is a field of Store.
 const (
-	StoreMemory = "memory"
-	StoreRedis  = "redis"
+	StoreMemory   = "memory"
+	StoreRedis    = "redis"
+	StorePostgres = "postgres"
 )
 
 // Store selects and configures where keys, locks and responses are kept.
@@ -83,9 +85,10 @@ type Store struct {
 	// Kind names the store in use; Load always sets it. "" (as in Default)
 	// means the kind whose address is set (store.redis.url or addrs, ...),
 	// else memory; two kinds with an address and no Kind is a problem.
-	Kind   string             `config:"kind"`
-	Memory memory.Options     `config:"memory"`
-	Redis  redisstore.Options `config:"redis"`
+	Kind     string             `config:"kind"`
+	Memory   memory.Options     `config:"memory"`
+	Redis    redisstore.Options `config:"redis"`
+	Postgres postgres.Options   `config:"postgres"`
 }
 
 // Admin configures the operator API on the admin listener.

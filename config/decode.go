@@ -135,6 +135,8 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 		str(d, path, raw, v, option)
 	case reflect.Bool:
 		boolean(d, path, raw, v)
+	case reflect.Int:
+		integer(d, path, raw, v)
 	case reflect.Int64:
 		if option != "size" {
 			panic("config: int64 field " + path + " needs the size option")

@@ -180,6 +180,19 @@ defaults:
 					t.Errorf("store.kind = %s, want redis: the flag promises to switch the store", c.Store.Kind)
 				}
 			}},
+		{"postgres url flag over env redis url", []string{"IDEMPOTENCY_PROXY_STORE_REDIS_URL=redis://127.0.0.1:6390/1"},
+			map[string]string{"store.postgres.url": "postgres://u:pw@127.0.0.1:5439/db"},
+			func(t *testing.T, c *Config) {
+				if c.Store.Kind != StorePostgres || c.Store.Postgres.URL != "postgres://u:pw@127.0.0.1:5439/db" {
+					t.Errorf("store = %+v, want postgres: the flag wins over the environment", c.Store)
+				}
+			}},
+		{"postgres url env switches the store", []string{"IDEMPOTENCY_PROXY_STORE_POSTGRES_URL=postgresql:///idem?host=/run/pg"}, nil,
+			func(t *testing.T, c *Config) {
+				if c.Store.Kind != StorePostgres || c.Store.Postgres.Table != "idempotency_keys" {
+					t.Errorf("store = %+v, want postgres on its default table", c.Store)
+				}
+			}},
 		{"explicit kind in the same layer wins", []string{
 			"IDEMPOTENCY_PROXY_STORE_REDIS_ADDRS=127.0.0.1:7000,127.0.0.1:7001",
 			"IDEMPOTENCY_PROXY_STORE_KIND=memory",

@@ -129,7 +129,7 @@ func checkStore(v *validation, s Store) {
 		for _, k := range storeKinds() {
 			set = append(set, s.addressed(k)...)
 		}
-		v.add("store.kind", "%s are set: set store.kind to the one to use", strings.Join(set, " and "))
+		v.add("store.kind", "%s are both set: set store.kind to the one to use", strings.Join(set, " and "))
 	case !known:
 		v.add("store.kind", "%s", oneOf(kindNames(), kind))
 	case len(k.addresses) > 0 && len(s.addressed(k)) == 0:

@@ -59,6 +59,24 @@ func boolean(d *decoder, path string, raw any, v reflect.Value) {
 	v.SetBool(b)
 }
 
+// integer decodes a whole number, such as a pool size.
+func integer(d *decoder, path string, raw any, v reflect.Value) {
+	s, ok := scalar(raw)
+	n, err := strconv.Atoi(s)
+	if !ok || err != nil {
+		d.add(path, raw, "must be a whole number, not %s", describeScalar(raw, s, ok))
+		return
+	}
+	v.SetInt(int64(n))
+}
+
+func describeScalar(raw any, s string, ok bool) string {
+	if ok {
+		return strconv.Quote(s)
+	}
+	return describe(raw)
+}
+
 // text decodes a value that parses its own words, such as the policy's
 // concurrent, on_store_error and on_upstream_error.
 func text(d *decoder, path string, raw any, u encoding.TextUnmarshaler) {

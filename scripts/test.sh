@@ -20,6 +20,8 @@ tools=(
   "redis-cli redis-tools"
   "node nodejs"
   "python3 python3"
+  "/usr/lib/postgresql/15/bin/initdb postgresql"
+  "/usr/lib/postgresql/15/bin/postgres postgresql"
 )
 
 missing=() packages=()

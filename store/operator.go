@@ -37,4 +37,7 @@ type Health struct {
 	EvictionUnsafe bool
 	// Full is true when the store is refusing writes for lack of space.
 	Full bool
+	// Detail is anything else worth a line in --check ("table
+	// idempotency_keys exists"); "" when nothing.
+	Detail string
 }

@@ -55,6 +55,15 @@ type Store interface {
 	Close() error
 }
 
+// Preparer is a store that sets itself up in its server at start (the
+// Postgres store creates its table). The proxy calls Prepare before it
+// serves, and --check never does. An error wrapping ErrUnavailable (the
+// server does not answer) lets the proxy start, unready until the store
+// answers and prepares itself; any other error stops the start.
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
 // Stats are the size figures of a store that keeps them in the process
 // (the memory store), for its gauges and eviction counter.
 type Stats struct {

@@ -75,6 +75,8 @@ func checkStore(c config.Store, line func(status, what, detail string)) {
 			target, h.Server, h.EvictionPolicy))
 	case h.EvictionPolicy != "":
 		line("ok", "store", fmt.Sprintf("%s: %s, maxmemory-policy %s", target, h.Server, h.EvictionPolicy))
+	case h.Detail != "":
+		line("ok", "store", fmt.Sprintf("%s: %s; %s", target, h.Server, h.Detail))
 	default:
 		line("ok", "store", fmt.Sprintf("%s: %s", target, h.Server))
 	}

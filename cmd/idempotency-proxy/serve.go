@@ -46,6 +46,9 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		return err
 	}
 	defer st.Close()
+	if err := prepareStore(st); err != nil {
+		return err
+	}
 
 	tok, err := adminToken(cfg.Admin)
 	if err != nil {

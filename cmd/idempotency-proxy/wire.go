@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -20,6 +21,24 @@ func openStore(c config.Store, log *slog.Logger) (store.Store, error) {
 		return nil, fmt.Errorf("store.kind: unknown store kind %q", c.Kind)
 	}
 	return opts.Open(log)
+}
+
+// prepareStore lets a store set itself up in its server (the Postgres store
+// creates its table). A store that does not answer is no reason not to
+// start: the admin listener's first check logs why, /readyz answers 503,
+// and the store prepares itself once it answers. Anything else (a table of
+// another shape) stops the start.
+func prepareStore(st store.Store) error {
+	p, ok := st.(store.Preparer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
+	defer cancel()
+	if err := p.Prepare(ctx); err != nil && !errors.Is(err, store.ErrUnavailable) {
+		return err
+	}
+	return nil
 }
 
 func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *proxy.Metrics) proxy.Options {

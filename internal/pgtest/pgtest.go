@@ -1,0 +1,316 @@
+// Package pgtest starts real PostgreSQL servers for tests: initdb and
+// postgres from BinDir, as the OS user postgres when the tests run as root
+// (PostgreSQL refuses to run as root), in a temporary directory that user
+// owns, listening on a free loopback port (never 5432) with its unix
+// socket in that directory. The server is stopped by PID in t.Cleanup and
+// dies with the test binary. A failed test gets the server's log printed.
+//
+//	srv := pgtest.Start(t)
+//	st, _ := postgres.New(postgres.Options{URL: srv.URL()})
+//	srv.Stop(); srv.Start()   // fast shutdown, then the same data again
+//
+// Without the binaries the tests are skipped, unless the CI environment
+// variable is set: CI must never skip them silently (scripts/test.sh
+// installs Debian's postgresql package).
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BinDir holds initdb and postgres: Debian's postgresql package (15).
+const BinDir = "/usr/lib/postgresql/15/bin"
+
+const (
+	// readyTimeout bounds how long a server may take to accept connections.
+	readyTimeout = 30 * time.Second
+	// stopTimeout bounds a fast shutdown before the server is killed.
+	stopTimeout = 10 * time.Second
+	// osUser runs the server when the tests run as root.
+	osUser = "postgres"
+	// defaultPort is the machine's own server's: never used.
+	defaultPort = 5432
+)
+
+// Binary returns the path of one of PostgreSQL's programs. It skips the
+// test when it is missing, or fails it when the CI variable is set.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(BinDir, name)
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not installed (required when CI is set; Debian package postgresql): %v", path, err)
+		}
+		t.Skipf("%s not installed (Debian package postgresql): %v", path, err)
+	}
+	return path
+}
+
+// Server is one PostgreSQL server. Its methods are safe for concurrent use.
+type Server struct {
+	t        testing.TB
+	dir      string // owned by the server's user: data/, the socket, the log
+	port     int
+	password string
+	cred     *syscall.Credential // nil when not running as root
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start initialises a database cluster and starts a server on it. It
+// returns once the server accepts connections. The superuser "postgres" has
+// a random password (scram-sha-256 on loopback), so tests can check that it
+// never shows.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	initdb, _ := Binary(t, "initdb"), Binary(t, "postgres")
+	s := &Server{t: t, port: freePort(t), password: "pw-" + randomHex(8)}
+	cred, err := credential()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	s.cred = cred
+	s.dir, err = os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			s.dumpLog()
+		}
+		_ = os.RemoveAll(s.dir)
+	})
+	if cred != nil {
+		if err := os.Chown(s.dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	pwfile := filepath.Join(s.dir, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(s.password+"\n"), 0o600); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if cred != nil {
+		_ = os.Chown(pwfile, int(cred.Uid), int(cred.Gid))
+	}
+	cmd := exec.Command(initdb, "-D", s.dataDir(), "-U", "postgres", "--pwfile", pwfile,
+		"--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	_ = os.Remove(pwfile)
+	s.Start()
+	return s
+}
+
+// URL is a postgres:// URL of the server's postgres database, password
+// included.
+func (s *Server) URL() string {
+	return fmt.Sprintf("postgres://postgres:%s@%s/postgres?sslmode=disable", s.password, s.Addr())
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Password is the superuser's password, for tests that look for it.
+func (s *Server) Password() string { return s.password }
+
+// PID is the postmaster's process id, or 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Start starts the server on its data directory when it is not running,
+// and waits until it accepts connections.
+func (s *Server) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	if s.cmd != nil && !s.exited() {
+		s.mu.Unlock()
+		return
+	}
+	log, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("pgtest: %v", err)
+	}
+	defer log.Close()
+	cmd := exec.Command(filepath.Join(BinDir, "postgres"), "-D", s.dataDir(),
+		"-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1",
+		// Tests do not simulate power loss: what a committed transaction
+		// wrote reaches the kernel either way, which a server stopped or
+		// killed keeps.
+		"-c", "fsync=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=100", "-c", "shared_buffers=16MB")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.t.Fatalf("pgtest: start postgres: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := s.waitReady(done); err != nil {
+		s.dumpLog()
+		s.t.Fatalf("pgtest: postgres on %s not ready: %v", s.Addr(), err)
+	}
+}
+
+// Stop shuts the server down the fast way (SIGINT: open transactions are
+// rolled back, connections closed, everything committed is kept) and waits
+// for it to exit, killing it if it takes longer than stopTimeout. It is a
+// no-op when the server is not running.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.exited() {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.done:
+		return
+	case <-time.After(stopTimeout):
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Conn returns a connection for assertions, closed in t.Cleanup.
+func (s *Server) Conn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.URL())
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func (s *Server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, s.URL())
+		if err == nil {
+			err = c.Ping(ctx)
+			_ = c.Close(ctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-exited:
+			return errors.New("process exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timeout after %v, last: %v", readyTimeout, last)
+}
+
+func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
+
+// dumpLog prints the tail of the server log: enough to see why it failed.
+func (s *Server) dumpLog() {
+	b, err := os.ReadFile(s.logPath())
+	if err != nil {
+		s.t.Logf("postgres %s: no log: %v", s.Addr(), err)
+		return
+	}
+	const max = 8 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	s.t.Logf("postgres %s log (tail):\n%s", s.Addr(), b)
+}
+
+// credential is the postgres user's when running as root, else nil (the
+// server then runs as the current user, which it accepts).
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(osUser)
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs the OS user %s (Debian's postgresql package creates it): %w", osUser, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// freePort returns a loopback port that was free a moment ago, never the
+// machine's own server's.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("pgtest: listen on loopback: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		// The unix socket is named after the port too: any free port will
+		// do except the default one.
+		if port != defaultPort {
+			return port
+		}
+	}
+	t.Fatal("pgtest: no free loopback port in 100 attempts")
+	return 0
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return strings.ToLower(hex.EncodeToString(b))
+}

@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Inspect returns the lease or record under key, or store.ErrNotFound.
+func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
+	ctx, cancel, err := s.begin(ctx, "inspect")
+	if err != nil {
+		return store.Entry{}, err
+	}
+	defer cancel()
+	var fp, head, body []byte
+	var expires time.Time
+	err = s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&fp, &expires, &head, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Entry{}, fmt.Errorf("postgres inspect: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Entry{}, s.translate("inspect", err)
+	}
+	return entry(key, fp, expires, head, body, len(body))
+}
+
+// Delete removes the lease or record under key, or returns
+// store.ErrNotFound. The owner of a deleted lease then gets
+// store.ErrLockLost from Extend and Complete: its token is gone with the row.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	ctx, cancel, err := s.begin(ctx, "delete")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, s.sql.delete, key)
+	if err != nil {
+		return s.translate("delete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres delete: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+// List returns up to limit entries in state (0 for all) in key order after
+// cursor ("" to start), and the cursor of the next page ("" when done).
+// Each page is one indexed statement, and the cursor is the last key of the
+// page, so a key present for the whole listing is returned exactly once and
+// a cursor stays valid on every replica. Listed records carry no Body.
+func (s *Store) List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
+	if limit <= 0 {
+		return nil, "", errors.New("postgres list: limit must be positive")
+	}
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres list: malformed cursor %q", cursor)
+	}
+	filter := 0
+	switch state {
+	case store.InFlight:
+		filter = 1
+	case store.Completed:
+		filter = 2
+	}
+	ctx, cancel, err := s.begin(ctx, "list")
+	if err != nil {
+		return nil, "", err
+	}
+	defer cancel()
+	rows, err := s.pool.Query(ctx, s.sql.list, string(after), filter, limit)
+	if err != nil {
+		return nil, "", s.translate("list", err)
+	}
+	var out []store.Entry
+	var key string
+	var fp, head []byte
+	var expires time.Time
+	var bodyBytes int32
+	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes}, func() error {
+		e, err := entry(key, fp, expires, head, nil, int(bodyBytes))
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return nil, "", err
+		}
+		return nil, "", s.translate("list", err)
+	}
+	next := ""
+	if len(out) == limit {
+		next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key))
+	}
+	return out, next, nil
+}
+
+func entry(key string, fp []byte, expires time.Time, head, body []byte, bodyBytes int) (store.Entry, error) {
+	e := store.Entry{Key: key, State: store.InFlight, ExpiresAt: expires.UTC()}
+	if err := setFingerprint(&e.Fingerprint, fp); err != nil {
+		return store.Entry{}, err
+	}
+	if head == nil {
+		return e, nil
+	}
+	rec, err := decode(head, body)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	e.State, e.Record, e.BodyBytes = store.Completed, rec, bodyBytes
+	switch {
+	case rec.Sealed != nil:
+		e.BodyBytes = rec.BodyBytes() // the size in clear
+	case rec.BodyOmitted:
+		e.BodyBytes = 0
+	}
+	return e, nil
+}

@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// begin runs one operation under the store's timeout once the table is
+// ready. A table that cannot be used (of another shape) is unavailable to
+// the request: on_store_error applies, and readiness says why.
+func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	if err := s.ready(ctx); err != nil {
+		cancel()
+		if !errors.Is(err, store.ErrUnavailable) {
+			err = fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, err)
+		}
+		return nil, nil, err
+	}
+	return ctx, cancel, nil
+}
+
+// Begin takes a lease on key or reports what is there, in one statement.
+func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+	ctx, cancel, err := s.begin(ctx, "begin")
+	if err != nil {
+		return store.BeginResult{}, err
+	}
+	defer cancel()
+	token := newToken()
+	var owner string
+	var gotFP, head, body []byte
+	// The statement always returns the row it found or made; a second try
+	// covers what no interleaving should produce.
+	for range 2 {
+		err = s.pool.QueryRow(ctx, s.sql.begin, key, token, fp[:], lease.Milliseconds()).Scan(&owner, &gotFP, &head, &body)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
+	if err != nil {
+		return store.BeginResult{}, s.translate("begin", err)
+	}
+	if owner == token {
+		return store.BeginResult{State: store.Acquired, Token: token}, nil
+	}
+	res := store.BeginResult{State: store.InFlight}
+	if err := setFingerprint(&res.Fingerprint, gotFP); err != nil {
+		return store.BeginResult{}, err
+	}
+	if head == nil {
+		return res, nil
+	}
+	rec, err := decode(head, body)
+	if err != nil {
+		return store.BeginResult{}, err
+	}
+	res.State, res.Record = store.Completed, rec
+	return res, nil
+}
+
+// Extend renews the lease while token owns it.
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
+	ctx, cancel, err := s.begin(ctx, "extend")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, s.sql.extend, key, token, lease.Milliseconds())
+	if err != nil {
+		return s.translate("extend", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres extend: %w", store.ErrLockLost)
+	}
+	return nil
+}
+
+// Complete stores rec under key for ttl while token owns the lease. The
+// same record completed again with the same token succeeds.
+func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	ctx, cancel, err := s.begin(ctx, "complete")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	head, body := encode(rec)
+	tag, err := s.pool.Exec(ctx, s.sql.complete, key, token, head, body, ttl.Milliseconds())
+	if err != nil {
+		return s.translate("complete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres complete: %w", store.ErrLockLost)
+	}
+	return nil
+}
+
+// Release drops the lease if token still owns it; otherwise it does nothing.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	ctx, cancel, err := s.begin(ctx, "release")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	_, err = s.pool.Exec(ctx, s.sql.release, key, token)
+	return s.translate("release", err)
+}
+
+// encode splits rec into its head (the encoding without the body) and its
+// body, never NULL, so that a retried completion compares equal.
+func encode(rec *store.Record) (head, body []byte) {
+	h := *rec
+	h.Body = nil
+	head = store.AppendRecord(nil, &h)
+	body = rec.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return head, body
+}
+
+func decode(head, body []byte) (*store.Record, error) {
+	rec, err := store.DecodeRecord(head)
+	if err != nil {
+		return nil, fmt.Errorf("postgres record: %w", err)
+	}
+	if !rec.BodyOmitted && len(body) > 0 {
+		rec.Body = body
+	}
+	return rec, nil
+}
+
+func setFingerprint(dst *store.Fingerprint, b []byte) error {
+	if len(b) != len(dst) {
+		return fmt.Errorf("postgres: fingerprint of %d bytes: %w", len(b), store.ErrCorrupt)
+	}
+	copy(dst[:], b)
+	return nil
+}

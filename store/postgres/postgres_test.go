@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
+)
+
+// The store satisfies the contract the conformance suite proves.
+var _ storetest.Store = (*Store)(nil)
+
+// newStore opens a store on srv with opts, prepared, closed in t.Cleanup.
+func newStore(t *testing.T, srv *pgtest.Server, opts Options) *Store {
+	t.Helper()
+	opts.URL = srv.URL()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Prepare(context.Background()); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	srv := pgtest.Start(t)
+	// The suite checks semantics, not latency: a timeout that leaves room
+	// for 16 connections' SCRAM handshakes on a busy machine under -race.
+	s := newStore(t, srv, Options{Table: "conformance", Timeout: 5 * time.Second})
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		return storetest.Harness{Store: s}
+	})
+}
+
+func BenchmarkStore(b *testing.B) {
+	srv := pgtest.Start(b)
+	s, err := New(Options{URL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.Prepare(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.Benchmark(b, s)
+}

@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// columns is the table's shape: each column the store uses and its type as
+// format_type names it. A table with these columns and a unique key works;
+// columns of its own an operator added are left alone.
+var columns = []struct{ name, typ string }{
+	{"key", "text"},
+	{"token", "text"},
+	{"fingerprint", "bytea"},
+	{"expires_at", "timestamp with time zone"},
+	{"head", "bytea"},
+	{"body", "bytea"},
+}
+
+// ErrTableShape means the configured table exists but is not the proxy's:
+// the proxy refuses to start rather than write into someone else's table.
+var ErrTableShape = errors.New("table has another shape")
+
+// statements are the SQL texts for one table.
+type statements struct {
+	create, index, shape, unique                  string
+	begin, extend, complete, release              string
+	inspect, delete, list, sweep, exists, version string
+}
+
+// A lease or record duration travels as milliseconds ($n), and every
+// deadline is computed by the database from its own clock.
+func newStatements(t string) statements {
+	ms := func(n int) string { return fmt.Sprintf("now() + $%d * interval '1 millisecond'", n) }
+	// An index lives in its table's schema: its name is never qualified.
+	index := strings.ReplaceAll(strings.Trim(t, `"`), `"."`, "_") + "_expires_at"
+	return statements{
+		create: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+			key text PRIMARY KEY,
+			token text NOT NULL,
+			fingerprint bytea NOT NULL,
+			expires_at timestamptz NOT NULL,
+			head bytea,
+			body bytea)`,
+		index: `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{index}.Sanitize() + ` ON ` + t + ` (expires_at)`,
+		shape: `SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+			WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+		unique: `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = 'key')`,
+		exists:  `SELECT to_regclass($1) IS NOT NULL`,
+		version: `SELECT current_setting('server_version')`,
+
+		// The live row, if any, is read first; the insert runs only when
+		// there is none. Under a race with another Begin that committed
+		// after this statement's snapshot, the insert meets that row and
+		// the no-op update returns it: the statement answers in one round
+		// trip whatever it finds.
+		begin: `WITH cur AS (
+				SELECT token, fingerprint, head, body FROM ` + t + ` WHERE key = $1 AND expires_at > now()
+			), ins AS (
+				INSERT INTO ` + t + ` AS t (key, token, fingerprint, expires_at)
+				SELECT $1, $2, $3, ` + ms(4) + ` WHERE NOT EXISTS (SELECT FROM cur)
+				ON CONFLICT (key) DO UPDATE SET
+					token = CASE WHEN t.expires_at <= now() THEN excluded.token ELSE t.token END,
+					fingerprint = CASE WHEN t.expires_at <= now() THEN excluded.fingerprint ELSE t.fingerprint END,
+					head = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.head END,
+					body = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.body END,
+					expires_at = CASE WHEN t.expires_at <= now() THEN excluded.expires_at ELSE t.expires_at END
+				RETURNING t.token, t.fingerprint, t.head, t.body
+			)
+			SELECT token, fingerprint, head, body FROM ins
+			UNION ALL
+			SELECT token, fingerprint, head, body FROM cur`,
+		extend: `UPDATE ` + t + ` SET expires_at = ` + ms(3) + `
+			WHERE key = $1 AND token = $2 AND head IS NULL AND expires_at > now()`,
+		// A row that already holds exactly this record is this owner's
+		// earlier, acknowledged-or-not completion: it succeeds again and
+		// changes nothing.
+		complete: `UPDATE ` + t + ` SET
+				head = CASE WHEN head IS NULL THEN $3 ELSE head END,
+				body = CASE WHEN head IS NULL THEN $4 ELSE body END,
+				expires_at = CASE WHEN head IS NULL THEN ` + ms(5) + ` ELSE expires_at END
+			WHERE key = $1 AND token = $2 AND expires_at > now() AND (head IS NULL OR (head = $3 AND body = $4))`,
+		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND head IS NULL`,
+
+		inspect: `SELECT fingerprint, expires_at, head, body FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
+		delete:  `DELETE FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
+		list: `SELECT key, fingerprint, expires_at, head, coalesce(octet_length(body), 0) FROM ` + t + `
+			WHERE key > $1 AND expires_at > now() AND ($2 = 0 OR ($2 = 1) = (head IS NULL))
+			ORDER BY key LIMIT $3`,
+		// SKIP LOCKED: a row a Begin is taking over, or another replica's
+		// sweep is deleting, is left to them.
+		sweep: `DELETE FROM ` + t + ` WHERE key IN (
+				SELECT key FROM ` + t + ` WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+			AND expires_at <= now()`,
+	}
+}
+
+// Prepare creates the table and its index when missing and checks the
+// shape of an existing one. A database that does not answer is an error
+// wrapping store.ErrUnavailable: the proxy starts anyway and every
+// operation prepares first until it succeeds. A table of another shape is
+// ErrTableShape, naming the table and what differs.
+//
+// Until Prepare is called, Ping creates nothing (--check only looks); each
+// operation prepares the table first until that succeeded once.
+func (s *Store) Prepare(ctx context.Context) error {
+	s.serving.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.ready(ctx)
+}
+
+// ready prepares the table once.
+func (s *Store) ready(ctx context.Context) error {
+	if s.prepared.Load() {
+		return nil
+	}
+	s.prepareMu.Lock()
+	defer s.prepareMu.Unlock()
+	if s.prepared.Load() {
+		return nil
+	}
+	if err := s.create(ctx); err != nil {
+		return err
+	}
+	if err := s.checkShape(ctx); err != nil {
+		return err
+	}
+	s.prepared.Store(true)
+	return nil
+}
+
+// create runs the DDL in one transaction under an advisory lock, so that
+// replicas starting together do not race on CREATE ... IF NOT EXISTS.
+func (s *Store) create(ctx context.Context) error {
+	exists, err := s.tableExists(ctx)
+	if err != nil || exists {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.translate("create table", err)
+	}
+	defer tx.Rollback(ctx)
+	h := fnv.New64a()
+	h.Write([]byte("idempotency-proxy table " + s.table))
+	for _, q := range []string{`SELECT pg_advisory_xact_lock($1)`, s.sql.create, s.sql.index} {
+		var args []any
+		if strings.HasPrefix(q, "SELECT") {
+			args = []any{int64(h.Sum64())}
+		}
+		if _, err := tx.Exec(ctx, q, args...); err != nil {
+			return s.translate("create table "+s.table, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.translate("create table "+s.table, err)
+	}
+	s.log.Info("postgres table created", "table", s.table)
+	return nil
+}
+
+func (s *Store) tableExists(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, s.sql.exists, quoteTable(s.table)).Scan(&ok)
+	return ok, s.translate("table lookup", err)
+}
+
+// checkShape compares the table's columns with the store's.
+func (s *Store) checkShape(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, s.sql.shape, quoteTable(s.table))
+	if err != nil {
+		return s.translate("table lookup", err)
+	}
+	got := map[string]string{}
+	var name, typ string
+	_, err = pgx.ForEachRow(rows, []any{&name, &typ}, func() error {
+		got[name] = typ
+		return nil
+	})
+	if err != nil {
+		return s.translate("table lookup", err)
+	}
+	var wrong []string
+	for _, c := range columns {
+		switch t, ok := got[c.name]; {
+		case !ok:
+			wrong = append(wrong, "no column "+c.name)
+		case t != c.typ:
+			wrong = append(wrong, fmt.Sprintf("column %s is %s, not %s", c.name, t, c.typ))
+		}
+	}
+	if len(wrong) == 0 {
+		var unique bool
+		if err := s.pool.QueryRow(ctx, s.sql.unique, quoteTable(s.table)).Scan(&unique); err != nil {
+			return s.translate("table lookup", err)
+		}
+		if !unique {
+			wrong = append(wrong, "key is not its primary key")
+		}
+	}
+	if len(wrong) > 0 {
+		slices.Sort(wrong)
+		return fmt.Errorf("postgres table %s: %w (%s): name another table in store.postgres.table, or drop it",
+			s.table, ErrTableShape, strings.Join(wrong, ", "))
+	}
+	return nil
+}
+
+// Health reports the server's version and whether the table exists yet.
+func (s *Store) Health(ctx context.Context) (store.Health, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var version string
+	if err := s.pool.QueryRow(ctx, s.sql.version).Scan(&version); err != nil {
+		return store.Health{}, s.translate("health", err)
+	}
+	if v, _, ok := strings.Cut(version, " "); ok {
+		version = v // "15.14 (Debian 15.14-0+deb12u1)"
+	}
+	exists, err := s.tableExists(ctx)
+	if err != nil {
+		return store.Health{}, err
+	}
+	h := store.Health{Server: "postgres " + version, Detail: "table " + s.table + " exists"}
+	if !exists {
+		h.Detail = "table " + s.table + " does not exist yet (the proxy creates it at start)"
+		return h, nil
+	}
+	return h, s.checkShape(ctx)
+}
