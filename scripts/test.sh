@@ -22,6 +22,7 @@ tools=(
   "python3 python3"
   "/usr/lib/postgresql/15/bin/initdb postgresql"
   "/usr/lib/postgresql/15/bin/postgres postgresql"
+  "chromium chromium"
 )
 
 missing=() packages=()

@@ -7,6 +7,13 @@
 //
 //	go run ./examples/upstream                   # listens on :3000
 //	go run ./examples/upstream --listen 127.0.0.1:3001
+//	go run ./examples/upstream --site . --delay 3s   # the checkout example
+//
+// With --site (the repository root) it also serves the checkout example's
+// page (examples/checkout/) and the browser client it uses (clients/js/), so
+// the page and the API it calls share the proxy's origin; those GETs are not
+// executions. --delay makes every execution take that long, like a payment
+// provider: long enough to click twice, reload or drop the network mid-charge.
 package main
 
 import (
@@ -21,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,10 +48,16 @@ type execution struct {
 
 func main() {
 	listen := flag.String("listen", ":3000", "listen `address`")
+	site := flag.String("site", "", "serve examples/checkout/ and clients/js/ from this repository root `directory`")
+	delay := flag.Duration("delay", 0, "how long each execution takes")
 	flag.Parse()
 	log.SetPrefix("upstream: ")
 
-	srv := &http.Server{Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler = handler(*delay)
+	if *site != "" {
+		h = withSite(*site, h)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
@@ -65,7 +79,29 @@ func main() {
 	}
 }
 
-func handler() http.Handler {
+// sitePaths are the repository's directories --site serves, as URL paths.
+var sitePaths = []string{"/examples/checkout/", "/clients/js/"}
+
+// withSite serves GET and HEAD under sitePaths from the files of root, and
+// hands every other request to next.
+func withSite(root string, next http.Handler) http.Handler {
+	files := http.FileServer(http.Dir(root))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			for _, p := range sitePaths {
+				if strings.HasPrefix(r.URL.Path, p) {
+					// Always the current files: the example is edited live.
+					w.Header().Set("Cache-Control", "no-store")
+					files.ServeHTTP(w, r)
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func handler(delay time.Duration) http.Handler {
 	var executions atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
@@ -75,6 +111,9 @@ func handler() http.Handler {
 		}
 		n := executions.Add(1)
 		log.Printf("execution %d: %s %s (Idempotency-Key: %q)", n, r.Method, r.URL.RequestURI(), r.Header.Get("Idempotency-Key"))
+		// A slow API runs on when its caller goes away: the request's
+		// context is not watched.
+		time.Sleep(delay)
 		w.Header().Set("Content-Type", "application/json")
 		out, _ := json.Marshal(execution{
 			Execution: n,
