@@ -21,6 +21,8 @@ type Metrics struct {
 	ops            *prometheus.CounterVec
 	evictionUnsafe prometheus.Gauge
 	full           prometheus.Gauge
+	dataLoss       prometheus.Counter
+	lockTTLUnsafe  prometheus.Gauge
 }
 
 // NewMetrics registers the admin metrics on reg.
@@ -38,8 +40,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idempotency_proxy_store_full",
 			Help: "1 when the store refuses writes for lack of space (memory store at max_bytes, Redis at maxmemory).",
 		}),
+		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_proxy_store_data_loss_total",
+			Help: "Times the store was found to have forgotten what it held while the proxy ran (Redis restarted without persistence, flushed, or failed over to a replica without the data).",
+		}),
+		lockTTLUnsafe: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_lock_ttl_unsafe",
+			Help: "1 when a route's lock_ttl cannot outlive a failover of the store (Sentinel down-after-milliseconds plus the election).",
+		}),
 	}
-	reg.MustRegister(m.ops, m.evictionUnsafe, m.full)
+	reg.MustRegister(m.ops, m.evictionUnsafe, m.full, m.dataLoss, m.lockTTLUnsafe)
 	// Every series exists from the start, so rate() and alerts see the
 	// first delete.
 	for _, op := range operations {

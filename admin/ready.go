@@ -2,8 +2,10 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,24 +21,61 @@ type health struct {
 	metrics  *Metrics
 	log      *slog.Logger
 
-	mu      sync.Mutex
-	checked bool // a check ran: the next change is a transition
-	down    bool
-	unsafe  bool
-	full    bool
+	lockTTLs func() map[string]time.Duration // nil: nothing to check
+
+	mu         sync.Mutex
+	checked    bool // a check ran: the next change is a transition
+	down       bool
+	unsafe     bool
+	full       bool
+	short      string // the routes whose lock_ttl cannot outlive a failover, as last logged
+	losses     int    // times the store forgot its data since the process started
+	lastLoss   string
+	lastLossAt time.Time
 }
 
 // checkResult is one readiness check: err from the ping; h and herr from
-// Health when the ping answered.
+// Health when the ping answered; what the proxy learned of the store so far.
 type checkResult struct {
 	err  error
 	h    store.Health
 	herr error
+
+	short      []string // "route (lock_ttl 3s)" of each lease that cannot outlive a failover
+	needTTL    time.Duration
+	losses     int
+	lastLoss   string
+	lastLossAt time.Time
 }
 
-func (hs *health) init(p Pinger, m *Metrics, log *slog.Logger) {
-	hs.pinger, hs.metrics, hs.log = p, m, log
+func (hs *health) init(p Pinger, m *Metrics, log *slog.Logger, lockTTLs func() map[string]time.Duration) {
+	hs.pinger, hs.metrics, hs.log, hs.lockTTLs = p, m, log, lockTTLs
 	hs.reporter, _ = p.(HealthReporter)
+}
+
+// MinLockTTL is the shortest lock_ttl that outlives a failover lasting
+// failover: a lease is renewed every third of lock_ttl, so when the master
+// dies it has at least two thirds of lock_ttl left, and those must cover
+// the failover (docs/redis.md, "A lease must outlive a failover"). Rounded
+// up to a whole second.
+func MinLockTTL(failover time.Duration) time.Duration {
+	return (failover*3/2 + time.Second - 1).Truncate(time.Second)
+}
+
+// shortLockTTLs lists the routes whose lock_ttl is below MinLockTTL.
+func (hs *health) shortLockTTLs(failover time.Duration) ([]string, time.Duration) {
+	if failover <= 0 || hs.lockTTLs == nil {
+		return nil, 0
+	}
+	need := MinLockTTL(failover)
+	var short []string
+	for route, ttl := range hs.lockTTLs() {
+		if ttl < need {
+			short = append(short, fmt.Sprintf("%s (lock_ttl %s)", route, ttl))
+		}
+	}
+	slices.Sort(short)
+	return short, need
 }
 
 // check pings the store and reads its health, updates the gauge, and logs
@@ -53,13 +92,16 @@ func (hs *health) check(ctx context.Context, timeout time.Duration, observe func
 	if res.err == nil && hs.reporter != nil {
 		res.h, res.herr = hs.reporter.Health(ctx)
 	}
-	hs.record(res)
+	hs.record(&res)
 	return res
 }
 
-func (hs *health) record(res checkResult) {
+func (hs *health) record(res *checkResult) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	defer func() {
+		res.losses, res.lastLoss, res.lastLossAt = hs.losses, hs.lastLoss, hs.lastLossAt
+	}()
 	first := !hs.checked
 	hs.checked = true
 
@@ -86,6 +128,42 @@ func (hs *health) record(res checkResult) {
 		hs.log.Warn("the store is full: new keys get the store-full answer until records expire", "server", res.h.Server)
 	}
 	hs.full = res.h.Full
+
+	for _, loss := range res.h.Forgot {
+		hs.metrics.dataLoss.Inc()
+		hs.losses++
+		hs.lastLoss, hs.lastLossAt = loss, time.Now()
+		hs.log.Error("the store forgot what it held: every lease and record on it is gone, and a retry of a request it had recorded executes again; "+
+			"run Redis with persistence (appendonly yes) and fail over only to replicas that have the data (docs/redis.md, \"When Redis forgets\")",
+			"cause", loss)
+	}
+
+	res.short, res.needTTL = hs.shortLockTTLs(res.h.FailoverTime)
+	hs.metrics.lockTTLUnsafe.Set(flag(len(res.short) > 0))
+	if short := strings.Join(res.short, ", "); short != hs.short {
+		if short != "" {
+			hs.log.Error("lock_ttl cannot outlive a failover of the store: while no master answers, leases cannot be renewed, and a lease that expires meanwhile lets a retry execute its key again; "+
+				"raise lock_ttl on these routes, or lower the sentinels' down-after-milliseconds (docs/redis.md, \"A lease must outlive a failover\")",
+				"routes", short, "failover_time", res.h.FailoverTime.String(), "min_lock_ttl", res.needTTL.String())
+		}
+		hs.short = short
+	}
+}
+
+// watch checks the store every interval until ctx ends, so that what only a
+// check can notice (the store forgot its data, a route's lock_ttl is too
+// short) is logged and counted without waiting for a readiness probe.
+func (hs *health) watch(ctx context.Context, every, timeout time.Duration, observe func(time.Duration, error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			hs.check(ctx, timeout, observe)
+		}
+	}
 }
 
 // serveReady answers 200 while the store answers a ping, 503 with the
@@ -114,6 +192,14 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 		if res.h.Full {
 			b.WriteString("warning: store full: new keys are refused until records expire or space is added\n")
 		}
+		if len(res.short) > 0 {
+			fmt.Fprintf(&b, "warning: lock_ttl cannot outlive a failover (up to %s): %s; set lock_ttl to at least %s\n",
+				res.h.FailoverTime, strings.Join(res.short, ", "), res.needTTL)
+		}
+	}
+	if res.losses > 0 {
+		fmt.Fprintf(&b, "warning: store data lost %d time(s) since start, last at %s: %s; retries of requests it had recorded execute again\n",
+			res.losses, res.lastLossAt.UTC().Format(time.RFC3339), oneLine(res.lastLoss))
 	}
 	w.Write([]byte(b.String()))
 }

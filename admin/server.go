@@ -87,6 +87,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives deletes (warn) and store health problems (error).
 	Logger *slog.Logger
+	// LockTTLs returns the live lock_ttl of each route (and "default"),
+	// checked against the store's failover time; nil checks nothing.
+	LockTTLs func() map[string]time.Duration
 }
 
 // Handler is the admin listener's http.Handler.
@@ -118,7 +121,7 @@ func New(opts Options) *Handler {
 		h.opts.ReadyTimeout = time.Second
 	}
 	h.keys, _ = opts.Store.(Keys)
-	h.health.init(opts.Store, h.metrics, h.log)
+	h.health.init(opts.Store, h.metrics, h.log, opts.LockTTLs)
 
 	mux := http.NewServeMux()
 	if opts.Gatherer != nil {
@@ -144,6 +147,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // answers 503 until the store does).
 func (h *Handler) CheckStore(ctx context.Context) error {
 	return h.health.check(ctx, h.opts.ReadyTimeout, h.opts.ObservePing).err
+}
+
+// WatchStore checks the store every interval until ctx ends, as /readyz
+// does, so that a store that forgot its data or a lock_ttl too short for a
+// failover is logged and counted within that interval.
+func (h *Handler) WatchStore(ctx context.Context, every time.Duration) {
+	h.health.watch(ctx, every, h.opts.ReadyTimeout, h.opts.ObservePing)
 }
 
 // NewServer returns the admin listener's server around h, with the

@@ -300,7 +300,7 @@ func TestKeysListCoversEveryClusterMaster(t *testing.T) {
 	}
 	masters := map[string]bool{}
 	for _, node := range cl.Nodes {
-		if size, _ := node.Client(t).DBSize(t.Context()).Result(); size > 0 {
+		if node.CountKeys(t, "idem:{*}") > 0 {
 			masters[node.Addr()] = true
 		}
 	}

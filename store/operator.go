@@ -40,4 +40,14 @@ type Health struct {
 	// Detail is anything else worth a line in --check ("table
 	// idempotency_keys exists"); "" when nothing.
 	Detail string
+	// Forgot describes each loss of the store's data noticed by this
+	// check (and not by an earlier one): a Redis restarted without
+	// persistence, flushed, or failed over to a replica without the data.
+	// Every lease and record it held is gone.
+	Forgot []string
+	// FailoverTime is how long the store may be without a master during a
+	// failover (Sentinel: down-after-milliseconds plus the election); 0
+	// when the store does not fail over or would not say. A lease must
+	// outlive it, or its key may execute twice.
+	FailoverTime time.Duration
 }

@@ -47,6 +47,7 @@ func newAdmin(cfg *config.Config, st store.Store, reg *prometheus.Registry, pm *
 		ObservePing:  pm.ObservePing,
 		ReadyTimeout: readyTimeout,
 		Logger:       log,
+		LockTTLs:     h.LockTTLs,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
 	defer cancel()
@@ -74,6 +75,10 @@ func adminToken(c config.Admin) (string, error) {
 
 // startCheckTimeout bounds the store check at start.
 const startCheckTimeout = 2 * time.Second
+
+// storeWatchInterval is how often the store is checked between readiness
+// probes: a store that forgot its data is noticed within it.
+const storeWatchInterval = 5 * time.Second
 
 // storeStats returns the size figures of a store that keeps them (the
 // memory store) for the metrics, nil for a store that keeps none.

@@ -94,6 +94,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 
 	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, level: level, log: log}
 	go r.run(ctx)
+	go adminHandler.WatchStore(ctx, storeWatchInterval)
 
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.Upstream.URL.Redacted(),

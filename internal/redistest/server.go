@@ -16,6 +16,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -297,4 +298,15 @@ func portFree(port int) bool {
 	}
 	_ = l.Close()
 	return true
+}
+
+// CountKeys counts the keys of s that match the SCAN pattern, such as
+// "idem:{*}": the store's leases and records without its epoch marker.
+func (s *Server) CountKeys(t testing.TB, pattern string) int {
+	t.Helper()
+	keys, err := s.Client(t).Keys(context.Background(), pattern).Result()
+	if err != nil {
+		t.Fatalf("KEYS %s on %s: %v", pattern, s.Addr(), err)
+	}
+	return len(keys)
 }

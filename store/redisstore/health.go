@@ -47,6 +47,18 @@ func (s *Store) Health(ctx context.Context) (store.Health, error) {
 		h.Full = h.Full || nh.full
 	}
 	h.Server, h.EvictionPolicy = strings.Join(versions, ", "), strings.Join(policies, ", ")
+	lost, err := s.checkEpochs(ctx)
+	if err != nil {
+		return store.Health{}, s.translate("health", err)
+	}
+	for _, l := range lost {
+		h.Forgot = append(h.Forgot, l.String())
+	}
+	if s.sentinel != nil {
+		// The sentinels answering or not changes nothing for the data:
+		// an unknown window reads as 0 and warns of nothing.
+		h.FailoverTime, _ = s.sentinel.failoverTime(ctx)
+	}
 	return h, nil
 }
 

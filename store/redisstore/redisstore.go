@@ -106,6 +106,9 @@ type Store struct {
 	// lastFull is when Redis last refused a write for lack of memory, in
 	// Unix nanoseconds; 0 if never.
 	lastFull atomic.Int64
+
+	epochs   epochs    // memory-loss markers (epoch.go)
+	sentinel *sentinel // nil unless the deployment is Sentinel's
 }
 
 // New builds the client the options describe. It does not contact Redis;
@@ -137,7 +140,11 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
 	}
-	return NewFromClient(c, opts.KeyPrefix, opts.Timeout)
+	s, err := NewFromClient(c, opts.KeyPrefix, opts.Timeout)
+	if err == nil && opts.MasterName != "" {
+		s.sentinel = newSentinel(opts)
+	}
+	return s, err
 }
 
 // NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,
@@ -224,6 +231,9 @@ func (s *Store) Close() error {
 	done := make(chan error, 1)
 	go func() {
 		s.batch.close() // sends what is queued first
+		if s.sentinel != nil {
+			s.sentinel.close()
+		}
 		done <- s.c.Close()
 	}()
 	t := time.NewTimer(s.timeout)
