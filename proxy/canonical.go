@@ -69,14 +69,20 @@ func CheckFingerprintIgnore(ptrs []jsonread.Pointer) error {
 // itself under FingerprintRaw with nothing to ignore, or when body is not
 // valid JSON (it is hashed raw, never refused); otherwise its canonical
 // form without the ignored members, appended to scratch[:0]. grown is
-// scratch with whatever capacity that took, for the caller to reuse.
-func fingerprintBody(scratch, body []byte, mode FingerprintJSON, ignore []jsonread.Pointer) (hashed, grown []byte) {
+// scratch with whatever capacity that took, for the caller to reuse. A
+// JSON body that repeats a member name has no canonical form that means
+// one thing: err is a *jsonread.DuplicateNameError, and the request is
+// refused.
+func fingerprintBody(scratch, body []byte, mode FingerprintJSON, ignore []jsonread.Pointer) (hashed, grown []byte, err error) {
 	if mode != FingerprintCanonical && len(ignore) == 0 {
-		return body, scratch
+		return body, scratch, nil
 	}
-	out, ok := jsonread.AppendCanonical(scratch[:0], body, ignore)
-	if !ok {
-		return body, out
+	out, err := jsonread.AppendCanonical(scratch[:0], body, ignore)
+	switch {
+	case errors.Is(err, jsonread.ErrDuplicateName):
+		return nil, out, err
+	case err != nil:
+		return body, out, nil
 	}
-	return out, out
+	return out, out, nil
 }

@@ -12,20 +12,20 @@ import (
 func TestFingerprintBodyHashesNonJSONRaw(t *testing.T) {
 	ignore := []jsonread.Pointer{mustPointer(t, "/ts")}
 	for _, body := range []string{`a=1&b=2`, `{"b":1,`, ``} {
-		got, _ := fingerprintBody(nil, []byte(body), FingerprintCanonical, ignore)
+		got, _, _ := fingerprintBody(nil, []byte(body), FingerprintCanonical, ignore)
 		if string(got) != body {
 			t.Errorf("fingerprintBody(%q) = %q, want the body as sent", body, got)
 		}
 	}
 	body := []byte(`{"b":1, "a":2}`)
-	if got, _ := fingerprintBody(nil, body, FingerprintRaw, nil); &got[0] != &body[0] {
+	if got, _, _ := fingerprintBody(nil, body, FingerprintRaw, nil); &got[0] != &body[0] {
 		t.Error("raw mode copied the body")
 	}
-	if got, _ := fingerprintBody(nil, body, FingerprintRaw, ignore); string(got) != `{"a":2,"b":1}` {
+	if got, _, _ := fingerprintBody(nil, body, FingerprintRaw, ignore); string(got) != `{"a":2,"b":1}` {
 		t.Errorf("fingerprint_ignore without canonical: %s, want the canonical form", got)
 	}
 	scratch := make([]byte, 0, 64)
-	got, grown := fingerprintBody(scratch, body, FingerprintCanonical, nil)
+	got, grown, _ := fingerprintBody(scratch, body, FingerprintCanonical, nil)
 	if string(got) != `{"a":2,"b":1}` || &grown[:1][0] != &scratch[:1][0] {
 		t.Errorf("canonical: %s; want it written into the scratch buffer", got)
 	}

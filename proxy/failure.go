@@ -16,6 +16,7 @@ const (
 	failInvalidKey
 	failBodyTooLarge
 	failBodyUnreadable
+	failAmbiguousBody // JSON the proxy reads repeats a member name
 	failMismatch
 	failInFlight
 	failWaitedTooLong
@@ -42,6 +43,8 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probTooLarge, err.Error(), OutcomeTooLarge
 	case failBodyUnreadable:
 		return probBadBody, "The request body could not be read.", OutcomeBadRequest
+	case failAmbiguousBody:
+		return probAmbiguousBody, "The JSON request body can be read more than one way: " + err.Error() + ". Send each member name once.", OutcomeAmbiguous
 	case failMismatch:
 		return probMismatch, "This idempotency key was first used with a different request (method, host, path, query, headers, body or trailers). Use a new key for a new operation.", OutcomeMismatch
 	case failInFlight:

@@ -128,19 +128,22 @@ var scratches = sync.Pool{New: func() any { return new([]byte) }}
 // bodyFingerprint is fingerprint with the body hashed as the route's
 // fingerprint_json and fingerprint_ignore say: as sent, or in canonical
 // form without the ignored members. A body that is not JSON is hashed as
-// sent, never refused.
-func bodyFingerprint(r *http.Request, host string, body []byte, pol *Policy) store.Fingerprint {
+// sent, never refused; one that repeats a member name is (fingerprintBody).
+func bodyFingerprint(r *http.Request, host string, body []byte, pol *Policy) (store.Fingerprint, error) {
 	if pol.FingerprintJSON != FingerprintCanonical && len(pol.FingerprintIgnore) == 0 {
-		return fingerprint(r, host, body, pol.FingerprintHeaders)
+		return fingerprint(r, host, body, pol.FingerprintHeaders), nil
 	}
 	buf := scratches.Get().(*[]byte)
-	hashed, grown := fingerprintBody(*buf, body, pol.FingerprintJSON, pol.FingerprintIgnore)
-	fp := fingerprint(r, host, hashed, pol.FingerprintHeaders)
+	hashed, grown, err := fingerprintBody(*buf, body, pol.FingerprintJSON, pol.FingerprintIgnore)
+	var fp store.Fingerprint
+	if err == nil {
+		fp = fingerprint(r, host, hashed, pol.FingerprintHeaders)
+	}
 	if cap(grown) <= 1<<20 { // do not keep what one huge body grew
 		*buf = grown[:0]
 		scratches.Put(buf)
 	}
-	return fp
+	return fp, err
 }
 
 // normalHost is the host a request is fingerprinted and routed by: the

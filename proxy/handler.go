@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -148,6 +149,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == errNoKey && pol.RequireKey:
 		h.refuse(w, q, failMissingKey, err)
 		return
+	case errors.Is(err, jsonread.ErrDuplicateName):
+		h.refuse(w, q, failAmbiguousBody, err)
+		return
 	case err == errNoKey:
 		q.outcome = OutcomeNoKey
 		if haveBody {
@@ -165,7 +169,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !haveBody && !h.readBody(w, q) {
 		return
 	}
-	h.identify(q)
+	if err := h.identify(q); err != nil {
+		h.refuse(w, q, failAmbiguousBody, err)
+		return
+	}
 	h.serveKeyed(w, q)
 }
 
@@ -186,15 +193,20 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 }
 
 // identify computes q's fingerprint and storage key. The body was read to
-// its end, so the trailers are known.
-func (h *Handler) identify(q *request) {
+// its end, so the trailers are known. It fails, before anything is locked,
+// for a JSON body the fingerprint cannot read one way.
+func (h *Handler) identify(q *request) error {
 	r, pol := q.in, &q.route.policy
 	var host string // fingerprint_host: false leaves the host out
 	if pol.FingerprintHost {
 		host = normalHost(r.Host)
 	}
-	q.fp = bodyFingerprint(r, host, q.body, pol)
+	var err error
+	if q.fp, err = bodyFingerprint(r, host, q.body, pol); err != nil {
+		return err
+	}
 	q.keyHash = storageKeyFrom(r, q.key, q.route.scope, q.keyFrom, host)
+	return nil
 }
 
 // serveKeyed decides what a request with a valid key gets.

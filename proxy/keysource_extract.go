@@ -55,6 +55,8 @@ func requestKeyFrom(r *http.Request, sources []KeySource, body []byte, haveBody 
 		switch {
 		case err == errNoKey:
 			continue
+		case errors.Is(err, jsonread.ErrDuplicateName):
+			return "", 0, err // the body's fault, not the key's
 		case err != nil:
 			return "", 0, &keySourceError{source: *k, err: err}
 		}
@@ -123,19 +125,27 @@ func queryKey(rawQuery, name string) (string, error) {
 	return value, nil
 }
 
-// jsonKey returns the string or integer at p in body. Anything else —
-// a body that is not JSON up to the value, no value there, another type,
-// an integer beyond 64 bits — is absent: the body belongs to the upstream,
-// and the proxy does not refuse what it cannot use.
+// jsonKey returns the string or integer at p in body, an integer in its
+// shortest decimal form ("-0" is "0"). Anything else — a body that is not
+// one JSON text, no value there, another type, an integer beyond 64 bits —
+// is absent: the body belongs to the upstream, and the proxy does not
+// refuse what it cannot use. A body that repeats a member name is refused
+// (a *jsonread.DuplicateNameError): upstreams differ on which member
+// counts, so no key read from it is the upstream's.
 func jsonKey(body []byte, p jsonread.Pointer) (string, error) {
-	v, ok := p.Find(body)
-	if !ok {
+	v, err := p.Find(body)
+	switch {
+	case errors.Is(err, jsonread.ErrDuplicateName):
+		return "", err
+	case err != nil:
 		return "", errNoKey
 	}
 	var key string
 	switch {
 	case v[0] == '"':
 		key = jsonread.Unquote(v)
+	case string(v) == "-0":
+		key = "0"
 	case isInt64(v):
 		key = string(v)
 	default:

@@ -98,6 +98,8 @@ func TestUnreadableJSONIsNoKey(t *testing.T) {
 		"an object":    `{"order_id":{"n":42}}`,
 		"empty":        ``,
 		"deep pointer": `{"order_id":` + strings.Repeat(`[`, 70) + strings.Repeat(`]`, 70) + `}`,
+		"not UTF-8":    "{\"order_id\":\"\xff\"}",
+		"leading zero": `{"order_id":042}`,
 	}
 	for _, require := range []bool{false, true} {
 		e := newEnv(t, nil, withPolicy(keySources(t, "json:/order_id")), withPolicy(func(p *Policy) { p.RequireKey = require }))
@@ -116,7 +118,7 @@ func TestUnreadableJSONIsNoKey(t *testing.T) {
 		}
 		// A string that is there but is no valid key is refused, as from
 		// any source: the same validation for every source.
-		if r := e.do(t, "POST", "/orders", "", "{\"order_id\":\"\xff\"}"); r.problemType() != "invalid-key" {
+		if r := e.do(t, "POST", "/orders", "", `{"order_id":"caf\u00e9"}`); r.problemType() != "invalid-key" {
 			t.Errorf("a non-ASCII order_id: %d %s, want 400 invalid-key", r.StatusCode, r.problemType())
 		}
 		if !require {

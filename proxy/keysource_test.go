@@ -208,7 +208,8 @@ func TestJSONKeyIsAStringOrAnInteger(t *testing.T) {
 		{"/a/b/order_id", `{"a":{"x":[1,{"y":null}],"b":{"order_id":"ord_9"}}}`, "ord_9"},
 		{"/data/object/id", `{"data":{"object":{"id":"ch_1"}},"id":"evt_3"}`, "ch_1"},
 		{"/items/1/sku", `{"items":[{"sku":"a"},{"sku":"b"}]}`, "b"},
-		{"/id", `{"id":"first","id":"second"}`, "first"},
+		{"/id", `{"ID":"ord_7"}`, "ord_7"}, // as a Go upstream reads it
+		{"/id", "\xef\xbb\xbf{\"id\":\"evt_1\"}", "evt_1"},
 	}
 	for _, tc := range tests {
 		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+tc.ptr), []byte(tc.body), true)
@@ -268,12 +269,35 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 	}
 }
 
-// Only what precedes the value is read: a large body with the key first
-// costs a few bytes of scanning, whatever follows.
-func TestJSONKeyDoesNotReadPastTheValue(t *testing.T) {
-	got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(`{"id":"evt_1", this is not JSON`), true)
-	if err != nil || got != "evt_1" {
-		t.Fatalf("%q, %v; want evt_1", got, err)
+// A key is read only from a body that is one JSON text throughout: an
+// upstream refuses the rest, or reads it some other way.
+func TestJSONKeyNeedsTheWholeBodyToBeJSON(t *testing.T) {
+	for _, body := range []string{`{"id":"evt_1", this is not JSON`, `{"id":"evt_1"} {"id":"evt_2"}`, `{"id":01}`, "{\"id\":\"evt_1\",\"n\":\"\xff\"}"} {
+		if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != errNoKey {
+			t.Errorf("%.30q: %q, %v; want absent", body, got, err)
+		}
+	}
+}
+
+// An integer key is taken in its shortest decimal form: -0 and 0 are one
+// number to every reader, so one key.
+func TestJSONIntegerKeyIsItsShortestForm(t *testing.T) {
+	for body, want := range map[string]string{`{"id":-0}`: "0", `{"id":0}`: "0", `{"id":-12}`: "-12"} {
+		if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", body, got, err, want)
+		}
+	}
+}
+
+// A body that repeats the key's member name, or any other, is refused
+// rather than keyed: {"id":"ord_1","id":"ord_9"} is ord_9 to Go, Python and
+// JavaScript, {"id":"ord_5","ID":"ord_7"} ord_7 to a Go upstream.
+func TestJSONKeyFromARepeatedNameIsRefused(t *testing.T) {
+	for _, body := range []string{`{"id":"ord_1","id":"ord_9"}`, `{"id":"ord_5","ID":"ord_7"}`, `{"id":"ord_1","items":[{"sku":"a","SKU":"b"}]}`} {
+		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
+		if !errors.Is(err, jsonread.ErrDuplicateName) {
+			t.Errorf("%s: %q, %v; want ErrDuplicateName", body, got, err)
+		}
 	}
 }
 

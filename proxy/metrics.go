@@ -36,6 +36,9 @@ const (
 	// the key that cannot be read (its encryption key is gone, its bytes
 	// were changed, or its format is newer); never executed again.
 	OutcomeUnreadable Outcome = "unreadable"
+	// OutcomeAmbiguous: 400, a request the upstream could read another way
+	// than the proxy (ambiguous-body), refused before anything is locked.
+	OutcomeAmbiguous Outcome = "ambiguous"
 )
 
 // Outcomes returns every outcome, a copy the caller may keep.
@@ -46,6 +49,7 @@ var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
+	OutcomeAmbiguous,
 }
 
 // Store operations, the values of the "operation" label.

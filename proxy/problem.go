@@ -23,6 +23,7 @@ var (
 	probMissingKey    = problem{ProblemBase + "missing-key", "Idempotency key required", http.StatusBadRequest, 0}
 	probInvalidKey    = problem{ProblemBase + "invalid-key", "Invalid idempotency key", http.StatusBadRequest, 0}
 	probBadBody       = problem{ProblemBase + "body-unreadable", "Request body could not be read", http.StatusBadRequest, 0}
+	probAmbiguousBody = problem{ProblemBase + "ambiguous-body", "Request body can be read more than one way", http.StatusBadRequest, 0}
 	probTooLarge      = problem{ProblemBase + "body-too-large", "Request body too large", http.StatusRequestEntityTooLarge, 0}
 	probInFlight      = problem{ProblemBase + "in-flight", "Request with this idempotency key is in progress", http.StatusConflict, 1}
 	probMismatch      = problem{ProblemBase + "payload-mismatch", "Idempotency key reused with a different request", http.StatusUnprocessableEntity, 0}
@@ -37,7 +38,7 @@ var (
 // decides what a client does with each; TestEveryProblemTypeHasAClientDecision
 // fails when the two disagree, or when a problem is missing here.
 var problemTypes = []problem{
-	probMissingKey, probInvalidKey, probBadBody, probTooLarge, probInFlight, probMismatch,
+	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError,
 }
 

@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"unicode/utf8"
 )
 
 // MaxIgnore is the most pointers AppendCanonical leaves out: one bit each
@@ -14,14 +13,20 @@ const MaxIgnore = 64
 
 // AppendCanonical appends the canonical form of the JSON text body to
 // dst, leaving out the values ignore points at: members are sorted by the
-// bytes of their decoded names (members with the same name keep their
-// order), whitespace between tokens is dropped, and every token is copied
-// as sent. It reports false, with dst's contents unchanged, when body is
-// not one JSON text in UTF-8 or nests deeper than MaxDepth. At most
-// MaxIgnore pointers are used.
-func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, bool) {
+// bytes of their decoded names, whitespace between tokens is dropped, and
+// every token is copied as sent. An ignored member is left out; an ignored
+// array element is written as null, so that the array keeps its length
+// ([] and ["x"] stay different when /0 is ignored). Ignored names match
+// exactly, as RFC 6901 says: leaving out less keeps more in the
+// fingerprint. At most MaxIgnore pointers are used.
+//
+// body must be what Validate accepts; otherwise dst comes back unchanged
+// with Validate's error. A byte order mark before the text is left out.
+func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, error) {
+	body, cut := trimBOM(body)
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.out, c.ignore = body, dst, ignore
+	c.reset()
 	var mask uint64
 	for k := range min(len(ignore), MaxIgnore) {
 		if !ignore[k].IsRoot() {
@@ -34,22 +39,22 @@ func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, bool) {
 	// repeats a name for it — and the order of members would then carry a
 	// meaning the canonical form drops. Checked last: a body that is not
 	// JSON fails the scan at its first bytes.
-	ok := i >= 0 && skipWS(body, i) == len(body) && utf8.Valid(body)
+	err := c.verdict(i, cut)
 	out := c.out
 	c.in, c.out, c.ignore = nil, nil, nil
 	c.members = c.members[:0]
-	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 { // do not keep what one huge body grew
+	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 && cap(c.stack) <= 1<<14 { // do not keep what one huge body grew
 		canonicalizers.Put(c)
 	}
-	if !ok {
-		return out[:len(dst)], false
+	if err != nil {
+		return out[:len(dst)], err
 	}
-	return out, true
+	return out, nil
 }
 
 // canonicalizer holds the scratch space of one canonicalisation.
 type canonicalizer struct {
-	in     []byte
+	reader // the input, and the names of its objects
 	out    []byte
 	ignore []Pointer
 	// members is a stack of the members of the objects being written,
@@ -100,6 +105,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 	c.out = append(c.out, '{')
 	first := len(c.out)
 	base := len(c.members)
+	nameBase := len(c.stack)
 	sorted := true
 	if i = skipWS(in, i+1); i < len(in) && in[i] == '}' {
 		c.out = append(c.out, '}')
@@ -114,6 +120,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 			return -1
 		}
 		m := memberSpan{nameStart: name + 1, nameEnd: i - 1}
+		c.push(in, m.nameStart, m.nameEnd)
 		m.escaped = bytes.IndexByte(in[m.nameStart:m.nameEnd], '\\') >= 0
 		var drop bool
 		var child uint64
@@ -125,7 +132,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 		}
 		i = skipWS(in, i+1)
 		if drop {
-			i = skipValue(in, i, depth+1)
+			i = c.skip(i, depth+1)
 		} else {
 			if len(c.members) > base {
 				c.out = append(c.out, ',')
@@ -155,6 +162,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 		}
 		i = skipWS(in, i+1)
 	}
+	c.close(in, nameBase)
 	if !sorted {
 		c.sortMembers(first, c.members[base:])
 	}
@@ -163,10 +171,8 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 	return i + 1
 }
 
-// compare orders members by their decoded names. Sorting by the names as
-// sent would let {"a":1,"\u0061":2} and {"\u0061":2,"a":1} canonicalise
-// alike, though an upstream that keeps the last of a repeated name reads 2
-// from one and 1 from the other; equal names keep the order they came in.
+// compare orders members by their decoded names. Names are unique (a text
+// that repeats one is refused), so the order is total.
 func (c *canonicalizer) compare(a, b memberSpan) int {
 	if !a.escaped && !b.escaped {
 		return bytes.Compare(c.in[a.nameStart:a.nameEnd], c.in[b.nameStart:b.nameEnd])
@@ -223,20 +229,19 @@ func (c *canonicalizer) array(i, depth int, mask uint64) int {
 		c.out = append(c.out, ']')
 		return i + 1
 	}
-	written := false
 	for n := 0; ; n++ {
 		var drop bool
 		var child uint64
 		if mask != 0 {
 			drop, child = c.match(nil, n, depth, mask)
 		}
+		if n > 0 {
+			c.out = append(c.out, ',')
+		}
 		if drop {
-			i = skipValue(in, i, depth+1)
+			c.out = append(c.out, "null"...) // the element is there
+			i = c.skip(i, depth+1)
 		} else {
-			if written {
-				c.out = append(c.out, ',')
-			}
-			written = true
 			i = c.value(i, depth+1, child)
 		}
 		if i < 0 {

@@ -3,6 +3,7 @@ package jsonread
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,8 +19,8 @@ func canonical(t testing.TB, doc string, ignore ...string) (string, bool) {
 		}
 		ptrs[i] = p
 	}
-	out, ok := AppendCanonical(nil, []byte(doc), ptrs)
-	return string(out), ok
+	out, err := AppendCanonical(nil, []byte(doc), ptrs)
+	return string(out), err == nil
 }
 
 func TestCanonicalJSONSortsMembersAndDropsWhitespace(t *testing.T) {
@@ -36,25 +37,23 @@ func TestCanonicalJSONSortsMembersAndDropsWhitespace(t *testing.T) {
 		{`{"n":1.0,"m":1E+2,"s":"\u00e9\/"}`, `{"m":1E+2,"n":1.0,"s":"\u00e9\/"}`},
 		// Names are ordered decoded ("\u0062" is "b"), written as sent.
 		{`{"\u0062":1,"a":2,"c":3}`, `{"a":2,"\u0062":1,"c":3}`},
-		// A repeated name keeps the order its members came in.
-		{`{"b":0,"a":1,"a":2}`, `{"a":1,"a":2,"b":0}`},
-		{`{"a":2,"a":1}`, `{"a":2,"a":1}`},
-		{`{"a":1,"\u0061":2}`, `{"a":1,"\u0061":2}`},
-		{`{"\u0061":2,"a":1}`, `{"\u0061":2,"a":1}`},
+		// Upper case sorts before lower case: bytes, not folded names.
+		{`{"b":1,"C":2}`, `{"C":2,"b":1}`},
 	}
-	// Enough repeats that an unstable sort would show.
+	// Enough members for the general sort.
 	var in, want strings.Builder
-	in.WriteString(`{"z":0`)
+	in.WriteString(`{`)
 	want.WriteString(`{`)
 	for i := range 40 {
-		fmt.Fprintf(&in, `,"a":%d,"m":%d`, i, i)
-		fmt.Fprintf(&want, `"a":%d,`, i)
-	}
-	for i := range 40 {
-		fmt.Fprintf(&want, `"m":%d,`, i)
+		if i > 0 {
+			in.WriteString(`,`)
+			want.WriteString(`,`)
+		}
+		fmt.Fprintf(&in, `"m%02d":%d`, 39-i, 39-i)
+		fmt.Fprintf(&want, `"m%02d":%d`, i, i)
 	}
 	in.WriteString(`}`)
-	want.WriteString(`"z":0}`)
+	want.WriteString(`}`)
 	tests = append(tests, struct{ in, want string }{in.String(), want.String()})
 	for _, tc := range tests {
 		got, ok := canonical(t, tc.in)
@@ -73,7 +72,7 @@ func TestCanonicalJSONLeavesOutIgnoredMembers(t *testing.T) {
 		{[]string{"/sent_at"}, `{"nonce":"n","order":{"id":7,"lines":[{"sku":"a","ts":1},{"sku":"b","ts":2}],"trace":"t1"}}`},
 		{[]string{"/sent_at", "/nonce", "/order/trace"}, `{"order":{"id":7,"lines":[{"sku":"a","ts":1},{"sku":"b","ts":2}]}}`},
 		{[]string{"/order/lines/1/ts"}, `{"nonce":"n","order":{"id":7,"lines":[{"sku":"a","ts":1},{"sku":"b"}],"trace":"t1"},"sent_at":"2026-01-01T00:00:00Z"}`},
-		{[]string{"/order/lines/0"}, `{"nonce":"n","order":{"id":7,"lines":[{"sku":"b","ts":2}],"trace":"t1"},"sent_at":"2026-01-01T00:00:00Z"}`},
+		{[]string{"/order/lines/0"}, `{"nonce":"n","order":{"id":7,"lines":[null,{"sku":"b","ts":2}],"trace":"t1"},"sent_at":"2026-01-01T00:00:00Z"}`},
 		{[]string{"/order"}, `{"nonce":"n","sent_at":"2026-01-01T00:00:00Z"}`},
 		{[]string{"/missing", "/order/id/x", "/sent_at/0"}, `{"nonce":"n","order":{"id":7,"lines":[{"sku":"a","ts":1},{"sku":"b","ts":2}],"trace":"t1"},"sent_at":"2026-01-01T00:00:00Z"}`},
 	}
@@ -83,9 +82,12 @@ func TestCanonicalJSONLeavesOutIgnoredMembers(t *testing.T) {
 			t.Errorf("ignoring %q:\n got %s, %v\nwant %s", tc.ignore, got, ok, tc.want)
 		}
 	}
-	// Every member with an ignored name goes, and names match decoded.
-	if got, _ := canonical(t, `{"t":1,"\u0074":2,"k":3}`, "/t"); got != `{"k":3}` {
-		t.Errorf("repeated ignored name: %s, want {\"k\":3}", got)
+	// Names match decoded, and exactly: leaving out less keeps more.
+	if got, _ := canonical(t, `{"\u0074":2,"k":3}`, "/t"); got != `{"k":3}` {
+		t.Errorf("escaped ignored name: %s, want {\"k\":3}", got)
+	}
+	if got, _ := canonical(t, `{"T":2,"k":3}`, "/t"); got != `{"T":2,"k":3}` {
+		t.Errorf("ignored name in another case: %s, want it kept", got)
 	}
 }
 
@@ -95,9 +97,9 @@ func TestCanonicalJSONRefusesWhatIsNotOneJSONText(t *testing.T) {
 		"{\"\xff\":1,\"\\ufffd\":2}", // not UTF-8: read as a repeated name by encoding/json
 	} {
 		dst := []byte("prefix")
-		out, ok := AppendCanonical(dst, []byte(doc), nil)
-		if ok || string(out) != "prefix" {
-			t.Errorf("canonical(%.20q) = %q, %v; want refused with dst untouched", doc, out, ok)
+		out, err := AppendCanonical(dst, []byte(doc), nil)
+		if err != ErrNotJSON || string(out) != "prefix" {
+			t.Errorf("canonical(%.20q) = %q, %v; want ErrNotJSON with dst untouched", doc, out, err)
 		}
 	}
 }
@@ -202,4 +204,79 @@ func decodeUseNumber(t *testing.T, doc []byte) any {
 		t.Fatalf("decoding %q: %v", doc, err)
 	}
 	return v
+}
+
+// A Go upstream reads {"amount":1,"Amount":2} as amount 2 and
+// {"Amount":2,"amount":1} as amount 1 (encoding/json matches names
+// case-insensitively, the last wins): no canonical form of either may
+// stand for both, so both are refused, wherever the repeat is.
+func TestCanonicalJSONRefusesCaseVariantNames(t *testing.T) {
+	many := `{"z":0`
+	for i := range 30 {
+		many += fmt.Sprintf(`,"m%d":%d`, i, i)
+	}
+	for _, tc := range []struct {
+		doc    string
+		ignore []string
+	}{
+		{`{"amount":1,"Amount":2}`, nil},
+		{`{"Amount":2,"amount":1}`, nil},
+		{`{"a":1,"a":2}`, nil},
+		{`{"a":1,"\u0061":2}`, nil},
+		{`{"id":1,"\u0049D":2}`, nil},
+		{`{"k":1,"` + "\u212a" + `":2}`, nil}, // the Kelvin sign folds to k
+		{`{"s":1,"` + "\u017f" + `":2}`, nil}, // and the long s to s
+		{`{"\ud800":1,"\ufffd":2}`, nil},      // a lone surrogate reads as U+FFFD
+		{`[{"x":[{"deep":1,"DEEP":2}]}]`, nil},
+		{many + `,"M29":1}`, nil},
+		{`{"ts":1,"TS":2,"a":1}`, []string{"/ts"}},
+		{`{"ts":{"a":1,"A":2},"b":1}`, []string{"/ts"}},
+		{`{"items":[{"a":1,"A":2}]}`, []string{"/items/0"}},
+	} {
+		ptrs := make([]Pointer, len(tc.ignore))
+		for i, s := range tc.ignore {
+			ptrs[i] = mustPointer(t, s)
+		}
+		out, err := AppendCanonical([]byte("x"), []byte(tc.doc), ptrs)
+		var dup *DuplicateNameError
+		if !errors.As(err, &dup) || !errors.Is(err, ErrDuplicateName) || string(out) != "x" {
+			t.Errorf("canonical(%.40s) ignoring %q = %q, %v; want a DuplicateNameError", tc.doc, tc.ignore, out, err)
+		}
+	}
+	// Names that differ, however alike, are fine.
+	for _, doc := range []string{`{"a":1,"b":2}`, `{"ab":1,"a b":2}`, `{"é":1,"e":2}`, `{"a":{"a":1},"b":{"a":2}}`, many + `}`} {
+		if _, err := AppendCanonical(nil, []byte(doc), nil); err != nil {
+			t.Errorf("canonical(%.40s): %v", doc, err)
+		}
+	}
+}
+
+// Ignoring an array element ignores its value, not its presence: an
+// array keeps its length, so [] and ["x"] stay two bodies.
+func TestCanonicalJSONIgnoresAnElementsValueNotItsPresence(t *testing.T) {
+	ignore := []string{"/items/0"}
+	empty, _ := canonical(t, `{"items":[]}`, ignore...)
+	one, _ := canonical(t, `{"items":["x"]}`, ignore...)
+	other, _ := canonical(t, `{"items":["y"]}`, ignore...)
+	two, _ := canonical(t, `{"items":["x","y"]}`, ignore...)
+	if empty == one {
+		t.Errorf("[] and [\"x\"] both canonicalise to %s", one)
+	}
+	if one != other {
+		t.Errorf("[\"x\"] is %s, [\"y\"] %s: want the ignored value left out", one, other)
+	}
+	if two != `{"items":[null,"y"]}` {
+		t.Errorf("[\"x\",\"y\"] is %s, want {\"items\":[null,\"y\"]}", two)
+	}
+}
+
+// A byte order mark before the text is not part of it (RFC 8259 §8.1).
+func TestCanonicalJSONIgnoresAByteOrderMark(t *testing.T) {
+	got, err := AppendCanonical(nil, []byte("\xef\xbb\xbf {\"b\":1,\"a\":2}"), nil)
+	if err != nil || string(got) != `{"a":2,"b":1}` {
+		t.Errorf("with a BOM: %s, %v", got, err)
+	}
+	if _, err := AppendCanonical(nil, []byte("{\"a\":\"\xef\xbb\xbf\"}\xef\xbb\xbf"), nil); err != ErrNotJSON {
+		t.Errorf("a BOM after the text: %v, want ErrNotJSON", err)
+	}
 }

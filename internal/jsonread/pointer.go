@@ -15,6 +15,8 @@ type Pointer struct {
 	// index[i] is tokens[i] as an array index, or -1 when the token cannot
 	// name an array element (leading zero, "-", not a number).
 	index []int
+	// folded[i] is tokens[i] folded as member names are compared.
+	folded []string
 }
 
 // ParsePointer parses an RFC 6901 pointer: "" or "/"-separated
@@ -34,6 +36,7 @@ func ParsePointer(s string) (Pointer, error) {
 		}
 		p.tokens = append(p.tokens, tok)
 		p.index = append(p.index, arrayIndex(tok))
+		p.folded = append(p.folded, string(appendFolded(nil, []byte(tok))))
 	}
 	return p, nil
 }
@@ -110,14 +113,40 @@ func tokenMatchesKey(raw []byte, tok string) bool {
 	return string(appendUnescaped(scratch[:0], raw)) == tok
 }
 
-// Find returns the value p names in the JSON text doc, as a slice of doc,
-// or false when doc has no value there or is not JSON up to it. It reads
-// only as far as the value's end: what follows is not looked at, so a
-// truncated document still yields a value that precedes the cut. In an
-// object with a repeated member name, the first one counts.
-func (p Pointer) Find(doc []byte) ([]byte, bool) {
+// nameFolds reports whether the raw bytes of a JSON object key decode to a
+// name that folds to folded.
+func nameFolds(raw []byte, folded string) bool {
+	var dec, out [64]byte
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		raw = appendUnescaped(dec[:0], raw)
+	}
+	return string(appendFolded(out[:0], raw)) == folded
+}
+
+// Find returns the value p names in doc, as a slice of doc. The whole of
+// doc must be one JSON text with unique member names (Validate), or Find
+// returns Validate's error; ErrNotFound when doc has no value there.
+//
+// A member is matched to its token case-insensitively, as encoding/json
+// matches a name to a struct field: names being unique, at most one member
+// can match, and a Go upstream reads {"ID":"x"} as an id.
+func (p Pointer) Find(doc []byte) ([]byte, error) {
+	if err := Validate(doc); err != nil {
+		return nil, err
+	}
+	doc, _ = trimBOM(doc)
+	v, ok := p.lookup(doc)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return v, nil
+}
+
+// lookup returns the value p names in the JSON text doc, already
+// validated, or false when there is none.
+func (p Pointer) lookup(doc []byte) ([]byte, bool) {
 	i := skipWS(doc, 0)
-	for d, tok := range p.tokens {
+	for d, tok := range p.folded {
 		if d >= MaxDepth || i >= len(doc) {
 			return nil, false
 		}
@@ -140,9 +169,10 @@ func (p Pointer) Find(doc []byte) ([]byte, bool) {
 	return doc[i:end], true
 }
 
-// findMember returns the offset of the value of the member named tok in the
-// object at doc[i], which sits inside depth containers, or -1.
-func findMember(doc []byte, i, depth int, tok string) int {
+// findMember returns the offset of the value of the member whose name
+// folds to folded in the object at doc[i], which sits inside depth
+// containers, or -1.
+func findMember(doc []byte, i, depth int, folded string) int {
 	i = skipWS(doc, i+1)
 	if i < len(doc) && doc[i] == '}' {
 		return -1
@@ -155,7 +185,7 @@ func findMember(doc []byte, i, depth int, tok string) int {
 		if end < 0 {
 			return -1
 		}
-		match := tokenMatchesKey(doc[i+1:end-1], tok)
+		match := nameFolds(doc[i+1:end-1], folded)
 		if i = skipWS(doc, end); i >= len(doc) || doc[i] != ':' {
 			return -1
 		}

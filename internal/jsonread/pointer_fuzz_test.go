@@ -1,104 +1,88 @@
 package jsonread
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
+	"errors"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 )
 
-// FuzzFind compares Find with a resolution of the pointer over
-// encoding/json's tokens, on bodies that are JSON throughout.
+// FuzzFind compares Find with encoding/json's reading of the same body:
+// the scanner takes a body for JSON exactly when encoding/json does (up to
+// UTF-8 and MaxDepth), refuses it exactly when encoding/json would match
+// two of its names to one struct field, and otherwise finds the value a Go
+// struct field gets — which is also the value a Go map, Python's json and
+// JavaScript's JSON.parse get whenever they find one.
 func FuzzFind(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1"}`), "/id")
 	f.Add([]byte(`{"a":{"x":[1,{}],"b":{"order_id":12}}}`), "/a/b/order_id")
 	f.Add([]byte(`{"items":["x","y"]}`), "/items/1")
 	f.Add([]byte(`{"id":"\u00e9","id":2}`), "/id")
+	f.Add([]byte(`{"id":"ord_5","ID":"ord_7"}`), "/id")
+	f.Add([]byte(`{"ID":"ord_7"}`), "/id")
+	f.Add([]byte("{\"\u212a\":1,\"k\":2}"), "/k")
+	f.Add([]byte("\xef\xbb\xbf{\"id\":-0}"), "/id")
 	f.Add([]byte(`{"a~b":{"c/d":[true]}}`), "/a~0b/c~1d/0")
 	f.Fuzz(func(t *testing.T, doc []byte, ptr string) {
 		p, err := ParsePointer(ptr)
 		if err != nil {
 			return
 		}
-		v, found := p.Find(doc)
-		// encoding/json reads invalid UTF-8 as U+FFFD; the scanner
-		// compares member names byte for byte.
-		if !json.Valid(doc) || !utf8.Valid(doc) || jsonDepth(doc) > MaxDepth {
+		v, err := p.Find(doc)
+		checkVerdict(t, doc, err)
+		text, _ := trimBOM(doc)
+		tree, ok := readTree(t, text)
+		if !ok || !utf8.Valid(text) || jsonDepth(text) > MaxDepth || repeatsName(tree) {
 			return
 		}
-		dec := json.NewDecoder(bytes.NewReader(doc))
-		dec.UseNumber()
-		want, wantFound := resolveTokens(t, dec, p.tokens)
-		if found != wantFound {
-			t.Fatalf("%s in %q: found %q = %v, encoding/json %v", p, doc, v, found, wantFound)
+		want, found := resolve(tree, p.tokens, true)
+		if found != (err == nil) {
+			t.Fatalf("%s in %q: %q, %v; encoding/json finds %v (%v)", p, doc, v, err, want, found)
 		}
 		if !found {
 			return
 		}
-		if !json.Valid(v) {
-			t.Fatalf("%s in %q: %q is not a JSON value", p, doc, v)
-		}
-		if got := decodeUseNumber(t, v); want != nil && !equalJSON(got, want) {
+		got, _ := readTree(t, v)
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s in %q: %q, encoding/json reads %v", p, doc, v, want)
+		}
+		if exact, ok := resolve(tree, p.tokens, false); ok && !reflect.DeepEqual(exact, got) {
+			t.Fatalf("%s in %q: %q, a map reads %v", p, doc, v, exact)
 		}
 	})
 }
 
-// equalJSON compares two scalars decoded with UseNumber.
-func equalJSON(a, b any) bool { return a == b }
-
-// resolveTokens follows tokens through the value dec is at, taking the
-// first member of a repeated name, and returns the scalar found there.
-func resolveTokens(t *testing.T, dec *json.Decoder, tokens []string) (any, bool) {
+// checkVerdict asserts that err, what Find or AppendCanonical said of doc,
+// is Validate's verdict and encoding/json's: ErrNotJSON exactly for what
+// it does not take as one JSON text in UTF-8 within MaxDepth, a
+// *DuplicateNameError exactly when two names of an object fold alike.
+func checkVerdict(t *testing.T, doc []byte, err error) {
 	t.Helper()
-	tok, err := dec.Token()
-	if err != nil {
-		t.Fatal(err)
+	if verr := Validate(doc); !errors.Is(err, ErrNotJSON) && !errors.Is(err, ErrDuplicateName) && verr != nil ||
+		errors.Is(err, ErrNotJSON) != errors.Is(verr, ErrNotJSON) || errors.Is(err, ErrDuplicateName) != errors.Is(verr, ErrDuplicateName) {
+		t.Fatalf("%q: %v, but Validate says %v", doc, err, verr)
 	}
-	if len(tokens) == 0 {
-		if d, ok := tok.(json.Delim); ok {
-			skipTokens(t, dec, d)
-			return nil, true
-		}
-		return tok, true
+	text, _ := trimBOM(doc)
+	tree, ok := readTree(t, text)
+	isJSON := ok && utf8.Valid(text) && jsonDepth(text) <= MaxDepth
+	if errors.Is(err, ErrNotJSON) == isJSON {
+		t.Fatalf("%q: %v, but encoding/json takes it for JSON: %v", doc, err, isJSON)
 	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil, false
+	if isJSON && errors.Is(err, ErrDuplicateName) != repeatsName(tree) {
+		t.Fatalf("%q: %v, but encoding/json repeats a name: %v", doc, err, repeatsName(tree))
 	}
-	n := arrayIndex(tokens[0])
-	for i := 0; dec.More(); i++ {
-		match := false
-		if d == '{' {
-			name, _ := dec.Token()
-			match = name.(string) == tokens[0]
-		} else {
-			match = i == n
-		}
-		if match {
-			return resolveTokens(t, dec, tokens[1:]) // the rest is not read
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
+	var dup *DuplicateNameError
+	if errors.Is(err, ErrDuplicateName) && !errors.As(err, &dup) {
+		t.Fatalf("%q: %v is no *DuplicateNameError", doc, err)
 	}
-	return nil, false
 }
 
-func skipTokens(t *testing.T, dec *json.Decoder, open json.Delim) {
-	for depth := 1; depth > 0; {
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d, ok := tok.(json.Delim); ok {
-			if d == '{' || d == '[' {
-				depth++
-			} else {
-				depth--
-			}
-		}
+// FuzzValidate checks Validate alone against encoding/json.
+func FuzzValidate(f *testing.F) {
+	for _, doc := range []string{`{"a":1,"A":2}`, `[{"x":{}}]`, `{"\u00e9":1,"\u00c9":2}`, "\xef\xbb\xbf[]", `{"a":01}`} {
+		f.Add([]byte(doc))
 	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		checkVerdict(t, doc, Validate(doc))
+	})
 }

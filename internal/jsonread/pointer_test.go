@@ -1,7 +1,9 @@
 package jsonread
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -57,7 +59,7 @@ func TestJSONPointerArrayIndexes(t *testing.T) {
 
 func TestJSONPointerLookup(t *testing.T) {
 	doc := `{"a/b": 1, "m~n": 2, "esc\u002fd": 3, "items": [ {"id": "x"}, {"id": "y"} ],
-		"0": "zero", "dup": "first", "dup": "second", "": "empty", "nested": {"deep": {"v": [true, null]}}}`
+		"0": "zero", "Case": "c", "": "empty", "nested": {"deep": {"v": [true, null]}}}`
 	tests := []struct{ ptr, want string }{
 		{"", strings.TrimSpace(doc)},
 		{"/a~1b", "1"},
@@ -66,7 +68,8 @@ func TestJSONPointerLookup(t *testing.T) {
 		{"/items/1/id", `"y"`},
 		{"/items/0", `{"id": "x"}`},
 		{"/0", `"zero"`}, // an index token names a member of an object
-		{"/dup", `"first"`},
+		{"/case", `"c"`}, // names match case-insensitively, as a Go upstream reads them
+		{"/CASE", `"c"`},
 		{"/", `"empty"`},
 		{"/nested/deep/v/1", "null"},
 	}
@@ -75,15 +78,15 @@ func TestJSONPointerLookup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := p.Find([]byte(doc))
-		if !ok || string(got) != tc.want {
-			t.Errorf("lookup(%q) = %q, %v; want %q", tc.ptr, got, ok, tc.want)
+		got, err := p.Find([]byte(doc))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("Find(%q) = %q, %v; want %q", tc.ptr, got, err, tc.want)
 		}
 	}
 	for _, ptr := range []string{"/missing", "/items/2", "/items/-", "/items/01", "/a~1b/x", "/items/x", "/nested/deep/v/2"} {
 		p, _ := ParsePointer(ptr)
-		if got, ok := p.Find([]byte(doc)); ok {
-			t.Errorf("lookup(%q) = %q, want no value", ptr, got)
+		if got, err := p.Find([]byte(doc)); err != ErrNotFound {
+			t.Errorf("Find(%q) = %q, %v; want ErrNotFound", ptr, got, err)
 		}
 	}
 }
@@ -128,14 +131,60 @@ func TestAppendUnescapedDecodesLikeEncodingJSON(t *testing.T) {
 	}
 }
 
-func TestValidIsOneJSONTextInUTF8(t *testing.T) {
+func TestValidateWantsOneJSONTextInUTF8(t *testing.T) {
 	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
 	for doc, want := range map[string]bool{
 		`{"a":[1,"b",{}]}`: true, ` 1 `: true, `"\ud800"`: true,
 		``: false, `{"a":1} {}`: false, `[1,]`: false, "\"\xff\"": false, deep: false,
 	} {
-		if got := Valid([]byte(doc)); got != want {
-			t.Errorf("Valid(%.20q) = %v, want %v", doc, got, want)
+		if err := Validate([]byte(doc)); (err == nil) != want || err != nil && err != ErrNotJSON {
+			t.Errorf("Validate(%.20q) = %v, want valid %v", doc, err, want)
+		}
+	}
+}
+
+// A key is read from a body only when the whole body is one JSON text:
+// what follows the value counts, and 01 is not a number.
+func TestFindReadsTheWholeBody(t *testing.T) {
+	p := mustPointer(t, "/id")
+	for _, doc := range []string{`{"id":"evt_1", this is not JSON`, `{"id":01}`, `{"id":1} {"id":2}`, `{"id":"x"}]`, "{\"id\":\"x\",\"a\":\"\xff\"}"} {
+		if v, err := p.Find([]byte(doc)); err != ErrNotJSON {
+			t.Errorf("Find in %.30q = %q, %v; want ErrNotJSON", doc, v, err)
+		}
+	}
+	if v, err := p.Find([]byte("\xef\xbb\xbf{\"id\":\"evt_1\"}")); err != nil || string(v) != `"evt_1"` {
+		t.Errorf("after a byte order mark: %q, %v; want \"evt_1\"", v, err)
+	}
+}
+
+// {"id":"ord_1","id":"ord_9"} is ord_9 to Go, Python and JavaScript and
+// ord_1 to a reader that keeps the first; {"id":"ord_5","ID":"ord_7"} is
+// ord_7 to a Go upstream. Find gives no value for either.
+func TestFindRefusesRepeatedNames(t *testing.T) {
+	p := mustPointer(t, "/id")
+	for _, doc := range []string{`{"id":"ord_1","id":"ord_9"}`, `{"id":"ord_5","ID":"ord_7"}`, `{"id":"x","other":{"a":1,"A":2}}`, `{"other":[{"a":1,"a":2}],"id":"x"}`} {
+		v, err := p.Find([]byte(doc))
+		var dup *DuplicateNameError
+		if !errors.As(err, &dup) {
+			t.Errorf("Find in %s = %q, %v; want a DuplicateNameError", doc, v, err)
+		}
+	}
+	_, err := p.Find([]byte(`{"id":"ord_5", "ID":"ord_7"}`))
+	if want := `the member name "ID" repeats in an object at byte 15 (names are compared case-insensitively)`; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
+	}
+}
+
+// Names fold as encoding/json folds them to match struct fields, which is
+// bytes.EqualFold.
+func TestNamesFoldAsBytesEqualFold(t *testing.T) {
+	words := []string{"id", "ID", "Id", "k", "K", "\u212a", "s", "S", "\u017f", "ß", "ẞ", "σ", "Σ", "ς", "é", "É", "e", "ǅ", "ǆ", "Ǆ", "i", "İ", "ı", "\ufffd", "a b", "ab"}
+	for _, a := range words {
+		for _, b := range words {
+			got := string(appendFolded(nil, []byte(a))) == string(appendFolded(nil, []byte(b)))
+			if want := bytes.EqualFold([]byte(a), []byte(b)); got != want {
+				t.Errorf("%q and %q fold alike: %v, bytes.EqualFold says %v", a, b, got, want)
+			}
 		}
 	}
 }
