@@ -28,6 +28,7 @@ const (
 	opDelete = "delete"
 	opList   = "list"
 	opHash   = "hash"
+	opConfig = "config"
 )
 
 func (h *Handler) routeKeys(mux *http.ServeMux) {
@@ -38,6 +39,7 @@ func (h *Handler) routeKeys(mux *http.ServeMux) {
 	handle("DELETE /admin/keys/{key_hash}", opDelete, h.deleteKey)
 	handle("GET /admin/keys", opList, h.listKeys)
 	handle("POST /admin/hash", opHash, h.hashKey)
+	handle("GET /admin/config", opConfig, h.getConfig)
 	// Everything else under /admin/ is 404 without the token, so that a
 	// prober learns nothing; with it, a clear 404 or 405.
 	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", http.NotFound))
@@ -258,4 +260,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(body)
+}
+
+func (h *Handler) getConfig(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Config == nil {
+		h.unsupported(w, opConfig)
+		return
+	}
+	h.metrics.count(opConfig, resultOK)
+	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(h.opts.Config())
 }

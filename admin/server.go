@@ -78,6 +78,9 @@ type Options struct {
 	Token *Token
 	// Hasher serves POST /admin/hash.
 	Hasher Hasher
+	// Config serves GET /admin/config: the effective configuration as
+	// YAML, each value's origin noted, secrets masked (config.View).
+	Config func() []byte
 	// PProf serves /debug/pprof/, behind the token when one is set.
 	PProf bool
 	// ObservePing, when set, is told the duration and result of every

@@ -57,6 +57,9 @@ type Config struct {
 	Routes []Route `config:"routes" reload:"live"`
 	// File is the path of the configuration file used, "" when none.
 	File string
+	// origins are the paths Load's layers set: "" for the file, "from
+	// NAME" for a variable or flag (View tells them from defaults).
+	origins map[string]string
 }
 
 // Upstream is the service the proxy protects.
@@ -95,7 +98,7 @@ type Store struct {
 type Admin struct {
 	// Token enables /admin/ and is the bearer token it requires. Prefer
 	// setting it through the environment (IDEMPOTENCY_PROXY_ADMIN_TOKEN).
-	Token string `config:"token" reload:"live"`
+	Token string `config:"token" reload:"live" secret:"yes"`
 	// TokenFile names a file holding the token instead; it is read again
 	// on every reload. Not both.
 	TokenFile string `config:"token_file" reload:"live"`

@@ -50,7 +50,16 @@ func Load(src Source) (*Config, error) {
 	cfg.File = file
 	d.defaults = &cfg.Defaults
 	d.mapping("", tree, reflect.ValueOf(cfg).Elem())
+	if _, set := d.origins["store.kind"]; !set {
+		// A kind selected by its address comes from where the address does.
+		if k, ok := findKind(cfg.Store.kind()); ok {
+			if a := cfg.Store.addressed(k); len(a) > 0 {
+				d.origins["store.kind"] = d.origins[a[0]]
+			}
+		}
+	}
 	cfg.Store.Kind = cfg.Store.kind()
+	cfg.origins = d.origins
 
 	// A value that failed to decode kept its default; checking it again
 	// would only add a second, misleading message for the same key.

@@ -22,9 +22,12 @@ type field struct {
 	address bool
 	// live marks a key a reload applies (`reload:"live"`); every other key
 	// needs a restart to take effect (RestartNeeded).
-	live  bool
-	index []int // reflect.Value.FieldByIndex of the struct
-	typ   reflect.Type
+	live bool
+	// secret marks a key whose value is masked wherever it is shown
+	// (`secret:"yes"`): the view and reload logs.
+	secret bool
+	index  []int // reflect.Value.FieldByIndex of the struct
+	typ    reflect.Type
 }
 
 // group reports whether the field is a mapping of further keys.
@@ -49,7 +52,7 @@ func fieldsOf(t reflect.Type) []field {
 		key, option, _ := strings.Cut(tag, ",")
 		_, address := sf.Tag.Lookup("address")
 		out = append(out, field{key: key, option: option, flag: sf.Tag.Get("flag"), alt: sf.Tag.Get("alt"),
-			address: address, live: sf.Tag.Get("reload") == "live", index: []int{i}, typ: sf.Type})
+			address: address, live: sf.Tag.Get("reload") == "live", secret: sf.Tag.Get("secret") == "yes", index: []int{i}, typ: sf.Type})
 	}
 	return out
 }

@@ -36,13 +36,14 @@ func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) 
 // logging the root cause of a failure; the proxy starts either way and
 // /readyz answers 503 until the store answers.
 func newAdmin(cfg *config.Config, st store.Store, reg *prometheus.Registry, pm *proxy.Metrics, am *admin.Metrics,
-	h *proxy.Handler, token *admin.Token, log *slog.Logger) *admin.Handler {
+	h *proxy.Handler, token *admin.Token, view func() []byte, log *slog.Logger) *admin.Handler {
 	a := admin.New(admin.Options{
 		Store:        st,
 		Gatherer:     reg,
 		Metrics:      am,
 		Token:        token,
 		Hasher:       h,
+		Config:       view,
 		PProf:        cfg.Admin.PProf,
 		ObservePing:  pm.ObservePing,
 		ReadyTimeout: readyTimeout,

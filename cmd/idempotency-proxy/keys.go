@@ -127,15 +127,8 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	}
 
 	c := &keysCmd{method: http.MethodGet}
-	if c.admin, err = url.Parse(*adminURL); err != nil || (c.admin.Scheme != "http" && c.admin.Scheme != "https") || c.admin.Host == "" {
-		return nil, fmt.Errorf("--admin: want http://HOST:PORT, got %q", *adminURL)
-	}
-	if c.token, err = cliToken(*tokenFile, env); err != nil {
+	if err := c.connect(*adminURL, *tokenFile, env); err != nil {
 		return nil, err
-	}
-	c.tokenFrom = adminTokenEnv
-	if *tokenFile != "" {
-		c.tokenFrom = "--token-file " + *tokenFile
 	}
 	switch sub {
 	case "get":
@@ -178,6 +171,23 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		c.body, _ = json.Marshal(in)
 	}
 	return c, nil
+}
+
+// connect sets where the call goes and the token it carries, from the
+// --admin and --token-file flags every command of the admin API takes.
+func (c *keysCmd) connect(adminURL, tokenFile string, env []string) error {
+	var err error
+	if c.admin, err = url.Parse(adminURL); err != nil || (c.admin.Scheme != "http" && c.admin.Scheme != "https") || c.admin.Host == "" {
+		return fmt.Errorf("--admin: want http://HOST:PORT, got %q", adminURL)
+	}
+	if c.token, err = cliToken(tokenFile, env); err != nil {
+		return err
+	}
+	c.tokenFrom = adminTokenEnv
+	if tokenFile != "" {
+		c.tokenFrom = "--token-file " + tokenFile
+	}
+	return nil
 }
 
 // parseInterleaved parses flags wherever they appear among the positional
@@ -264,9 +274,11 @@ func (c *keysCmd) run(stdout, stderr io.Writer) int {
 	var out bytes.Buffer
 	if json.Indent(&out, body, "", "  ") != nil {
 		out.Reset()
-		out.Write(body)
+		out.Write(body) // not JSON: the configuration's YAML
 	}
-	out.WriteByte('\n')
+	if !bytes.HasSuffix(out.Bytes(), []byte("\n")) {
+		out.WriteByte('\n')
+	}
 	stdout.Write(out.Bytes())
 	return exitOK
 }

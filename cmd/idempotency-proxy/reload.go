@@ -47,6 +47,11 @@ func (r *reloader) config() *config.Config {
 	return r.current
 }
 
+// view is the running configuration as GET /admin/config shows it.
+func (r *reloader) view() []byte {
+	return r.config().View(r.started)
+}
+
 func (r *reloader) run(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -118,9 +123,16 @@ func (r *reloader) reload(trigger string) {
 		r.log.Warn("config changes that need a restart were not applied", "keys", keys)
 	}
 	r.mu.Lock()
+	prev := r.current
 	r.current = next
 	r.mu.Unlock()
-	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes))
+	// What this reload changed, against the configuration before it;
+	// restart says which of those wait for a restart.
+	changes := next.Changes(prev)
+	if changes == nil {
+		changes = []config.Change{}
+	}
+	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes), "changes", changes)
 }
 
 // reloadToken applies admin.token or re-reads admin.token_file. A file that

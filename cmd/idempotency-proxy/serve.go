@@ -67,7 +67,8 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	if err != nil {
 		return err
 	}
-	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, log)
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, level: level, log: log}
+	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, r.view, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -92,7 +93,6 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	go func() { failed <- srv.Serve(ln) }()
 	go func() { failed <- adminSrv.Serve(adminLn) }()
 
-	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, level: level, log: log}
 	go r.run(ctx)
 	go adminHandler.WatchStore(ctx, storeWatchInterval)
 

@@ -23,6 +23,8 @@ Usage:
   idempotency-proxy --config FILE --check       validate, ping the store, connect to the upstream, exit
   idempotency-proxy keys get|delete|list|hash   inspect and remove recorded keys through the
                                                 admin API (docs/operating.md)
+  idempotency-proxy config                      print a running proxy's effective configuration,
+                                                each value's origin, secrets masked
   idempotency-proxy --version
 
 Flags:

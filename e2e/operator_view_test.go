@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const viewToken = "view-token"
+
+// configCLI runs `idempotency-proxy config --admin p` with env added.
+func configCLI(t *testing.T, p *proxyProc, env ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(proxyBin, "config", "--admin", p.AdminURL())
+	cmd.Env = append(os.Environ(), env...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errs.String()
+}
+
+// The operator sees the running configuration: `idempotency-proxy config`
+// prints GET /admin/config, every value with its origin, the token masked;
+// after a reload, the log names each changed key with its old and new
+// value, and the view says which change waits for a restart.
+func TestConfigViewAndReloadDiff(t *testing.T) {
+	up := startUpstream(t)
+	cfg := proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Env:      []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=" + viewToken, "IDEMPOTENCY_PROXY_DEFAULTS_LOCK_TTL=20s"},
+		Defaults: map[string]string{"ttl": "1h"},
+		Routes:   []routeConfig{{Match: "POST /v1/charges", Keys: map[string]string{"ttl": "72h"}}},
+	}
+	p := startProxy(t, "view", cfg)
+
+	if code, out, errs := configCLI(t, p); code != 1 || out != "" || !strings.Contains(errs, "set IDEMPOTENCY_PROXY_ADMIN_TOKEN or --token-file") {
+		t.Errorf("config without the token: exit %d, stdout %q, stderr %q; want 1 and how to set it", code, out, errs)
+	}
+	code, view, errs := configCLI(t, p, "IDEMPOTENCY_PROXY_ADMIN_TOKEN="+viewToken)
+	if code != 0 {
+		t.Fatalf("config: exit %d, stderr %s", code, errs)
+	}
+	for _, want := range []string{
+		"listen: " + p.listen + " # file",
+		"log_level: info # file",
+		"  kind: memory # file",
+		"  token: xxxxx # env IDEMPOTENCY_PROXY_ADMIN_TOKEN",
+		"  ttl: 1h # file",
+		"  lock_ttl: 20s # env IDEMPOTENCY_PROXY_DEFAULTS_LOCK_TTL",
+		"  wait_timeout: 10s # default",
+		"  - match: POST /v1/charges # file",
+		"    ttl: 72h # file",
+		"    lock_ttl: 20s # defaults",
+	} {
+		if !strings.Contains(view, "\n"+want+"\n") {
+			t.Errorf("config view lacks %q:\n%s", want, view)
+		}
+	}
+	if strings.Contains(view, viewToken) {
+		t.Errorf("config view shows the admin token:\n%s", view)
+	}
+
+	cfg.Defaults = map[string]string{"ttl": "2h"}
+	cfg.UpstreamTimeout = 5 * time.Second
+	if err := os.WriteFile(p.config, []byte(cfg.yaml(p.listen, p.admin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.Signal(syscall.SIGHUP)
+	var changes []map[string]any
+	waitForValue(t, "a reload logged with its changes", func() string {
+		for _, line := range p.logLines(map[string]string{"msg": "config reloaded"}) {
+			b, _ := json.Marshal(line["changes"])
+			changes = nil
+			json.Unmarshal(b, &changes)
+			if len(changes) > 0 {
+				return "logged"
+			}
+		}
+		return "not yet"
+	}, "logged")
+	want := map[string]string{
+		"upstream.timeout": `{"key":"upstream.timeout","new":"5s","old":"1m","restart":true}`,
+		"defaults.ttl":     `{"key":"defaults.ttl","new":"2h","old":"1h"}`,
+	}
+	for _, ch := range changes {
+		b, _ := json.Marshal(ch)
+		key, _ := ch["key"].(string)
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("reload logged a change of %s, which the edit left alone: %s", key, b)
+			continue
+		}
+		if string(b) != w {
+			t.Errorf("reload logged %s, want %s", b, w)
+		}
+		delete(want, key)
+	}
+	if len(want) > 0 {
+		t.Errorf("reload did not log the changes of %v; logged %v", want, changes)
+	}
+	_, view, _ = configCLI(t, p, "IDEMPOTENCY_PROXY_ADMIN_TOKEN="+viewToken)
+	for _, want := range []string{"  ttl: 2h # file", "  timeout: 5s # file; needs a restart, running with 1m"} {
+		if !strings.Contains(view, "\n"+want+"\n") {
+			t.Errorf("config view after the reload lacks %q:\n%s", want, view)
+		}
+	}
+}
