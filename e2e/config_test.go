@@ -15,9 +15,11 @@ type proxyConfig struct {
 	UpstreamTimeout time.Duration
 	ShutdownTimeout time.Duration
 
-	// Memory selects the memory store; otherwise exactly one of RedisURL
-	// or RedisAddrs (with MasterName for Sentinel).
+	// Memory selects the memory store, PostgresURL the Postgres store;
+	// otherwise exactly one of RedisURL or RedisAddrs (with MasterName for
+	// Sentinel).
 	Memory       bool
+	PostgresURL  string
 	RedisURL     string
 	RedisAddrs   []string
 	MasterName   string
@@ -50,9 +52,12 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	if c.UpstreamTimeout > 0 {
 		fmt.Fprintf(&b, "  timeout: %s\n", c.UpstreamTimeout)
 	}
-	if c.Memory {
+	switch {
+	case c.Memory:
 		b.WriteString("store:\n  kind: memory\n")
-	} else {
+	case c.PostgresURL != "":
+		fmt.Fprintf(&b, "store:\n  kind: postgres\n  postgres:\n    url: %q\n", c.PostgresURL)
+	default:
 		b.WriteString("store:\n  kind: redis\n  redis:\n")
 	}
 	if c.RedisURL != "" {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 )
 
@@ -99,5 +100,33 @@ func TestCheckFailsWithTheStoresRootCause(t *testing.T) {
 				t.Errorf("the Redis password was printed:\n%s", out)
 			}
 		})
+	}
+}
+
+// --check on Postgres names the server's version and whether the table
+// exists, creates nothing, never prints the password, and fails with the
+// cause when the database does not answer.
+func TestCheckReportsPostgresVersionAndTable(t *testing.T) {
+	up, _ := countingUpstream(t)
+	pg := pgtest.Start(t)
+	code, out, errs := runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--check")
+	if code != 0 || !regexp.MustCompile(`ok +store +postgres://postgres:xxxxx@.* table idempotency_keys: postgres 15\.\d+; table idempotency_keys does not exist yet`).MatchString(out) {
+		t.Fatalf("exit %d\n%s%s\nwant 0, the server version and a table not created yet", code, out, errs)
+	}
+	if strings.Contains(out+errs, pg.Password()) {
+		t.Errorf("the Postgres password was printed:\n%s%s", out, errs)
+	}
+	if _, err := pg.Conn(t).Exec(t.Context(), `CREATE TABLE idempotency_keys (key text)`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--check")
+	if code != 1 || !regexp.MustCompile(`FAIL +store .*table idempotency_keys.*another shape.*no column token`).MatchString(out) {
+		t.Fatalf("exit %d\n%s\nwant 1 and a FAIL store line naming the table and what differs", code, out)
+	}
+
+	pg.Stop()
+	code, out, _ = runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--check")
+	if code != 1 || !regexp.MustCompile(`FAIL +store .*(connect|refused)`).MatchString(out) || strings.Contains(out, pg.Password()) {
+		t.Fatalf("database stopped: exit %d\n%s\nwant 1 and a FAIL store line with the cause, without the password", code, out)
 	}
 }
