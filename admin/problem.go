@@ -2,11 +2,10 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
@@ -32,25 +31,15 @@ var (
 // clients/contract.json (TestEveryAdminProblemTypeIsInTheContract).
 var problemTypes = []problem{probUnauthorized, probBadRequest, probNotFound, probUnsupported, probStore, probInternal}
 
-type problemBody struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
+type problemBody = problemjson.Body
 
+// writeProblem answers with p's problem+json body; a 503 says when to retry.
 func writeProblem(w http.ResponseWriter, p problem, detail string) {
-	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
-	body = append(body, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
+	retryAfter := 0
 	if p.Status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", "1")
+		retryAfter = 1
 	}
-	w.WriteHeader(p.Status)
-	w.Write(body)
+	problemjson.Write(w, problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail}, retryAfter)
 }
 
 // storeProblem maps a store error to its answer and metrics result: the one

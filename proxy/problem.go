@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 )
 
 // ProblemBase prefixes the type URI of every problem the proxy answers
@@ -42,29 +42,15 @@ var problemTypes = []problem{
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError,
 }
 
-type problemBody struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
+// body is p's problem+json body with detail.
+func (p problem) body(detail string) problemjson.Body {
+	return problemjson.Body{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail}
 }
 
 // problemJSON is the application/problem+json body of p.
-func problemJSON(p problem, detail string) []byte {
-	body, _ := json.Marshal(problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail})
-	return append(body, '\n')
-}
+func problemJSON(p problem, detail string) []byte { return p.body(detail).Marshal() }
 
 // writeProblem answers with an application/problem+json body.
 func writeProblem(w http.ResponseWriter, p problem, detail string) {
-	body := problemJSON(p, detail)
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
-	}
-	w.WriteHeader(p.Status)
-	w.Write(body)
+	problemjson.Write(w, p.body(detail), p.RetryAfter)
 }

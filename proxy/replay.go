@@ -6,10 +6,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-const problemContentType = "application/problem+json"
+const problemContentType = problemjson.ContentType
 
 // Header values the proxy sets; shared because header maps only read them.
 var (

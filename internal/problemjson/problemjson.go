@@ -1,0 +1,43 @@
+// Package problemjson writes the RFC 9457 application/problem+json answers
+// of the proxy listener and the admin API: one body shape, one set of
+// headers. What each problem type means, and what a client does with it, is
+// clients/contract.json.
+package problemjson
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ContentType is the media type of every problem answer.
+const ContentType = "application/problem+json"
+
+// Body is a problem answer's JSON body.
+type Body struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Marshal is b as sent: its JSON and a newline.
+func (b Body) Marshal() []byte {
+	out, _ := json.Marshal(b) // strings and an int: cannot fail
+	return append(out, '\n')
+}
+
+// Write answers with b, never cached, with Retry-After when retryAfter (in
+// seconds) is positive.
+func Write(w http.ResponseWriter, b Body, retryAfter int) {
+	body := b.Marshal()
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	w.WriteHeader(b.Status)
+	w.Write(body)
+}
