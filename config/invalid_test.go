@@ -169,6 +169,15 @@ var invalidFiles = []invalidCase{
 	{"invalid-admin-token.yaml", []string{
 		"admin.token_file: set admin.token or admin.token_file, not both",
 	}},
+	// Two patterns that differ only in case are one route to a
+	// case-insensitive match.
+	{"invalid-paths.yaml", []string{
+		"defaults.ambiguous_paths: must be one of reject, allow",
+		"defaults.path_case: must be one of sensitive, insensitive",
+	}},
+	{"invalid-path-case.yaml", []string{
+		`routes[2].match: pattern "/v1/charges" is routes[0] "/V1/charges" but for case, which path_case insensitive cannot tell apart`,
+	}},
 	// Profiles and the command line are not served to every interface
 	// without a token.
 	{"invalid-pprof-open.yaml", []string{

@@ -76,10 +76,16 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	}
 	c.checkPolicies(v)
 	matches := make([]string, len(c.Routes))
+	insensitive := make([]bool, len(c.Routes))
 	for i, r := range c.Routes {
 		matches[i] = r.Match
+		insensitive[i] = r.PathCase == proxy.PathCaseInsensitive
 	}
-	for _, p := range proxy.CheckPatterns(matches) {
+	problems := proxy.CheckPatterns(matches)
+	if len(problems) == 0 {
+		problems = proxy.CheckPatternCase(matches, insensitive)
+	}
+	for _, p := range problems {
 		v.add(fmt.Sprintf("routes[%d].match", p.Index), "%s", p.Reason)
 	}
 	return v.out

@@ -177,7 +177,7 @@ func BenchmarkFingerprint(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchRequestBody)))
 	for b.Loop() {
-		fingerprint(r, "proxy.invalid", benchRequestBody, headers)
+		fingerprint(r, readAsSent(r), "proxy.invalid", benchRequestBody, headers)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -28,6 +29,8 @@ const (
 	failUpstreamTimeout  // no answer within upstream.timeout
 	failResponseTooLarge // the upstream's response headers were over the transport's limit
 	failResponseCutShort // recorded under on_upstream_error: keep after a cut-short body
+	failAmbiguousPath    // a protected request's path can be read two ways
+	failAmbiguousMethod  // its method-override headers name more than one method
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -63,6 +66,10 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The upstream did not answer within the upstream timeout; the outcome of the request is unknown.", OutcomeUpstreamError
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
+	case failAmbiguousPath:
+		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments next to empty ones, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
+	case failAmbiguousMethod:
+		return probAmbiguousPath, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method, or something that is not a method. Send one.", OutcomeAmbiguous
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
 	}

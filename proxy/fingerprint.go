@@ -55,7 +55,9 @@ func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
 
 // fingerprint is the SHA-256 of the parts of a request that must be equal
 // for a retry to be the same operation: method, host, path, query, the
-// configured headers, the body and the request trailers. Every part is
+// configured headers, the body and the request trailers. Method and path
+// are as the request is read (at, from target.go: the method as sent with
+// any override headers, the normal path). Every part is
 // length-prefixed so that no two different requests hash the same bytes.
 //
 // host is the normalised request host (normalHost), or "" to leave it out.
@@ -64,13 +66,13 @@ func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
 // path does, so the two forms cannot be confused. Trailers likewise hash
 // nothing when there are none. The body must have been read to its end:
 // only then are the trailers known.
-func fingerprint(r *http.Request, host string, body []byte, headers []string) store.Fingerprint {
+func fingerprint(r *http.Request, at readAs, host string, body []byte, headers []string) store.Fingerprint {
 	hs := getHasher()
-	hs.field(r.Method)
+	hs.field(at.method)
 	if host != "" {
 		hs.field(host)
 	}
-	hs.field(r.URL.EscapedPath())
+	hs.field(at.path)
 	hs.field(r.URL.RawQuery)
 	for _, name := range headers {
 		hs.field(name)
@@ -129,15 +131,15 @@ var scratches = sync.Pool{New: func() any { return new([]byte) }}
 // fingerprint_json and fingerprint_ignore say: as sent, or in canonical
 // form without the ignored members. A body that is not JSON is hashed as
 // sent, never refused; one that repeats a member name is (fingerprintBody).
-func bodyFingerprint(r *http.Request, host string, body []byte, pol *Policy) (store.Fingerprint, error) {
+func bodyFingerprint(r *http.Request, at readAs, host string, body []byte, pol *Policy) (store.Fingerprint, error) {
 	if pol.FingerprintJSON != FingerprintCanonical && len(pol.FingerprintIgnore) == 0 {
-		return fingerprint(r, host, body, pol.FingerprintHeaders), nil
+		return fingerprint(r, at, host, body, pol.FingerprintHeaders), nil
 	}
 	buf := scratches.Get().(*[]byte)
 	hashed, grown, err := fingerprintBody(*buf, body, pol.FingerprintJSON, pol.FingerprintIgnore)
 	var fp store.Fingerprint
 	if err == nil {
-		fp = fingerprint(r, host, hashed, pol.FingerprintHeaders)
+		fp = fingerprint(r, at, host, hashed, pol.FingerprintHeaders)
 	}
 	if cap(grown) <= 1<<20 { // do not keep what one huge body grew
 		*buf = grown[:0]
@@ -194,7 +196,7 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 // and neither Authorization values, cookies nor raw keys are stored. It is
 // the key_hash of logs and the key API.
 func storageKey(r *http.Request, key string, scope []scopePart) string {
-	return storageKeyFrom(r, key, scope, KeyFromHeader, "")
+	return storageKeyFrom(r, readAs{}, key, scope, KeyFromHeader, "")
 }
 
 // storageKeyFrom is storageKey for a key found by a source of kind from.
@@ -207,7 +209,7 @@ func storageKey(r *http.Request, key string, scope []scopePart) string {
 // query:) is not: reused elsewhere it is a mismatch (422). The namespace
 // is hashed after the key, so the storage keys of client-chosen keys are
 // those of earlier versions.
-func storageKeyFrom(r *http.Request, key string, scope []scopePart, from KeySourceKind, host string) string {
+func storageKeyFrom(r *http.Request, at readAs, key string, scope []scopePart, from KeySourceKind, host string) string {
 	hs := getHasher()
 	for _, p := range scope {
 		if p.cookie != "" {
@@ -224,9 +226,9 @@ func storageKeyFrom(r *http.Request, key string, scope []scopePart, from KeySour
 		hs.field("body_sha256")
 	}
 	if from == KeyFromJSON || from == KeyFromBodySHA256 {
-		hs.field(r.Method)
+		hs.field(at.method)
 		hs.field(host)
-		hs.field(r.URL.EscapedPath())
+		hs.field(at.path)
 	}
 	sum := hs.finish(nil)
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.

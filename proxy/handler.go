@@ -125,11 +125,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.metrics.inflight.Inc()
 	defer h.finish(q)
 
-	q.route = h.routes.Load().match(r)
+	// The method and path as routes, fingerprints and key namespaces read
+	// them; the request is forwarded as sent.
+	q.target = readTarget(r)
+	q.route = h.routes.Load().match(r, &q.target)
 	pol := &q.route.policy
+	if q.target.refuse != 0 {
+		h.refuse(w, q, q.target.refuse, nil)
+		return
+	}
 	// A real protocol upgrade (WebSocket) hands the connection over: there
 	// is no response to record. Any other upgrade offer is dropped.
-	if !q.route.protects(r.Method) || isUpgrade(r) {
+	if !q.route.protectsTarget(&q.target) || isUpgrade(r) && q.target.method == http.MethodGet {
 		h.passThrough(w, r)
 		return
 	}
@@ -202,10 +209,10 @@ func (h *Handler) identify(q *request) error {
 		host = normalHost(r.Host)
 	}
 	var err error
-	if q.fp, err = bodyFingerprint(r, host, q.body, pol); err != nil {
+	if q.fp, err = bodyFingerprint(r, fpReading(&q.target, q.route), host, q.body, pol); err != nil {
 		return err
 	}
-	q.keyHash = storageKeyFrom(r, q.key, q.route.scope, q.keyFrom, host)
+	q.keyHash = storageKeyFrom(r, keyReading(&q.target, q.route), q.key, q.route.scope, q.keyFrom, host)
 	return nil
 }
 

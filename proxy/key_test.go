@@ -80,10 +80,10 @@ func TestFingerprint(t *testing.T) {
 		return r
 	}
 	headers := []string{"Content-Type"}
-	want := fingerprint(base(), "h.example", []byte("body"), headers)
+	want := fingerprint(base(), readAsSent(base()), "h.example", []byte("body"), headers)
 	same := base()
 	same.Header.Set("X-Other", "changed")
-	if got := fingerprint(same, "h.example", []byte("body"), headers); got != want {
+	if got := fingerprint(same, readAsSent(same), "h.example", []byte("body"), headers); got != want {
 		t.Error("a header outside fingerprint_headers changed the fingerprint")
 	}
 	for name, change := range map[string]func(*http.Request) []byte{
@@ -101,7 +101,7 @@ func TestFingerprint(t *testing.T) {
 	} {
 		r := base()
 		body := change(r)
-		if got := fingerprint(r, "h.example", body, headers); got == want {
+		if got := fingerprint(r, readAsSent(r), "h.example", body, headers); got == want {
 			t.Errorf("changing the %s did not change the fingerprint", name)
 		}
 	}
@@ -116,11 +116,11 @@ func FuzzFingerprint(f *testing.F) {
 			r.Header["Content-Type"] = []string{ctype}
 			return r
 		}
-		a := fingerprint(mk(), "h.example", body, []string{"Content-Type"})
-		if b := fingerprint(mk(), "h.example", body, []string{"Content-Type"}); a != b {
+		a := fingerprint(mk(), readAsSent(mk()), "h.example", body, []string{"Content-Type"})
+		if b := fingerprint(mk(), readAsSent(mk()), "h.example", body, []string{"Content-Type"}); a != b {
 			t.Fatal("fingerprint is not deterministic")
 		}
-		if b := fingerprint(mk(), "h.example", append(body, 0), []string{"Content-Type"}); a == b {
+		if b := fingerprint(mk(), readAsSent(mk()), "h.example", append(body, 0), []string{"Content-Type"}); a == b {
 			t.Fatal("a longer body has the same fingerprint")
 		}
 	})
@@ -140,4 +140,11 @@ func TestStorageKeyScopes(t *testing.T) {
 	if b := storageKey(r, "k", nil); b == storageKey(r, "k2", nil) {
 		t.Fatal("two keys share a storage key")
 	}
+}
+
+// readAsSent is how the request path reads r's method and path for its
+// fingerprint on a path_case: sensitive route.
+func readAsSent(r *http.Request) readAs {
+	t := readTarget(r)
+	return fpReading(&t, &route{})
 }

@@ -4,11 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // ErrNotProtected is returned by KeyHash for a request the live routes do
 // not protect: it would be proxied without touching the store.
 var ErrNotProtected = errors.New("this method and path are not protected by any route")
+
+// errRefused is returned by KeyHashFrom for a request the proxy refuses
+// before it looks for a key (400 ambiguous-path).
+var errRefused = errors.New("the proxy refuses this request")
 
 // KeyHash returns the storage key (the key_hash in logs and in the admin
 // API) that a request like r carrying the idempotency key would use under
@@ -32,8 +37,13 @@ func (h *Handler) KeyHash(r *http.Request, key string) (string, error) {
 // body (r.Body, read up to max_request_body) — by the route's sources in
 // order, exactly as the request path finds it.
 func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, error) {
-	rt := h.routes.Load().match(r)
-	if !rt.protects(r.Method) {
+	t := readTarget(r)
+	rt := h.routes.Load().match(r, &t)
+	if t.refuse != 0 {
+		p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, t.refuse, nil)
+		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, ProblemBase)+": "+detail)
+	}
+	if !rt.protectsTarget(&t) {
 		return "", ErrNotProtected
 	}
 	var from KeySourceKind
@@ -73,7 +83,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	if rt.policy.FingerprintHost {
 		host = normalHost(r.Host)
 	}
-	return storageKeyFrom(r, key, rt.scope, from, host), nil
+	return storageKeyFrom(r, keyReading(&t, rt), key, rt.scope, from, host), nil
 }
 
 // routeSource returns the route's key source written as source, or its

@@ -36,8 +36,9 @@ const (
 	// the key that cannot be read (its encryption key is gone, its bytes
 	// were changed, or its format is newer); never executed again.
 	OutcomeUnreadable Outcome = "unreadable"
-	// OutcomeAmbiguous: 400, a request the upstream could read another way
-	// than the proxy (ambiguous-body), refused before anything is locked.
+	// OutcomeAmbiguous: 400 ambiguous-body or ambiguous-path, a request
+	// the upstream may read another way than the proxy, refused before
+	// anything is locked (docs/request-handling.md).
 	OutcomeAmbiguous Outcome = "ambiguous"
 )
 

@@ -84,3 +84,47 @@ func conflictReason(err error) string {
 	}
 	return strings.ReplaceAll(msg, "\n", " ")
 }
+
+// foldPattern is a route pattern with its host and path lower-cased, the
+// method kept: "POST /V1/Charges" is "POST /v1/charges".
+func foldPattern(p string) string {
+	if method, rest, ok := strings.Cut(p, " "); ok {
+		return method + " " + strings.ToLower(strings.TrimLeft(rest, " \t"))
+	}
+	return strings.ToLower(p)
+}
+
+// CheckPatternCase reports routes that path_case: insensitive makes
+// indistinct: an insensitive route's pattern, lower-cased, must be neither
+// equal to nor in conflict with any other route's lower-cased pattern,
+// since both could match one request with neither more specific. Run it
+// on patterns CheckPatterns accepted; insensitive[i] is routes[i]'s
+// path_case.
+func CheckPatternCase(patterns []string, insensitive []bool) []PatternProblem {
+	var out []PatternProblem
+	for i, p := range patterns {
+		if !insensitive[i] {
+			continue
+		}
+		fi := foldPattern(p)
+		if err := register(fi); err != nil {
+			out = append(out, PatternProblem{Index: i, Reason: fmt.Sprintf("pattern %q lower-cased for path_case insensitive: %s", p, err)})
+			continue
+		}
+		for j, other := range patterns {
+			if j == i || insensitive[j] && j < i {
+				continue // a pair of insensitive routes is checked once
+			}
+			fj := foldPattern(other)
+			if fi == fj {
+				out = append(out, PatternProblem{Index: i, Reason: fmt.Sprintf("pattern %q is routes[%d] %q but for case, which path_case insensitive cannot tell apart", p, j, other)})
+				break
+			}
+			if err := register(fj, fi); err != nil {
+				out = append(out, PatternProblem{Index: i, Reason: fmt.Sprintf("pattern %q conflicts with routes[%d] %q when compared without case (path_case insensitive): %s", p, j, other, conflictReason(err))})
+				break
+			}
+		}
+	}
+	return out
+}

@@ -84,6 +84,13 @@ type Policy struct {
 	// key is forgotten, to executed and replayed responses to keyed
 	// requests.
 	AdvertiseExpiry bool `config:"advertise_expiry"`
+	// AmbiguousPaths decides a protected request whose path an upstream
+	// may read two ways: an encoded slash or backslash (%2F, %5C), a
+	// backslash or a ";" path parameter. Reject answers 400 ambiguous-path.
+	AmbiguousPaths AmbiguousPaths `config:"ambiguous_paths"`
+	// PathCase insensitive matches the route's pattern in any case of
+	// its ASCII letters, for upstreams that do (ASP.NET, IIS).
+	PathCase PathCase `config:"path_case"`
 }
 
 // sources returns the key sources in force: KeySources, or the header
@@ -172,6 +179,42 @@ var upstreamErrorWords = []string{"release", "keep"}
 func (o OnUpstreamError) String() string                { return word(upstreamErrorWords, boolIndex(bool(o))) }
 func (o OnUpstreamError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
 func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseBool(o, upstreamErrorWords, b) }
+
+// AmbiguousPaths is what a protected request gets whose path can be read
+// two ways (docs/request-handling.md, "Paths and methods"); in the
+// configuration, "reject" or "allow".
+type AmbiguousPaths uint8
+
+const (
+	// AmbiguousReject answers 400 ambiguous-path; the upstream is not called.
+	AmbiguousReject AmbiguousPaths = iota
+	// AmbiguousAllow handles the request under the route its path
+	// matches as sent.
+	AmbiguousAllow
+)
+
+var ambiguousWords = []string{"reject", "allow"}
+
+func (a AmbiguousPaths) String() string                { return word(ambiguousWords, int(a)) }
+func (a AmbiguousPaths) MarshalText() ([]byte, error)  { return []byte(a.String()), nil }
+func (a *AmbiguousPaths) UnmarshalText(b []byte) error { return parseWord(a, ambiguousWords, b) }
+
+// PathCase says whether a route's pattern matches paths in its case only;
+// in the configuration, "sensitive" or "insensitive".
+type PathCase uint8
+
+const (
+	// PathCaseSensitive matches the pattern's letters as written.
+	PathCaseSensitive PathCase = iota
+	// PathCaseInsensitive matches them in any case (ASCII letters).
+	PathCaseInsensitive
+)
+
+var pathCaseWords = []string{"sensitive", "insensitive"}
+
+func (c PathCase) String() string                { return word(pathCaseWords, int(c)) }
+func (c PathCase) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
+func (c *PathCase) UnmarshalText(b []byte) error { return parseWord(c, pathCaseWords, b) }
 
 func word(words []string, i int) string {
 	if i < 0 || i >= len(words) {

@@ -98,6 +98,12 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 			c.addAt("fingerprint_ignore", i, "%v", err)
 		}
 	}
+	if p.AmbiguousPaths > AmbiguousAllow {
+		c.add("ambiguous_paths", "%v", errWord(ambiguousWords))
+	}
+	if p.PathCase > PathCaseInsensitive {
+		c.add("path_case", "%v", errWord(pathCaseWords))
+	}
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}

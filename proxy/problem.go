@@ -32,6 +32,7 @@ var (
 	probUnreadable    = problem{ProblemBase + "record-unreadable", "Recorded response unreadable", http.StatusServiceUnavailable, 0}
 	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
+	probAmbiguousPath = problem{ProblemBase + "ambiguous-path", "Request target can be read two ways", http.StatusBadRequest, 0}
 )
 
 // problemTypes is every problem the proxy answers. clients/contract.json
@@ -39,7 +40,7 @@ var (
 // fails when the two disagree, or when a problem is missing here.
 var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
-	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError,
+	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError, probAmbiguousPath,
 }
 
 // body is p's problem+json body with detail.

@@ -17,7 +17,9 @@ import (
 type request struct {
 	in    *http.Request
 	start time.Time
-	route *route
+	// target is how the proxy reads in's method and path.
+	target target
+	route  *route
 
 	// What the request's log line and metrics report.
 	outcome Outcome

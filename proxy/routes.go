@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 )
 
@@ -12,6 +13,12 @@ type route struct {
 	disabled bool
 	policy   Policy
 	metrics  *routeMetrics
+	// methods are policy.Methods upper-cased: methods are compared
+	// upper-cased ("post" is POST).
+	methods []string
+	// folded is the pattern with its path lower-cased, for path_case:
+	// insensitive ("" for the defaults).
+	folded string
 	// scope is policy.ScopeHeaders parsed once ("Cookie:NAME" entries).
 	scope []scopePart
 	// sources are the key sources in force: key_sources or [header:NAME].
@@ -19,23 +26,44 @@ type route struct {
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
-	return &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), scope: parseScope(p.ScopeHeaders), sources: p.sources()}
+	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), scope: parseScope(p.ScopeHeaders), sources: p.sources()}
+	rt.methods = make([]string, len(p.Methods))
+	for i, m := range p.Methods {
+		rt.methods[i] = upperASCII(m)
+	}
+	if label != defaultRoute {
+		rt.folded = foldPattern(label)
+	}
+	return rt
 }
 
 func (rt *route) protects(method string) bool {
-	return !rt.disabled && slices.Contains(rt.policy.Methods, method)
+	return !rt.disabled && slices.Contains(rt.methods, method)
+}
+
+// protectsTarget reports whether rt protects a request read as t: its own
+// method or the one an override names (the upstream may honour the
+// header or not).
+func (rt *route) protectsTarget(t *target) bool {
+	return rt.protects(t.method) || rt.protects(t.own)
 }
 
 func (rt *route) releases(status int) bool {
 	return slices.Contains(rt.policy.ReleaseStatuses, status)
 }
 
+func (rt *route) insensitive() bool { return rt.policy.PathCase == PathCaseInsensitive }
+
 // routeTable is an immutable snapshot of the routes; a reload swaps the
 // whole table, so a request sees one consistent policy from start to end.
 type routeTable struct {
 	mux       *http.ServeMux // nil when there are no routes
 	byPattern map[string]*route
-	fallback  *route
+	// folded holds the folded patterns of the path_case: insensitive
+	// routes, nil when there are none.
+	folded   *http.ServeMux
+	byFolded map[string]*route
+	fallback *route
 }
 
 func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) {
@@ -43,13 +71,19 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 		return nil, err
 	}
 	patterns := make([]string, len(routes))
+	insensitive := make([]bool, len(routes))
 	for i, r := range routes {
 		if err := r.Policy.checkErr(r.Pattern); err != nil {
 			return nil, err
 		}
 		patterns[i] = r.Pattern
+		insensitive[i] = r.Policy.PathCase == PathCaseInsensitive
 	}
-	if problems := CheckPatterns(patterns); len(problems) > 0 {
+	problems := CheckPatterns(patterns)
+	if len(problems) == 0 {
+		problems = CheckPatternCase(patterns, insensitive)
+	}
+	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid route: %s", problems[0].Reason)
 	}
 	t := &routeTable{
@@ -59,31 +93,103 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	if len(routes) == 0 {
 		return t, nil
 	}
-	// CheckPatterns asked a ServeMux about every pair: none of these panics.
+	// CheckPatterns and CheckPatternCase asked a ServeMux about every
+	// pair: none of these panics.
 	t.mux = http.NewServeMux()
 	for _, r := range routes {
-		t.byPattern[r.Pattern] = newRoute(r.Pattern, r.Disabled, r.Policy, m)
+		rt := newRoute(r.Pattern, r.Disabled, r.Policy, m)
+		t.byPattern[r.Pattern] = rt
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
+		if rt.insensitive() {
+			if t.folded == nil {
+				t.folded, t.byFolded = http.NewServeMux(), map[string]*route{}
+			}
+			t.byFolded[rt.folded] = rt
+			t.folded.Handle(rt.folded, http.NotFoundHandler())
+		}
 	}
 	return t, nil
 }
 
-// match returns the route of r: the most specific matching pattern, or the
-// defaults. Hosts match lower-cased and without a trailing dot, as they are
-// fingerprinted: "A.EXAMPLE" and "a.example." are a.example, and must not
-// slip past a route that requires a key there.
-func (t *routeTable) match(r *http.Request) *route {
-	if t.mux == nil {
-		return t.fallback
-	}
-	if host := normalHost(r.Host); host != r.Host {
-		norm := *r
-		norm.Host = host
-		r = &norm
-	}
-	_, pattern := t.mux.Handler(r)
-	if rt, ok := t.byPattern[pattern]; ok {
+// match returns the route of r read as t — the most specific matching
+// pattern, or the defaults — and sets t.refuse when r must be refused
+// instead: it can be read two ways, and one of them is protected by a
+// route that rejects ambiguous paths.
+func (tb *routeTable) match(r *http.Request, t *target) *route {
+	rt := tb.lookup(r, t.method, t.path, t.escaped)
+	if t.overrides != overrideNone && rt.protectsTarget(t) {
+		t.refuse = failAmbiguousMethod
 		return rt
 	}
-	return t.fallback
+	if !t.odd {
+		return rt
+	}
+	if rt.protectsTarget(t) && rt.policy.AmbiguousPaths == AmbiguousReject {
+		t.refuse = failAmbiguousPath
+		return rt
+	}
+	// The other reading may name another route: a path that is
+	// unprotected as sent may be a protected one to the upstream.
+	if other := tb.lookup(r, t.method, splitReading(t.escaped), t.escaped); other.protectsTarget(t) && other.policy.AmbiguousPaths == AmbiguousReject {
+		t.refuse = failAmbiguousPath
+	}
+	return rt
+}
+
+// lookup returns the route of a request like r with method and the
+// escaped path (sent is r's, as sent): the most specific matching pattern, or the defaults.
+// Hosts match lower-cased and without a trailing dot, as they are
+// fingerprinted: "A.EXAMPLE" and "a.example." are a.example, and must not
+// slip past a route that requires a key there. It allocates only for a
+// request it reads differently from how net/http parsed it.
+func (tb *routeTable) lookup(r *http.Request, method, escaped, sent string) *route {
+	if tb.mux == nil {
+		return tb.fallback
+	}
+	host := normalHost(r.Host)
+	if host != r.Host || method != r.Method || escaped != sent {
+		norm := *r
+		norm.Host, norm.Method, norm.URL = host, method, withPath(r.URL, escaped)
+		r = &norm
+	}
+	_, pattern := tb.mux.Handler(r)
+	rt, ok := tb.byPattern[pattern]
+	if !ok {
+		rt = tb.fallback
+	}
+	if tb.folded == nil {
+		return rt
+	}
+	// path_case: insensitive routes match the lower-cased path with
+	// their folded patterns. The more specific of the two matches wins,
+	// compared folded, as the upstream compares.
+	lower := *r
+	lower.URL = withPath(r.URL, lowerASCII(escaped))
+	_, folded := tb.folded.Handler(&lower)
+	ins, ok := tb.byFolded[folded]
+	switch {
+	case !ok || ins == rt:
+		return rt
+	case rt == tb.fallback:
+		return ins
+	}
+	// Both match; the configuration checked that their folded patterns
+	// do not conflict, so one is more specific.
+	pair := http.NewServeMux()
+	pair.Handle(rt.folded, http.NotFoundHandler())
+	pair.Handle(ins.folded, http.NotFoundHandler())
+	if _, p := pair.Handler(&lower); p == rt.folded {
+		return rt
+	}
+	return ins
+}
+
+// withPath returns a copy of u whose escaped path is escaped.
+func withPath(u *url.URL, escaped string) *url.URL {
+	out := *u
+	out.RawPath = escaped
+	if p, err := url.PathUnescape(escaped); err == nil {
+		out.Path = p
+	}
+	return &out
 }

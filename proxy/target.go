@@ -1,0 +1,355 @@
+package proxy
+
+import (
+	"net/http"
+	"path"
+	"strings"
+)
+
+// target is how the proxy reads a request's method and path, for its
+// route, its fingerprint and the namespace of a key derived from its
+// payload (docs/request-handling.md, "Paths and methods"). The request
+// itself is forwarded as sent.
+//
+// Routes take the broadest reading an upstream may have, so that every
+// spelling of a route's path gets that route's policy. The fingerprint
+// takes the narrowest one every upstream shares, so that two requests an
+// upstream may tell apart are never one operation to the proxy: a key
+// reused on another spelling is a 422, never another operation's answer.
+type target struct {
+	// method is the method routes match: the one a method-override header
+	// names, else the request's own; upper-cased.
+	method string
+	// own is the request's own method, upper-cased.
+	own string
+	// fpMethod is what the fingerprint hashes for the method: the method
+	// as sent, and any method-override headers with their values.
+	fpMethod string
+	// escaped is the request's path as sent (r.URL.EscapedPath()).
+	escaped string
+	// path is escaped normalised as RFC 3986 section 6.2.2 does:
+	// percent-encoded unreserved characters decoded (%63 is c, %2E is .),
+	// other escapes upper-cased, dot segments removed. Routes match it
+	// (ServeMux also merges repeated slashes) and the fingerprint hashes
+	// it.
+	path string
+	// odd is set when the path can be read two ways: an encoded slash or
+	// backslash (%2F, %5C), a backslash, a ";" path parameter, or dot
+	// segments next to empty ones, which RFC 3986 and slash-merging
+	// servers resolve differently.
+	odd bool
+	// overrides is set when the method-override headers disagree: more
+	// than one method, or one that is not a method.
+	overrides overrideProblem
+	// refuse is set by the route table when the request is refused for
+	// the reading above: failAmbiguousPath or failAmbiguousMethod.
+	refuse failure
+}
+
+type overrideProblem uint8
+
+const (
+	overrideNone overrideProblem = iota
+	overrideConflict
+)
+
+// methodOverrideHeaders are the headers through which frameworks (Rails,
+// Laravel, ASP.NET, Express's method-override, Google APIs) let a client
+// that can only send GET or POST name the method an upstream applies.
+var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// readTarget reads r's method and path. It allocates nothing for a request
+// whose method is upper-case, that carries no method override and whose
+// path is already in normal form.
+func readTarget(r *http.Request) target {
+	t := target{own: upperASCII(r.Method), fpMethod: r.Method}
+	t.method = t.own
+	t.readOverride(r.Header, r.Method)
+	t.escaped = r.URL.EscapedPath()
+	t.path, t.odd = normalPath(t.escaped)
+	return t
+}
+
+// readOverride applies the method-override headers: the method they name
+// is the one routes match, and they are part of the fingerprint. Headers
+// that name two methods, a list, or something that is not a method are a
+// request the upstream may read either way.
+func (t *target) readOverride(h http.Header, sent string) {
+	present := false
+	for _, name := range methodOverrideHeaders {
+		if _, ok := h[name]; ok {
+			present = true
+			break
+		}
+	}
+	if !present {
+		return
+	}
+	var fp strings.Builder
+	fp.WriteString(sent)
+	named := ""
+	for _, name := range methodOverrideHeaders {
+		values, ok := h[name]
+		if !ok {
+			continue
+		}
+		// Header names hold no ':' and values no '\n' (net/http refuses
+		// them), so this spelling cannot be another request's.
+		fp.WriteString("\n" + name + ":")
+		for i, v := range values {
+			if i > 0 {
+				fp.WriteString("\n")
+			}
+			fp.WriteString(v)
+			m := upperASCII(strings.TrimSpace(v))
+			switch {
+			case !validToken(m):
+				t.overrides = overrideConflict
+			case named == "":
+				named = m
+			case named != m:
+				t.overrides = overrideConflict
+			}
+		}
+	}
+	t.fpMethod = fp.String()
+	if named != "" {
+		t.method = named
+	}
+}
+
+// upperASCII upper-cases s's ASCII letters; it allocates only when s has
+// a lower-case one.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return strings.ToUpper(s)
+		}
+	}
+	return s
+}
+
+// lowerASCII lower-cases s's ASCII letters; it allocates only when s has
+// an upper-case one. Percent-escapes keep their meaning ("%2F" is "%2f").
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+// normalPath returns the escaped path p in RFC 3986 normal form —
+// unreserved characters decoded, other escapes upper-cased, dot segments
+// removed — and whether p can be read two ways (see target.odd). A path
+// already in normal form is returned as it is, without allocating.
+func normalPath(p string) (norm string, odd bool) {
+	if p == "" || p[0] != '/' {
+		return p, false // "*" (OPTIONS *), or nothing to normalise
+	}
+	escapes, dots := false, false
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '%':
+			escapes = true
+			if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+				switch b := unhex(p[i+1])<<4 | unhex(p[i+2]); b {
+				case '/', '\\':
+					odd = true
+				}
+			}
+		case ';', '\\':
+			odd = true
+		case '.':
+			if p[i-1] == '/' {
+				dots = true
+			}
+		}
+	}
+	if !escapes && !dots {
+		return p, odd
+	}
+	norm = p
+	if escapes {
+		norm = decodeUnreserved(p)
+	}
+	if hasDotSegment(norm) {
+		before := norm
+		norm = removeDotSegments(norm)
+		// A slash-merging server (Go's ServeMux, nginx) merges first and
+		// resolves dots after: "/a//../b" is "/b" there, "/a/b" here.
+		if strings.Contains(before, "//") && cleanPath(before) != cleanPath(norm) {
+			odd = true
+		}
+	}
+	return norm, odd
+}
+
+// decodeUnreserved decodes the percent-escapes of RFC 3986 unreserved
+// characters (ALPHA, DIGIT, "-", ".", "_", "~") and upper-cases the hex
+// digits of the others: escapes every upstream reads alike.
+func decodeUnreserved(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+			b.WriteByte(c)
+			continue
+		}
+		d := unhex(p[i+1])<<4 | unhex(p[i+2])
+		if unreserved(d) {
+			b.WriteByte(d)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(upperHex(p[i+1]))
+			b.WriteByte(upperHex(p[i+2]))
+		}
+		i += 2
+	}
+	return b.String()
+}
+
+// hasDotSegment reports whether p has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		j := i + 1
+		for j < len(p) && p[j] == '.' {
+			j++
+		}
+		if n := j - i - 1; (n == 1 || n == 2) && (j == len(p) || p[j] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// removeDotSegments is RFC 3986 section 5.2.4 on an absolute path: "."
+// segments go, ".." takes the segment before it with it, never above the
+// root; empty segments are kept.
+func removeDotSegments(p string) string {
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case ".":
+			if last {
+				out = append(out, "")
+			}
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// cleanPath is the path Go's ServeMux matches: path.Clean, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		if c == p[:len(p)-1] {
+			return p // clean already: no allocation
+		}
+		c += "/"
+	}
+	return c
+}
+
+// splitReading is the other reading of an odd path: encoded slashes and
+// backslashes, and backslashes, as path separators, and ";" path
+// parameters dropped from their segments, as servlet containers, IIS and
+// decoding frameworks read them.
+func splitReading(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	param := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			if d := unhex(p[i+1])<<4 | unhex(p[i+2]); d == '/' || d == '\\' {
+				c = '/'
+				i += 2
+			}
+		}
+		switch {
+		case c == '/' || c == '\\':
+			param = false
+			b.WriteByte('/')
+		case c == ';':
+			param = true
+		case !param:
+			b.WriteByte(c)
+		}
+	}
+	norm, _ := normalPath(b.String())
+	return norm
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+func upperHex(c byte) byte {
+	if 'a' <= c && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+// readAs is the method and escaped path a fingerprint or a key namespace
+// hashes.
+type readAs struct{ method, path string }
+
+// fpReading is what the fingerprint of a request read as t on route rt
+// hashes for its method and path: the method as sent with any override
+// headers (an upstream may treat "post" and POST apart), and the normal
+// path, lower-cased on a path_case: insensitive route. Repeated slashes
+// stay: some upstreams keep them apart.
+func fpReading(t *target, rt *route) readAs {
+	p := t.path
+	if rt.insensitive() {
+		p = lowerASCII(p)
+	}
+	return readAs{t.fpMethod, p}
+}
+
+// keyReading is the method and path that namespace a key derived from the
+// payload (json:, body_sha256) of a request read as t on route rt: the
+// ones the route matched, the broadest reading, so that no spelling of
+// one operation gets a second key. A spelling that is another operation
+// to the upstream then shares the key and differs in its fingerprint: a
+// 422, never a second execution.
+func keyReading(t *target, rt *route) readAs {
+	p := cleanPath(t.path)
+	if rt.insensitive() {
+		p = lowerASCII(p)
+	}
+	return readAs{t.method, p}
+}
