@@ -172,8 +172,8 @@ var invalidFiles = []invalidCase{
 	// Two patterns that differ only in case are one route to a
 	// case-insensitive match.
 	{"invalid-paths.yaml", []string{
-		"defaults.ambiguous_paths: must be one of reject, allow",
-		"defaults.path_case: must be one of sensitive, insensitive",
+		`defaults.ambiguous_paths: must be one of reject, allow, not "sometimes"`,
+		`defaults.path_case: must be one of sensitive, insensitive, not "ignore"`,
 	}},
 	{"invalid-path-case.yaml", []string{
 		`routes[2].match: pattern "/v1/charges" is routes[0] "/V1/charges" but for case, which path_case insensitive cannot tell apart`,

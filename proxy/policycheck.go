@@ -99,10 +99,10 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 		}
 	}
 	if p.AmbiguousPaths > AmbiguousAllow {
-		c.add("ambiguous_paths", "%v", errWord(ambiguousWords))
+		c.add("ambiguous_paths", "%v", errWord(ambiguousWords, ""))
 	}
 	if p.PathCase > PathCaseInsensitive {
-		c.add("path_case", "%v", errWord(pathCaseWords))
+		c.add("path_case", "%v", errWord(pathCaseWords, ""))
 	}
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
