@@ -5,19 +5,42 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // capture is the ResponseWriter the first request of a key is served
 // through. It streams every byte to the client as it arrives and keeps a
-// copy, up to a limit, to record. A client that goes away does not stop it:
-// writes keep succeeding so the reverse proxy reads the upstream response to
-// the end and the retry can be replayed (docs/guarantees.md).
+// copy, up to a limit, to record. A client that goes away, or is let go
+// when upstream.timeout passes (detach), does not stop it: writes keep
+// succeeding so the reverse proxy reads the upstream response to the end
+// and the retry can be replayed (docs/guarantees.md).
+//
+// The upstream call writes to it from its own goroutine while the
+// handler's goroutine may detach the client: mu guards rw from then on.
+// The reverse proxy fills hdr, never rw's header, so that the handler can
+// answer the client itself (a 504) while the call goes on.
 type capture struct {
-	rw http.ResponseWriter
+	rw  http.ResponseWriter
+	hdr http.Header
+
+	mu sync.Mutex
+	// detached is set when the client was let go: rw is not written again.
+	detached bool
+	// ended is set when the upstream call returned: too late to detach.
+	ended bool
+	// wroteClient is the status that went to the client, 0 until it did.
+	wroteClient int
+	// stop says why the call's context was cancelled, if it was (a
+	// stopCause); aborted is the handler's, set by a shutdown out of time.
+	stop    atomic.Uint32
+	aborted *atomic.Bool
+
 	// limit is max_response_body: the most the record may hold, headers
 	// and body together. bodyLimit is what the headers leave of it.
 	limit, bodyLimit int64
@@ -40,7 +63,7 @@ type capture struct {
 	omitted    bool
 	recording  bool
 	noStore    bool // the upstream said no-store (upstream_control_header)
-	clientGone bool
+	clientGone bool // a write to the client failed
 	written    int64
 
 	// declared is the upstream's Content-Length, -1 when it sent none.
@@ -58,16 +81,38 @@ type capture struct {
 
 var _ http.ResponseWriter = (*capture)(nil)
 
-func (c *capture) Header() http.Header { return c.rw.Header() }
+func (c *capture) Header() http.Header { return c.hdr }
+
+// toClient reports whether the client still gets what the upstream sends.
+// c.mu must be held.
+func (c *capture) toClient() bool { return !c.detached && !c.clientGone }
+
+// copyHeader sets every field of c.hdr on the client's header. c.mu must
+// be held.
+func (c *capture) copyHeader() http.Header {
+	out := c.rw.Header()
+	for k, v := range c.hdr {
+		out[k] = v
+	}
+	return out
+}
 
 func (c *capture) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		// Informational responses go to the client and are never
 		// recorded; the control header is for the proxy alone in them too.
-		takeUpstreamControl(c.rw.Header(), c.route.policy.UpstreamControlHeader)
-		if !c.clientGone {
+		// The server does not clear the fields of a 1xx: they are taken
+		// out again, as the reverse proxy clears hdr.
+		takeUpstreamControl(c.hdr, c.route.policy.UpstreamControlHeader)
+		c.mu.Lock()
+		if c.toClient() {
+			out := c.copyHeader()
 			c.rw.WriteHeader(code)
+			for k := range c.hdr {
+				delete(out, k)
+			}
 		}
+		c.mu.Unlock()
 		return
 	}
 	if c.responseStarted {
@@ -76,7 +121,7 @@ func (c *capture) WriteHeader(code int) {
 	c.responseStarted = true
 	c.answered = time.Now()
 	c.status = code
-	h := c.rw.Header()
+	h := c.hdr
 	pol := &c.route.policy
 	// The control header is for the proxy alone: taken out before the
 	// record is copied and before the client sees the header.
@@ -112,9 +157,13 @@ func (c *capture) WriteHeader(code int) {
 		// than this: a retry before the date always finds the record.
 		h[ExpiresHeader] = []string{expiresValue(c.answered, pol.TTL)}
 	}
-	if !c.clientGone {
+	c.mu.Lock()
+	if c.toClient() {
+		c.copyHeader()
 		c.rw.WriteHeader(code)
+		c.wroteClient = code
 	}
+	c.mu.Unlock()
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -129,18 +178,22 @@ func (c *capture) Write(p []byte) (int, error) {
 			c.body = append(c.body, p...)
 		}
 	}
-	if !c.clientGone {
+	c.mu.Lock()
+	if c.toClient() {
 		if _, err := c.rw.Write(p); err != nil {
 			c.clientGone = true
 		}
 	}
+	c.mu.Unlock()
 	return len(p), nil
 }
 
 // FlushError lets http.ResponseController flush through the capture; a
 // client that is gone is not an error here (see the type comment).
 func (c *capture) FlushError() error {
-	if c.clientGone {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.toClient() {
 		return nil
 	}
 	var err error
@@ -158,6 +211,37 @@ func (c *capture) FlushError() error {
 
 // Unwrap gives http.ResponseController the underlying writer for deadlines.
 func (c *capture) Unwrap() http.ResponseWriter { return c.rw }
+
+// detach lets the client go while the upstream call goes on (counted in
+// gauge until it ends), and reports
+// whether it did (not when the call has already returned) and the status
+// the client had been sent, 0 if none.
+func (c *capture) detach(gauge prometheus.Gauge) (ok bool, status int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return false, 0
+	}
+	gauge.Inc()
+	c.detached = true
+	return true, c.wroteClient
+}
+
+// end notes that the upstream call returned and reports whether the client
+// had been let go. Fields the reverse proxy set after the status (trailers)
+// reach the client's header here.
+func (c *capture) end(gauge prometheus.Gauge) (detached bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	if c.toClient() && c.wroteClient != 0 {
+		c.copyHeader()
+	}
+	if c.detached {
+		gauge.Dec()
+	}
+	return c.detached
+}
 
 // recordableHeader copies the response header fields worth replaying. The
 // reverse proxy has already removed hop-by-hop fields; Content-Length is
@@ -202,9 +286,19 @@ func contentTypeOnly(h http.Header) http.Header {
 // written upstream.
 func (c *capture) requestSent() { c.sent.Store(true) }
 
-func (c *capture) upstreamFailed(err error) (sent bool, keyHash string) {
+func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash string) {
 	c.upstreamErr = err
-	return c.sent.Load(), c.keyHash
+	sent = c.sent.Load()
+	return upstreamFailure(err, sent, c.stopCause()), sent, c.keyHash
+}
+
+// stopCause is why the call's context was cancelled: a shutdown out of
+// time first, whatever else was under way.
+func (c *capture) stopCause() stopCause {
+	if c.aborted != nil && c.aborted.Load() {
+		return stopShutdown
+	}
+	return stopCause(c.stop.Load())
 }
 
 // cutShort reports whether fewer body bytes arrived than the upstream

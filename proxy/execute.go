@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"runtime/debug"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -12,40 +14,75 @@ import (
 
 // execute forwards the first request of a key, whose lease this handler
 // took at q.began, and settles the key — records the response or releases
-// the lease — in a defer, so that settling also happens when the reverse
-// proxy aborts the response with http.ErrAbortHandler.
+// the lease — once the call returns, so that settling also happens when
+// the reverse proxy aborts the response with http.ErrAbortHandler.
 //
-// The upstream call runs on detached, a context without the client's
-// cancellation: a client that gives up must not leave an outcome nobody
-// records (docs/guarantees.md). It is bounded by upstream.timeout, and by
-// Abort.
+// The upstream call runs in its own goroutine (call), on a context without
+// the client's cancellation: a client that gives up, or is answered 504
+// when upstream.timeout passes, must not leave an outcome nobody records
+// (docs/guarantees.md). The call is bounded by upstream.max_execution and
+// by Abort; this goroutine waits for it as long as the client does
+// (await, detach.go).
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
-	rt := q.route
 	q.executed = true
 	h.settling.Add(1) // until the key is settled, in settleKey
-	ctx, cancel := context.WithTimeout(detached, h.upstreamTimeout)
-	q.capture = capture{rw: w, limit: rt.policy.MaxResponseBody, route: rt, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
+	ctx, cancel := context.WithCancel(detached)
+	q.cancel = cancel
+	q.capture = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
+		route: q.route, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
 	q.done = h.owners.add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()
 	}
 	h.startLease(detached, q)
+	q.wake = make(chan struct{}, 1)
+	q.capture.mu.Lock() // timerFired may run before deadline is set
+	q.deadline = h.clock.AfterFunc(h.upstreamTimeout, func() { h.timerFired(q) })
+	q.capture.mu.Unlock()
 
 	out := q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(out, q.body, &q.bodyReader)
+	go h.call(detached, q, out)
+	h.await(w, q)
+}
+
+// call makes the upstream call of q and settles its key. It runs in its
+// own goroutine: a panic of the reverse proxy (http.ErrAbortHandler, a
+// response cut short) is caught here and passed on to the client's
+// goroutine, which aborts the client's response with it.
+func (h *Handler) call(ctx context.Context, q *request, out *http.Request) {
 	start := time.Now()
+	aborted := h.serveUpstream(q, out)
+	dropControlTrailers(q.capture.hdr, q.route.policy.UpstreamControlHeader)
+	q.deadline.Stop()
+	q.cancel()
+	q.route.metrics.upstream.Observe(time.Since(start).Seconds())
+	detached := q.capture.end(h.metrics.detached)
+	q.ran.status = q.capture.status
+	q.ran.outcome = h.conclude(ctx, q, aborted)
+	q.ran.aborted = aborted
+	putHeader(q.capture.hdr)
+	q.capture.hdr = nil
+	if detached {
+		h.detachedEnded(q)
+	}
+	q.ended.Store(true)
+	q.signal()
+}
+
+// serveUpstream runs the reverse proxy and reports whether it panicked.
+func (h *Handler) serveUpstream(q *request, out *http.Request) (panicked bool) {
 	defer func() {
-		p := recover()
-		cancel()
-		rt.metrics.upstream.Observe(time.Since(start).Seconds())
-		q.status = q.capture.status
-		q.outcome = h.conclude(detached, q, p != nil)
-		if p != nil {
-			panic(p)
+		if p := recover(); p != nil {
+			panicked = true
+			if p != http.ErrAbortHandler {
+				h.log.Error("upstream call panicked", "route", q.route.label, "key_hash", q.keyHash,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			}
 		}
 	}()
 	h.rp.ServeHTTP(&q.capture, out)
-	dropControlTrailers(w.Header(), rt.policy.UpstreamControlHeader)
+	return false
 }
 
 // conclude decides what the store keeps of an executed request — its
@@ -62,10 +99,21 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	outcome := OutcomeUpstreamError
 	var f failure // of the upstream exchange, 0 when it answered
 	if c.upstreamErr != nil {
-		f = upstreamFailure(c.upstreamErr, c.sent.Load())
+		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
+	} else if c.stopCause() == stopShutdown {
+		f = failShuttingDown
 	}
 	switch {
-	case f == failUnreachable:
+	case f == failShuttingDown && c.sent.Load():
+		// The upstream may still be running it, and this process is
+		// exiting: the lease is left to expire at lock_ttl, as after a
+		// crash, so no retry executes it before then.
+		h.log.Warn("shutdown_timeout passed while the upstream ran: the key stays locked until lock_ttl",
+			"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", pol.LockTTL.String())
+		h.owners.remove(q.keyHash, q.done)
+		h.settling.Add(-1)
+		return outcome
+	case f == failUnreachable, f == failShuttingDown:
 		// Nothing reached the upstream: a retry executes safely.
 	case f == failResponseTooLarge:
 		// The upstream answered, so it executed the request; its answer
@@ -90,14 +138,8 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		}
 	}
 
-	if rec == nil {
-		h.settleKey(ctx, q, "could not release key before its lease expired; it unlocks at lock_ttl",
-			func() attempt { return h.tryRelease(ctx, q) })
-	} else {
-		q.rec = rec
-		h.settleKey(ctx, q, "could not record response before its lease expired; a retry with its key will execute again",
-			func() attempt { return h.tryComplete(ctx, q, leaseLost) })
-	}
+	q.rec = rec
+	h.settleKey(ctx, q, leaseLost)
 	return outcome
 }
 
@@ -108,6 +150,9 @@ func (h *Handler) problemRecord(q *request, f failure) *store.Record {
 	c := &q.capture
 	if c.upstreamErr != nil && c.recording && !c.omitted && c.responseStarted {
 		return c.record(q.fp)
+	}
+	if f == failResponseCutShort && c.stopCause() == stopMaxExecution {
+		f = failMaxExecution // cut while the response's body arrived
 	}
 	p, detail, _ := problemFor(q, f, c.upstreamErr)
 	return problemRecord(p, detail, q.fp)
@@ -121,42 +166,58 @@ const (
 	retry                  // the store was unavailable
 )
 
-// settleKey runs try — record or release — until the key is settled. When
+// settleKey records q.rec, or releases the key when there is none, until
+// the key is settled. When
 // the store is briefly unavailable it keeps trying in the background (the
 // client already has its response) until the lease would have expired,
 // after which the store settles the key on its own. A key held because the
 // store is full (q.held) keeps its lease renewed meanwhile: a full store
 // must never let a retry execute again.
-func (h *Handler) settleKey(ctx context.Context, q *request, giveUp string, try func() attempt) {
-	if try() == settled {
+func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
+	if h.trySettle(ctx, q, leaseLost) == settled {
 		h.owners.remove(q.keyHash, q.done)
 		h.settling.Add(-1)
 		return
 	}
-	go func() {
-		defer h.settling.Add(-1)
-		defer h.owners.remove(q.keyHash, q.done)
-		renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
-		backoff := 50 * time.Millisecond
-		for {
-			wait := backoff
-			if q.held {
-				wait = min(wait, renewEvery)
-			}
-			if q.lease.until.Sub(h.clock.Now()) <= wait {
-				h.log.Warn(giveUp, "route", q.route.label, "key_hash", q.keyHash)
-				return
-			}
-			<-h.clock.After(wait)
-			if q.held && h.renewHeld(ctx, q) {
-				return // lost: another owner has the key
-			}
-			if try() == settled {
-				return
-			}
-			backoff = min(2*backoff, time.Second)
+	go h.settleLater(ctx, q, leaseLost)
+}
+
+// trySettle records q.rec, or releases the key when there is none.
+func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) attempt {
+	if q.rec == nil {
+		return h.tryRelease(ctx, q)
+	}
+	return h.tryComplete(ctx, q, leaseLost)
+}
+
+// settleLater keeps trying to settle q's key, in the background.
+func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
+	giveUp := "could not record response before its lease expired; a retry with its key will execute again"
+	if q.rec == nil {
+		giveUp = "could not release key before its lease expired; it unlocks at lock_ttl"
+	}
+	defer h.settling.Add(-1)
+	defer h.owners.remove(q.keyHash, q.done)
+	renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
+	backoff := 50 * time.Millisecond
+	for {
+		wait := backoff
+		if q.held {
+			wait = min(wait, renewEvery)
 		}
-	}()
+		if q.lease.until.Sub(h.clock.Now()) <= wait {
+			h.log.Warn(giveUp, "route", q.route.label, "key_hash", q.keyHash)
+			return
+		}
+		<-h.clock.After(wait)
+		if q.held && h.renewHeld(ctx, q) {
+			return // lost: another owner has the key
+		}
+		if h.trySettle(ctx, q, leaseLost) == settled {
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // tryComplete stores q.rec. When the store has no room for it, it stores

@@ -26,7 +26,10 @@ const (
 	failRecordUnreadable // a record is stored under the key that cannot be read
 	failUnreachable      // nothing reached the upstream
 	failUpstream         // the connection failed after the request was sent
-	failUpstreamTimeout  // no answer within upstream.timeout
+	failUpstreamTimeout  // no answer within upstream.timeout, and the call was cancelled
+	failClientTimeout    // no answer within upstream.timeout, and the call goes on detached
+	failMaxExecution     // no answer within upstream.max_execution
+	failShuttingDown     // shutdown_timeout passed before the upstream answered
 	failResponseTooLarge // the upstream's response headers were over the transport's limit
 	failResponseCutShort // recorded under on_upstream_error: keep after a cut-short body
 	failAmbiguousPath    // a protected request's path can be read two ways
@@ -64,6 +67,12 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probUnreachable, "The upstream could not be reached; the request was not sent. It is safe to retry with the same key.", OutcomeUpstreamError
 	case failUpstreamTimeout:
 		return probUpstreamError, "The upstream did not answer within the upstream timeout; the outcome of the request is unknown.", OutcomeUpstreamError
+	case failClientTimeout:
+		return probUpstreamTimeout, "The upstream did not answer within the upstream timeout. The request is still running: retry with the same key to get its response once it is recorded (409 in-flight until then).", OutcomeUpstreamTimeout
+	case failMaxExecution:
+		return probUpstreamError, "The upstream did not answer within the longest time a request may run (upstream.max_execution); the outcome of the request is unknown.", OutcomeUpstreamError
+	case failShuttingDown:
+		return probShuttingDown, "The proxy was shutting down before the upstream answered; the outcome of the request is unknown. Its key stays locked until its lease expires (lock_ttl): a retry with the same key before then gets 409 in-flight.", OutcomeUpstreamError
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousPath:
@@ -83,14 +92,29 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 	writeProblem(w, p, detail)
 }
 
+// stopCause is why the proxy cancelled an upstream call.
+type stopCause uint32
+
+const (
+	stopNone         stopCause = iota
+	stopTimeout                // upstream.timeout passed and the call could not go on detached
+	stopMaxExecution           // upstream.max_execution passed
+	stopShutdown               // shutdown_timeout passed (Abort)
+)
+
 // upstreamFailure classifies an error of the upstream exchange. sent says
 // whether the request's headers reached an upstream connection: until
-// then the upstream cannot have acted on it.
-func upstreamFailure(err error, sent bool) failure {
+// then the upstream cannot have acted on it. stop is why the proxy
+// cancelled the call, if it did.
+func upstreamFailure(err error, sent bool, stop stopCause) failure {
 	switch {
+	case stop == stopShutdown:
+		return failShuttingDown
 	case !sent:
 		return failUnreachable
-	case errors.Is(err, context.DeadlineExceeded):
+	case stop == stopMaxExecution:
+		return failMaxExecution
+	case stop == stopTimeout, errors.Is(err, context.DeadlineExceeded):
 		return failUpstreamTimeout
 	case responseHeaderTooLarge(err):
 		return failResponseTooLarge
@@ -112,7 +136,7 @@ func responseHeaderTooLarge(err error) bool {
 // upstream exchange failed, and learns whether the request had been sent
 // and the key_hash it executes.
 type upstreamFailed interface {
-	upstreamFailed(err error) (sent bool, keyHash string)
+	upstreamFailed(err error) (f failure, sent bool, keyHash string)
 }
 
 var _ upstreamFailed = (*capture)(nil)
@@ -121,16 +145,18 @@ var _ upstreamFailed = (*capture)(nil)
 // request's capture learns of the error, so that its key is settled by
 // what the failure means; the client gets a 502 either way.
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	var f failure
 	var sent bool
 	var keyHash string
 	if c, ok := w.(upstreamFailed); ok {
-		sent, keyHash = c.upstreamFailed(err)
+		f, sent, keyHash = c.upstreamFailed(err)
 	} else {
 		// Pass-through requests carry no trace: only a failed dial proves
 		// nothing was sent.
 		sent = !isDialError(err)
+		f = upstreamFailure(err, sent, stopNone)
 	}
-	p, detail, _ := problemFor(nil, upstreamFailure(err, sent), err)
+	p, detail, _ := problemFor(nil, f, err)
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
 	writeProblem(w, p, detail)
 }

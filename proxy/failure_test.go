@@ -178,7 +178,11 @@ func TestUpstreamTimeoutIsAmbiguous(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) { <-release },
-		func(o *Options) { o.UpstreamTimeout = 50 * time.Millisecond; o.Default.KeepOnUpstreamError = true })
+		func(o *Options) {
+			// max_execution no longer than the timeout: nothing goes on detached.
+			o.UpstreamTimeout, o.MaxExecution = 50*time.Millisecond, 50*time.Millisecond
+			o.Default.KeepOnUpstreamError = true
+		})
 	r := e.do(t, "POST", "/x", "k", "{}")
 	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
 		t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)

@@ -5,6 +5,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -23,6 +24,8 @@ import (
 type Handler struct {
 	rp              *httputil.ReverseProxy
 	upstreamTimeout time.Duration
+	maxExecution    time.Duration
+	detachable      detachBudget
 	store           Store
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
@@ -58,6 +61,9 @@ func New(opts Options) (*Handler, error) {
 	if h.upstreamTimeout <= 0 {
 		h.upstreamTimeout = DefaultUpstreamTimeout
 	}
+	h.maxExecution = cmp.Or(opts.MaxExecution, DefaultMaxExecution)
+	h.detachable.maxN = int64(cmp.Or(opts.MaxDetached, DefaultMaxDetached))
+	h.detachable.maxBytes = cmp.Or(opts.MaxDetachedBytes, DefaultMaxDetachedBytes)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -92,18 +98,21 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 	return nil
 }
 
-// Abort cancels the upstream calls still running, for a shutdown whose
-// grace period has run out. Each one then settles like any upstream failure
-// after the request was sent: on_upstream_error decides whether its key is
-// released or its 502 recorded.
+// Abort cancels the upstream calls still running, detached ones included,
+// for a shutdown whose grace period has run out. A client still waiting
+// gets a 502 shutting-down. A call that reached the upstream keeps its
+// lease, neither released nor recorded: the upstream may still be running
+// it, so its key stays locked until lock_ttl, as after a crash. One that
+// never reached it is released.
 func (h *Handler) Abort() {
 	h.aborted.Store(true)
 	h.owners.cancelAll()
 }
 
 // Wait blocks until every executed request has settled its key — recorded
-// or released, in the background too — or ctx is done. A shutdown calls it
-// after the server stopped. It polls: it runs once, at exit.
+// or released, detached calls and background retries too — or ctx is done.
+// A shutdown calls it after the server stopped. It polls: it runs once, at
+// exit.
 func (h *Handler) Wait(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -308,22 +317,27 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 func (h *Handler) finish(q *request) {
 	h.metrics.inflight.Dec()
 	defer q.free()
-	if q.route == nil { // a panic before the route was known
+	if q.route == nil || q.reportLater { // a panic before the route was known; a client gone
 		return
 	}
+	h.report(q, q.outcome, q.status)
+}
+
+// report observes a request's metrics and logs its line.
+func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
-	q.route.metrics.observe(q.outcome, d)
+	q.route.metrics.observe(outcome, d)
 	if h.observe != nil {
-		o := Observation{Outcome: q.outcome, KeyHash: q.keyHash}
+		o := Observation{Outcome: outcome, KeyHash: q.keyHash}
 		if q.route.label != defaultRoute {
 			o.Route = q.route.label
 		}
 		h.observe(q.in, o)
 	}
-	if ctx := q.in.Context(); q.outcome != OutcomePassthrough && h.log.Enabled(ctx, slog.LevelDebug) {
+	if ctx := q.in.Context(); outcome != OutcomePassthrough && h.log.Enabled(ctx, slog.LevelDebug) {
 		h.log.LogAttrs(ctx, slog.LevelDebug, "request",
 			slog.String("route", q.route.label), slog.String("method", q.in.Method),
-			slog.String("outcome", string(q.outcome)), slog.Int("status", q.status),
+			slog.String("outcome", string(outcome)), slog.Int("status", status),
 			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", q.keyHash))
 	}
 }

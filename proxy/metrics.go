@@ -40,6 +40,9 @@ const (
 	// the upstream may read another way than the proxy, refused before
 	// anything is locked (docs/request-handling.md).
 	OutcomeAmbiguous Outcome = "ambiguous"
+	// OutcomeUpstreamTimeout: 504, the upstream did not answer within
+	// upstream.timeout; the call goes on detached.
+	OutcomeUpstreamTimeout Outcome = "upstream_timeout"
 )
 
 // Outcomes returns every outcome, a copy the caller may keep.
@@ -50,7 +53,7 @@ var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
-	OutcomeAmbiguous,
+	OutcomeAmbiguous, OutcomeUpstreamTimeout,
 }
 
 // Store operations, the values of the "operation" label.
@@ -112,6 +115,12 @@ type Metrics struct {
 	lockLost         prometheus.Counter
 	bodyOmitted      map[string]prometheus.Counter // by reason
 	unreadable       map[string]prometheus.Counter // by reason
+	// Upstream calls that went on after their client was let go
+	// (detach.go): running now, ended by route and outcome, and refused
+	// for want of room.
+	detached      prometheus.Gauge
+	detachedEnded *prometheus.CounterVec
+	detachRefused prometheus.Counter
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -128,7 +137,13 @@ type routeMetrics struct {
 	requests map[Outcome]prometheus.Counter
 	duration map[Outcome]prometheus.Observer
 	upstream prometheus.Observer
+	// detached counts the ends of detached calls, by the outcomes an
+	// executed request can have.
+	detached map[Outcome]prometheus.Counter
 }
+
+// executedOutcomes are the outcomes an executed request ends in.
+var executedOutcomes = []Outcome{OutcomeExecuted, OutcomeReleased, OutcomeUpstreamError}
 
 // NewMetrics creates the proxy's collectors and registers them, plus
 // idempotency_proxy_build_info, on reg.
@@ -165,6 +180,18 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Name: "idempotency_proxy_lock_lost_total",
 			Help: "Completions or lease renewals refused because the lease had expired and another owner may have run the request.",
 		}),
+		detached: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_detached_requests",
+			Help: "Upstream calls running after their client was let go (upstream.timeout passed, or the client disconnected); each ends by upstream.max_execution.",
+		}),
+		detachedEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_detached_requests_total",
+			Help: "Upstream calls that ended after their client was let go, by route and outcome (executed: recorded; released; upstream_error: failed or cut at upstream.max_execution).",
+		}, []string{"route", "outcome"}),
+		detachRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_proxy_detach_refused_total",
+			Help: "Upstream calls that could not go on after their client was let go because upstream.max_detached or upstream.max_detached_bytes was reached; they were bounded by upstream.timeout instead.",
+		}),
 	}
 	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idempotency_proxy_records_body_omitted_total",
@@ -189,7 +216,8 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
-		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo)
+		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
+		m.detached, m.detachedEnded, m.detachRefused)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
@@ -205,6 +233,10 @@ func (m *Metrics) route(label string) *routeMetrics {
 		requests: make(map[Outcome]prometheus.Counter, len(allOutcomes)),
 		duration: make(map[Outcome]prometheus.Observer, len(allOutcomes)),
 		upstream: m.upstreamDuration.WithLabelValues(label),
+		detached: make(map[Outcome]prometheus.Counter, len(executedOutcomes)),
+	}
+	for _, o := range executedOutcomes {
+		rm.detached[o] = m.detachedEnded.WithLabelValues(label, string(o))
 	}
 	for _, o := range allOutcomes {
 		rm.requests[o] = m.requests.WithLabelValues(label, string(o))

@@ -7,9 +7,18 @@ import (
 	"time"
 )
 
-// DefaultUpstreamTimeout bounds the whole upstream exchange when
-// Options.UpstreamTimeout is zero.
-const DefaultUpstreamTimeout = 60 * time.Second
+// Defaults of the upstream options a zero value leaves unset.
+const (
+	// DefaultUpstreamTimeout is how long a client waits for the
+	// upstream's answer.
+	DefaultUpstreamTimeout = 60 * time.Second
+	// DefaultMaxExecution is how long an upstream call may run in all.
+	DefaultMaxExecution = 10 * time.Minute
+	// DefaultMaxDetached and DefaultMaxDetachedBytes bound the upstream
+	// calls running after their client was let go (detach.go).
+	DefaultMaxDetached      = 1000
+	DefaultMaxDetachedBytes = 128 << 20
+)
 
 // Route applies a policy to the requests matching a ServeMux pattern.
 type Route struct {
@@ -25,9 +34,21 @@ type Route struct {
 type Options struct {
 	// Upstream is the base URL requests are forwarded to. Required.
 	Upstream *url.URL
-	// UpstreamTimeout bounds the whole upstream exchange; zero means
-	// DefaultUpstreamTimeout.
+	// UpstreamTimeout is how long a client waits for the upstream's
+	// answer, body included; zero means DefaultUpstreamTimeout. When it
+	// passes, the client gets a 504 and the call goes on detached.
 	UpstreamTimeout time.Duration
+	// MaxExecution bounds an upstream call in all, detached or not; zero
+	// means DefaultMaxExecution. At most UpstreamTimeout means no call goes
+	// on after its client's timeout: it is cancelled then.
+	MaxExecution time.Duration
+	// MaxDetached and MaxDetachedBytes bound the calls going on after their
+	// client was let go: their count, and the memory they may hold (each
+	// counts its request body and its route's max_response_body). Zero
+	// means DefaultMaxDetached, DefaultMaxDetachedBytes. A call past either
+	// bound is cancelled at UpstreamTimeout instead.
+	MaxDetached      int
+	MaxDetachedBytes int64
 	// Transport carries upstream requests; nil means NewTransport().
 	Transport http.RoundTripper
 	// Store keeps leases and records. Required.

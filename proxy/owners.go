@@ -46,7 +46,8 @@ func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
 	s.mu.Lock()
 	next := owner{done: ch, cancel: cancel}
 	if prev, ok := s.m[key]; ok {
-		next.prev = &prev
+		p := prev // escapes: allocated only when the key is owned twice
+		next.prev = &p
 	}
 	s.m[key] = next
 	s.mu.Unlock()

@@ -33,6 +33,10 @@ var (
 	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 	probAmbiguousPath = problem{ProblemBase + "ambiguous-path", "Request target can be read two ways", http.StatusBadRequest, 0}
+	// The request goes on: a retry after a second gets 409 or its answer.
+	probUpstreamTimeout = problem{ProblemBase + "upstream-timeout", "Upstream did not answer in time; the request is still running", http.StatusGatewayTimeout, 1}
+	// The key stays locked until lock_ttl: a retry gets 409 until then.
+	probShuttingDown = problem{ProblemBase + "shutting-down", "Proxy shutting down before the upstream answered", http.StatusBadGateway, 1}
 )
 
 // problemTypes is every problem the proxy answers. clients/contract.json

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -49,6 +51,27 @@ type request struct {
 	// held is set once the store had no room even for rec without its
 	// body: the key stays locked, its lease renewed, until rec fits.
 	held bool
+
+	// The upstream call's own goroutine and how the client waits for it
+	// (detach.go). cancel ends the call; deadline fires at upstream.timeout
+	// (setting timedOut), then at upstream.max_execution. ended is set when
+	// the call returned, and ran holds what it did. wake is signalled after
+	// timedOut or ended is set.
+	cancel   context.CancelFunc
+	deadline timer
+	timedOut atomic.Bool
+	ended    atomic.Bool
+	wake     chan struct{}
+	ran      struct {
+		outcome Outcome
+		status  int
+		aborted bool // the reverse proxy panicked: the response was cut
+	}
+	// reserved is the room this call holds among the detached ones;
+	// reportLater is set when its client left: the request's metrics and
+	// log line come when the call ends.
+	reserved    int64
+	reportLater bool
 }
 
 // requests recycles request structs of requests that did not execute (a

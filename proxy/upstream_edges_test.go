@@ -64,7 +64,7 @@ func TestTimeoutWhileDiallingReleasesKeyUnderKeep(t *testing.T) {
 	}
 	e = newEnv(t, nil, func(o *Options) {
 		o.Transport = tr
-		o.UpstreamTimeout = 100 * time.Millisecond
+		o.UpstreamTimeout, o.MaxExecution = 100*time.Millisecond, 100*time.Millisecond
 		o.Default.KeepOnUpstreamError = true
 	})
 	first := e.do(t, "POST", "/x", "k", "{}")

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// A client stops waiting for its upstream call in two ways: upstream.timeout
+// passes, or the client disconnects. Either way the call is detached: it
+// goes on in its own goroutine, its lease renewed, until it answers or
+// upstream.max_execution passes, and its answer is recorded as usual, so
+// that retries get 409 in-flight while it runs and the recorded answer
+// after — one execution (docs/request-handling.md). A client whose timeout
+// passed is answered 504 upstream-timeout; one that left gets nothing.
+//
+// Detached calls are bounded, in count (upstream.max_detached) and in the
+// memory they may hold (upstream.max_detached_bytes: each counts its
+// request body and its route's max_response_body, the most its record can
+// take). A call that finds no room stays with its client and is cancelled
+// when upstream.timeout passes, as if max_execution were upstream.timeout:
+// on_upstream_error decides. That is counted in
+// idempotency_proxy_detach_refused_total and logged.
+
+// await waits for q's upstream call as long as its client does.
+func (h *Handler) await(w http.ResponseWriter, q *request) {
+	gone := q.in.Context().Done()
+	for {
+		select {
+		case <-q.wake:
+			if q.ended.Load() {
+				h.answered(q)
+				return
+			}
+			// upstream.timeout passed
+			if h.letGo(w, q, true) {
+				return
+			}
+		case <-gone:
+			gone = nil
+			if h.letGo(w, q, false) {
+				return
+			}
+		}
+	}
+}
+
+// answered takes the outcome of q's call, which ran with its client
+// attached, and aborts the client's response as the reverse proxy did.
+func (h *Handler) answered(q *request) {
+	q.outcome, q.status = q.ran.outcome, q.ran.status
+	if q.ran.aborted {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// letGo detaches q's call from its client, and answers the client 504 when
+// its timeout passed, and reports whether it did. It does not when the call
+// has just returned (the client gets its answer), nor when detached calls
+// are at their bound: then a call whose timeout passed is cancelled.
+func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
+	q.reserved = int64(len(q.body)) + q.route.policy.MaxResponseBody
+	if !h.detachable.take(q.reserved) {
+		h.metrics.detachRefused.Inc()
+		h.log.Warn("too many upstream calls detached from their clients (upstream.max_detached, upstream.max_detached_bytes): this one ends at upstream.timeout",
+			"route", q.route.label, "key_hash", q.keyHash, "client_gone", !timedOut)
+		if timedOut {
+			q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(stopTimeout))
+			q.cancel()
+		}
+		return false
+	}
+	// Nobody to answer a client that left: the request is reported when
+	// its call ends. Set before detach, which publishes it to the call.
+	q.reportLater = !timedOut
+	ok, status := q.capture.detach(h.metrics.detached)
+	if !ok {
+		q.reportLater = false
+		h.detachable.give(q.reserved)
+		return false
+	}
+	if !timedOut {
+		return true
+	}
+	if status != 0 {
+		// The status and part of the body went out: the client's response
+		// can only be cut. Its retry gets the whole recorded answer.
+		q.outcome, q.status = OutcomeUpstreamTimeout, status
+		panic(http.ErrAbortHandler)
+	}
+	h.refuse(w, q, failClientTimeout, nil)
+	return true
+}
+
+// timerFired runs when upstream.timeout passes, then again when
+// upstream.max_execution does.
+func (h *Handler) timerFired(q *request) {
+	if h.maxExecution > h.upstreamTimeout && !q.timedOut.Swap(true) {
+		q.capture.mu.Lock()
+		q.deadline.Reset(h.maxExecution - h.upstreamTimeout)
+		q.capture.mu.Unlock()
+		q.signal()
+		return
+	}
+	cause := stopMaxExecution
+	if h.maxExecution <= h.upstreamTimeout {
+		cause = stopTimeout
+	}
+	q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(cause))
+	q.cancel()
+}
+
+// signal wakes the client's goroutine. wake holds one signal: one dropped
+// because it is full leaves the client a signal to see what was set.
+func (q *request) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// detachedEnded reports the end of a call its client had left.
+func (h *Handler) detachedEnded(q *request) {
+	h.detachable.give(q.reserved)
+	q.route.metrics.detached[q.ran.outcome].Inc()
+	d := time.Since(q.start)
+	h.log.LogAttrs(q.in.Context(), slog.LevelInfo, "detached upstream call ended",
+		slog.String("route", q.route.label), slog.String("outcome", string(q.ran.outcome)),
+		slog.Int("status", q.ran.status), slog.Float64("duration_seconds", d.Seconds()),
+		slog.String("key_hash", q.keyHash))
+	if q.reportLater {
+		h.report(q, q.ran.outcome, q.ran.status)
+	}
+}
+
+// detachBudget bounds the calls detached from their clients.
+type detachBudget struct {
+	mu             sync.Mutex
+	n, bytes       int64
+	maxN, maxBytes int64
+}
+
+// take reserves room for one call holding up to size bytes.
+func (b *detachBudget) take(size int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n >= b.maxN || b.bytes+size > b.maxBytes {
+		return false
+	}
+	b.n++
+	b.bytes += size
+	return true
+}
+
+func (b *detachBudget) give(size int64) {
+	b.mu.Lock()
+	b.n--
+	b.bytes -= size
+	b.mu.Unlock()
+}
+
+// headers recycles the response headers of executed requests: the reverse
+// proxy fills one (capture.hdr) while the client's own stays the handler's.
+var headers = sync.Pool{New: func() any { return make(http.Header) }}
+
+func newHeader() http.Header { return headers.Get().(http.Header) }
+
+func putHeader(h http.Header) {
+	clear(h)
+	headers.Put(h)
+}

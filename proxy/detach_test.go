@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+const (
+	testTimeout      = time.Second
+	testMaxExecution = 10 * time.Second
+)
+
+// slowEnv is an env whose upstream blocks until released, with a fake
+// clock that moves upstream.timeout and upstream.max_execution.
+func slowEnv(t *testing.T, opts ...envOption) (e *env, clock *fakeClock, arrived chan struct{}, release chan struct{}) {
+	t.Helper()
+	arrived, release = make(chan struct{}, 8), make(chan struct{})
+	opts = append([]envOption{func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution
+	}}, opts...)
+	e = newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("X-Charge", "ch_1")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("charged once"))
+	}, opts...)
+	clock = newFakeClock()
+	e.handler.clock = clock
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return e, clock, arrived, release
+}
+
+// goDo sends a request in the background; its response arrives on the channel.
+func (e *env) goDo(t *testing.T, key string) <-chan *response {
+	ch := make(chan *response, 1)
+	go func() { ch <- e.do(t, "POST", "/x", key, "{}") }()
+	return ch
+}
+
+func (e *env) detachedEnded(o Outcome) float64 {
+	return testutil.ToFloat64(e.handler.metrics.detachedEnded.WithLabelValues(defaultRoute, string(o)))
+}
+
+func TestSlowUpstreamIsWaitedFor(t *testing.T) {
+	e, clock, arrived, release := slowEnv(t)
+	first := e.goDo(t, "k")
+	<-arrived
+	clock.Advance(testTimeout)
+	r := <-first
+	if r.StatusCode != http.StatusGatewayTimeout || r.problemType() != "upstream-timeout" || r.Header.Get("Retry-After") != "1" {
+		t.Fatalf("client past upstream.timeout: %d %s Retry-After=%q, want 504 upstream-timeout with Retry-After: 1", r.StatusCode, r.body, r.Header.Get("Retry-After"))
+	}
+	if got := gaugeValue(e.handler.metrics.detached); got != 1 {
+		t.Errorf("detached requests = %d while the call runs, want 1", got)
+	}
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict || r.problemType() != "in-flight" {
+		t.Fatalf("retry while the call runs: %d %s, want 409 in-flight", r.StatusCode, r.body)
+	}
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.StatusCode != http.StatusCreated || r.body != "charged once" || r.Header.Get("X-Charge") != "ch_1" {
+		t.Fatalf("retry after the call: %d %q replayed=%v, want the upstream's own answer replayed", r.StatusCode, r.body, r.replayed())
+	}
+	if n := e.up.calls.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+	if got := gaugeValue(e.handler.metrics.detached); got != 0 {
+		t.Errorf("detached requests = %d after the call, want 0", got)
+	}
+	if got := e.detachedEnded(OutcomeExecuted); got != 1 {
+		t.Errorf("detached calls ended executed = %v, want 1", got)
+	}
+	if got := e.outcomes(defaultRoute, OutcomeUpstreamTimeout); got != 1 {
+		t.Errorf("requests counted upstream_timeout = %v, want 1", got)
+	}
+}
+
+// When max_execution passes, the call is cancelled and on_upstream_error
+// applies: keep records a 502 that retries get, release frees the key.
+func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		name := map[bool]string{true: "keep", false: "release"}[keep]
+		t.Run(name, func(t *testing.T) {
+			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.KeepOnUpstreamError = OnUpstreamError(keep) }))
+			first := e.goDo(t, "k")
+			<-arrived
+			clock.Advance(testTimeout)
+			if r := <-first; r.StatusCode != http.StatusGatewayTimeout {
+				t.Fatalf("first: %d, want 504", r.StatusCode)
+			}
+			clock.Advance(testMaxExecution - testTimeout)
+			if err := e.handler.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.detachedEnded(OutcomeUpstreamError); got != 1 {
+				t.Errorf("detached calls ended upstream_error = %v, want 1", got)
+			}
+			retry := e.goDo(t, "k")
+			if keep {
+				r := <-retry
+				if !r.replayed() || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "max_execution") {
+					t.Fatalf("retry under keep: %d replayed=%v %s, want the recorded 502 naming max_execution", r.StatusCode, r.replayed(), r.body)
+				}
+				return
+			}
+			<-arrived // released: the retry executes again
+			if n := e.up.calls.Load(); n != 2 {
+				t.Fatalf("executions = %d, want 2 under release", n)
+			}
+			clock.Advance(testTimeout)
+			<-retry
+		})
+	}
+}
+
+// With max_execution equal to upstream.timeout, nothing goes on detached:
+// the call is cancelled when the client's timeout passes.
+func TestMaxExecutionEqualToTimeoutCancelsAtTimeout(t *testing.T) {
+	e, clock, arrived, _ := slowEnv(t, func(o *Options) { o.MaxExecution = testTimeout })
+	first := e.goDo(t, "k")
+	<-arrived
+	clock.Advance(testTimeout)
+	r := <-first
+	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
+		t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.detached); got != 0 {
+		t.Errorf("detached requests = %v, want 0", got)
+	}
+}
+
+// Past upstream.max_detached, a call whose timeout passes is cancelled
+// instead of going on detached, and that is counted.
+func TestDetachedCallsAreBounded(t *testing.T) {
+	e, clock, arrived, release := slowEnv(t, func(o *Options) { o.MaxDetached = 1 })
+	first := e.goDo(t, "a")
+	second := e.goDo(t, "b")
+	<-arrived
+	<-arrived
+	clock.Advance(testTimeout)
+	got := map[int]int{}
+	for _, ch := range []<-chan *response{first, second} {
+		got[(<-ch).StatusCode]++
+	}
+	if got[http.StatusGatewayTimeout] != 1 || got[http.StatusBadGateway] != 1 {
+		t.Fatalf("statuses %v, want one 504 (detached) and one 502 (cancelled at upstream.timeout)", got)
+	}
+	if n := testutil.ToFloat64(e.handler.metrics.detachRefused); n != 1 {
+		t.Errorf("detach refused = %v, want 1", n)
+	}
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDetachedCallsBoundedInBytes(t *testing.T) {
+	e, clock, arrived, _ := slowEnv(t, func(o *Options) { o.MaxDetachedBytes = o.Default.MaxResponseBody })
+	first := e.goDo(t, "a") // its "{}" body does not fit beside max_response_body
+	<-arrived
+	clock.Advance(testTimeout)
+	if r := <-first; r.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d, want 502: no room to detach", r.StatusCode)
+	}
+}
+
+// A response whose status went out before upstream.timeout is cut for the
+// client when it passes; the call goes on and its whole answer is
+// recorded.
+func TestTimeoutDuringBodyRecordsWholeAnswer(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("part one,"))
+		http.NewResponseController(w).Flush()
+		close(started)
+		<-release
+		w.Write([]byte(" part two"))
+	}, func(o *Options) { o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution })
+	clock := newFakeClock()
+	e.handler.clock = clock
+	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	clock.Advance(testTimeout)
+	_, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("reading a response cut at upstream.timeout: err = %v, want the connection cut", err)
+	}
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != "part one, part two" {
+		t.Fatalf("retry: %d %q replayed=%v, want the whole answer replayed", r.StatusCode, r.body, r.replayed())
+	}
+}
+
+// A client that disconnects detaches its call the same way: counted while
+// it runs, bounded by max_execution, its request reported when it ends.
+func TestClientDisconnectDetaches(t *testing.T) {
+	e, _, arrived, release := slowEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		_, err := e.srv.Client().Do(e.request(t, ctx, "/x", "k"))
+		gone <- err
+	}()
+	<-arrived
+	cancel()
+	<-gone
+	eventually(t, "the call detached", func() bool { return gaugeValue(e.handler.metrics.detached) == 1 })
+	if got := e.outcomes(defaultRoute, OutcomeExecuted); got != 0 {
+		t.Fatalf("executed = %v before the call ended, want 0", got)
+	}
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.outcomes(defaultRoute, OutcomeExecuted); got != 1 {
+		t.Errorf("executed = %v once the call ended, want 1", got)
+	}
+	if got := e.detachedEnded(OutcomeExecuted); got != 1 {
+		t.Errorf("detached calls ended executed = %v, want 1", got)
+	}
+}
+
+// A shutdown out of time never releases a key whose request reached the
+// upstream: the lease is left to expire, and the client's 502 says why.
+func TestAbortKeepsLeaseOfRunningRequest(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		name := map[bool]string{true: "keep", false: "release"}[keep]
+		t.Run(name, func(t *testing.T) {
+			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.KeepOnUpstreamError = OnUpstreamError(keep) }))
+			detached := e.goDo(t, "detached")
+			<-arrived
+			clock.Advance(testTimeout)
+			if r := <-detached; r.StatusCode != http.StatusGatewayTimeout {
+				t.Fatalf("first: %d, want 504", r.StatusCode)
+			}
+			attached := e.goDo(t, "attached")
+			<-arrived
+			e.handler.Abort()
+			r := <-attached
+			if r.StatusCode != http.StatusBadGateway || r.problemType() != "shutting-down" {
+				t.Fatalf("client of an aborted request: %d %s, want 502 shutting-down", r.StatusCode, r.body)
+			}
+			if err := e.handler.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"attached", "detached"} {
+				res, err := e.store.Begin(context.Background(), storageKeyFor(key), [32]byte{}, time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.State != store.InFlight {
+					t.Errorf("%s: key is %s after the abort, want it still locked (in flight) until lock_ttl", key, res.State)
+				}
+			}
+		})
+	}
+}
