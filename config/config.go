@@ -66,8 +66,15 @@ type Config struct {
 type Upstream struct {
 	// URL is http or https with a host; its path is a prefix for proxied paths.
 	URL *url.URL `config:"url" flag:"upstream"`
-	// Timeout bounds the whole upstream exchange, body included.
+	// Timeout is how long a client waits for the upstream's answer, body
+	// included: then it gets a 504 and the call goes on, detached.
 	Timeout time.Duration `config:"timeout"`
+	// MaxExecution bounds an upstream call in all, detached or not; at
+	// least Timeout. Equal to Timeout, nothing goes on detached.
+	MaxExecution time.Duration `config:"max_execution"`
+	// MaxDetachedBytes bounds the memory the calls going on after their
+	// client was let go may hold.
+	MaxDetachedBytes Size `config:"max_detached_bytes"`
 }
 
 // Store kinds the code names; every kind is a field of Store.
@@ -139,9 +146,13 @@ func Default() *Config {
 		AdminListen:     ":9090",
 		LogLevel:        slog.LevelInfo,
 		ShutdownTimeout: 30 * time.Second,
-		Upstream:        Upstream{Timeout: proxy.DefaultUpstreamTimeout},
-		Store:           defaultStore(),
-		Defaults:        proxy.DefaultPolicy(),
-		Routes:          []Route{},
+		Upstream: Upstream{
+			Timeout:          proxy.DefaultUpstreamTimeout,
+			MaxExecution:     proxy.DefaultMaxExecution,
+			MaxDetachedBytes: proxy.DefaultMaxDetachedBytes,
+		},
+		Store:    defaultStore(),
+		Defaults: proxy.DefaultPolicy(),
+		Routes:   []Route{},
 	}
 }

@@ -146,6 +146,10 @@ var invalidFiles = []invalidCase{
 		"defaults.scope_headers: must be a list, not a mapping",
 		"routes: must be a list, not a mapping",
 	}},
+	{"invalid-max-execution.yaml", []string{
+		"upstream.max_execution: must be at least upstream.timeout (1m0s), not 30s: a call must be allowed to run as long as its client waits",
+		"upstream.max_detached_bytes: must be > 0, not 0",
+	}},
 	{"invalid-values.yaml", []string{
 		`defaults.release_statuses[1]: invalid HTTP status "600" (want 100..599)`,
 		`defaults.release_statuses[2]: invalid HTTP status "abc" (want 100..599)`,

@@ -44,13 +44,15 @@ func prepareStore(st store.Store) error {
 func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *proxy.Metrics) proxy.Options {
 	def, routes := policies(cfg)
 	return proxy.Options{
-		Upstream:        cfg.Upstream.URL,
-		UpstreamTimeout: cfg.Upstream.Timeout,
-		Store:           st,
-		Default:         def,
-		Routes:          routes,
-		Logger:          log,
-		Metrics:         m,
+		Upstream:         cfg.Upstream.URL,
+		UpstreamTimeout:  cfg.Upstream.Timeout,
+		MaxExecution:     cfg.Upstream.MaxExecution,
+		MaxDetachedBytes: int64(cfg.Upstream.MaxDetachedBytes),
+		Store:            st,
+		Default:          def,
+		Routes:           routes,
+		Logger:           log,
+		Metrics:          m,
 	}
 }
 
