@@ -167,13 +167,18 @@ func (hs *health) watch(ctx context.Context, every, timeout time.Duration, obser
 }
 
 // serveReady answers 200 while the store answers a ping, 503 with the
-// cause otherwise. A store that answers but may evict keys, or is full,
+// cause otherwise, and 503 from the moment a shutdown starts (Drain). A store that answers but may evict keys, or is full,
 // stays ready (restarting or unrouting the proxy fixes neither) and is
 // named in the body.
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
-	res := h.health.check(r.Context(), h.opts.ReadyTimeout, h.opts.ObservePing)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if h.draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("draining: the proxy is shutting down and takes no new requests\n"))
+		return
+	}
+	res := h.health.check(r.Context(), h.opts.ReadyTimeout, h.opts.ObservePing)
 	if res.err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("store unavailable: " + oneLine(res.err.Error()) + "\n"))

@@ -81,3 +81,19 @@ func TestCheckStoreLogsTheCauseAtStart(t *testing.T) {
 		t.Errorf("recovery and unsafe eviction not logged: %s", e.logs.String())
 	}
 }
+
+// From Drain on, /readyz answers 503 saying the proxy is draining, while
+// the store is fine and /healthz stays 200.
+func TestReadyzIs503WhileDraining(t *testing.T) {
+	e := newEnv(t, "")
+	if rec := e.do(t, "GET", "/readyz", "", ""); rec.Code != http.StatusOK {
+		t.Fatalf("/readyz before the drain = %d, want 200", rec.Code)
+	}
+	e.h.Drain()
+	if rec := e.do(t, "GET", "/readyz", "", ""); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "draining") {
+		t.Fatalf("/readyz while draining = %d %q, want 503 saying draining", rec.Code, rec.Body.String())
+	}
+	if rec := e.do(t, "GET", "/healthz", "", ""); rec.Code != http.StatusOK {
+		t.Errorf("/healthz while draining = %d, want 200", rec.Code)
+	}
+}

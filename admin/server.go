@@ -12,6 +12,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,9 +105,16 @@ type Handler struct {
 	log     *slog.Logger
 	metrics *Metrics
 	token   *Token
+	// draining is set by Drain: the process is shutting down.
+	draining atomic.Bool
 }
 
 var _ http.Handler = (*Handler)(nil)
+
+// Drain turns /readyz to 503 for good, so that load balancers and
+// Kubernetes stop sending requests to a proxy that is shutting down;
+// /healthz keeps answering 200 until the process exits.
+func (h *Handler) Drain() { h.draining.Store(true) }
 
 // New returns the admin handler.
 func New(opts Options) *Handler {

@@ -72,7 +72,7 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	case failMaxExecution:
 		return probUpstreamError, "The upstream did not answer within the longest time a request may run (upstream.max_execution); the outcome of the request is unknown.", OutcomeUpstreamError
 	case failShuttingDown:
-		return probShuttingDown, "The proxy was shutting down before the upstream answered; the outcome of the request is unknown. Its key stays locked until its lease expires (lock_ttl): a retry with the same key before then gets 409 in-flight.", OutcomeUpstreamError
+		return probUpstreamError, "The proxy was shutting down before the upstream answered; the outcome of the request is unknown. Its key stays locked until its lease expires (lock_ttl): a retry with the same key before then gets 409 in-flight.", OutcomeUpstreamError
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousPath:

@@ -35,8 +35,6 @@ var (
 	probAmbiguousPath = problem{ProblemBase + "ambiguous-path", "Request target can be read two ways", http.StatusBadRequest, 0}
 	// The request goes on: a retry after a second gets 409 or its answer.
 	probUpstreamTimeout = problem{ProblemBase + "upstream-timeout", "Upstream did not answer in time; the request is still running", http.StatusGatewayTimeout, 1}
-	// The key stays locked until lock_ttl: a retry gets 409 until then.
-	probShuttingDown = problem{ProblemBase + "shutting-down", "Proxy shutting down before the upstream answered", http.StatusBadGateway, 1}
 )
 
 // problemTypes is every problem the proxy answers. clients/contract.json
@@ -45,6 +43,7 @@ var (
 var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError, probAmbiguousPath,
+	probUpstreamTimeout,
 }
 
 // body is p's problem+json body with detail.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -148,10 +149,11 @@ func TestSIGTERMWithNothingInFlightExitsZero(t *testing.T) {
 	}
 }
 
-// A request still running at shutdown_timeout is aborted and its key
-// released (on_upstream_error: release), so another proxy on the same Redis
-// can execute the retry at once instead of answering 409 until lock_ttl.
-func TestShutdownTimeoutReleasesUnfinishedKeys(t *testing.T) {
+// A request still running at shutdown_timeout is aborted, its client told
+// the proxy was shutting down, and its key left locked until lock_ttl, as
+// after a crash: the upstream may still be running it, so another proxy on
+// the same Redis answers the retry 409 instead of executing it again.
+func TestShutdownTimeoutKeepsUnfinishedKeysLocked(t *testing.T) {
 	redis := redistest.Start(t)
 	arrived, release := make(chan struct{}, 4), make(chan struct{})
 	var execs atomic.Int64
@@ -172,29 +174,37 @@ func TestShutdownTimeoutReleasesUnfinishedKeys(t *testing.T) {
 	a := start(t, env, "--upstream", up.URL, "--redis-url", redis.URL())
 	b := start(t, env, "--upstream", up.URL, "--redis-url", redis.URL())
 
-	firstDone := make(chan int, 1)
+	type answer struct {
+		code int
+		body string
+	}
+	firstDone := make(chan answer, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", "http://"+a.listen+"/x", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
-			firstDone <- 0
+			firstDone <- answer{}
 			return
 		}
+		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		firstDone <- res.StatusCode
+		firstDone <- answer{res.StatusCode, string(b)}
 	}()
 	<-arrived
 	a.signal(t, syscall.SIGTERM)
 	if code := a.exitCode(t); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	if got := <-firstDone; got != http.StatusBadGateway {
-		t.Errorf("aborted request got %d, want 502", got)
+	if got := <-firstDone; got.code != http.StatusBadGateway || !strings.Contains(got.body, "The proxy was shutting down") {
+		t.Errorf("aborted request got %d %q, want a 502 saying the proxy was shutting down", got.code, got.body)
 	}
 	res, body := b.post(t, "/x", "k", "{}")
-	if res.StatusCode != http.StatusOK || body != "second" {
-		t.Fatalf("retry on the other proxy: %d %q, want a fresh execution (key released)", res.StatusCode, body)
+	if res.StatusCode != http.StatusConflict || !strings.Contains(body, "in-flight") {
+		t.Fatalf("retry on the other proxy: %d %q, want 409 in-flight (the key stays locked until lock_ttl)", res.StatusCode, body)
+	}
+	if n := execs.Load(); n != 1 {
+		t.Errorf("executions = %d, want 1", n)
 	}
 	if !strings.Contains(a.logs.String(), "shutdown_timeout reached") {
 		t.Error("the abort was not logged")

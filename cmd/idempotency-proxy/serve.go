@@ -26,9 +26,10 @@ const (
 	readTimeout       = 60 * time.Second
 	idleTimeout       = 120 * time.Second
 	maxHeaderBytes    = 1 << 20
-	// abortGrace is how long requests aborted after shutdown_timeout get to
-	// settle their keys in the store.
-	abortGrace = 5 * time.Second
+	// abortGrace is how long the requests aborted at shutdown_timeout get
+	// to answer their clients 502: their upstream calls are cancelled and
+	// nothing is written to the store, so it takes milliseconds.
+	abortGrace = time.Second
 	// minHeapGoal is the smallest heap goal the garbage collector is given
 	// unless the operator sets GOGC (internal/gctune, docs/operating.md).
 	minHeapGoal = 32 << 20
@@ -107,31 +108,33 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		return fmt.Errorf("listener failed: %w", err)
 	}
 	stop() // a second signal kills the process the default way
+	adminHandler.Drain()
 	return drain(srv, adminSrv, h, r.config().ShutdownTimeout, log)
 }
 
-// drain stops accepting, lets in-flight requests finish and be recorded
-// within timeout, then aborts the rest: their upstream calls are cancelled
-// and their keys settled by on_upstream_error (released, or their 502
-// recorded), so no key stays locked until lock_ttl.
+// drain stops accepting, and lets in-flight requests finish and be
+// recorded within timeout: the requests whose clients wait, the calls
+// going on detached from theirs, and the records still being retried. Then
+// it aborts the rest: their upstream calls are cancelled, their clients
+// answered 502, and their keys left locked until lock_ttl, as after a crash
+// (the upstream may still be running them), so that no retry executes them
+// again before then. Nothing waits past timeout but those 502s.
 func drain(srv, adminSrv *http.Server, h *proxy.Handler, timeout time.Duration, log *slog.Logger) error {
-	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", timeout.String())
+	log.Info("shutting down: draining in-flight requests; /readyz answers 503", "shutdown_timeout", timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := srv.Shutdown(ctx)
-	// One grace period after shutdown_timeout, shared by aborted requests
-	// settling their keys and responses whose recording is being retried.
-	grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
-	defer cancelGrace()
+	if err == nil {
+		err = h.Wait(ctx)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		log.Warn("shutdown_timeout reached: aborting the requests still in flight")
+		log.Warn("shutdown_timeout reached: aborting the requests still in flight; keys whose request may still run stay locked until lock_ttl")
 		h.Abort()
-		if err = srv.Shutdown(grace); err != nil {
+		grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
+		defer cancelGrace()
+		if srv.Shutdown(grace) != nil {
 			srv.Close()
 		}
-	}
-	if err := h.Wait(grace); err != nil {
-		log.Warn("some responses could not be recorded before exit; their keys unlock when lock_ttl expires")
 	}
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), time.Second)
 	defer cancelAdmin()
