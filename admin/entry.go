@@ -17,6 +17,11 @@ type entryJSON struct {
 	Headers     map[string][]string `json:"headers,omitempty"`
 	BodyBytes   *int                `json:"body_bytes,omitempty"`
 	BodyOmitted *bool               `json:"body_omitted,omitempty"`
+	// SealedBy is the id of the encryption key that sealed the record.
+	SealedBy string `json:"sealed_by,omitempty"`
+	// Unreadable is why a sealed record does not open (key_unknown,
+	// auth_failed, format): its headers are then not shown.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 type listJSON struct {
@@ -35,6 +40,10 @@ func newEntryJSON(e store.Entry) entryJSON {
 	out.Status = rec.Status
 	out.Headers = redacted(rec.Header)
 	out.BodyBytes, out.BodyOmitted = &n, &omitted
+	out.SealedBy = e.SealedBy
+	if e.Unreadable != nil {
+		out.Unreadable = store.UnreadableReason(e.Unreadable)
+	}
 	return out
 }
 

@@ -280,7 +280,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 // says; it gets this answer until an operator restores the key or deletes
 // the record.
 func (h *Handler) unreadable(w http.ResponseWriter, q *request, err error) {
-	reason := unreadableReason(err)
+	reason := store.UnreadableReason(err)
 	h.metrics.unreadable[reason].Inc()
 	var keyID string
 	if se := (*store.SealError)(nil); errors.As(err, &se) {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"runtime"
 	"slices"
 	"time"
@@ -73,26 +72,6 @@ const (
 	omitTooLarge  = "too_large"
 	omitStoreFull = "store_full"
 )
-
-// Reasons a record cannot be read, the values of the "reason" label of
-// idempotency_proxy_record_unreadable_total.
-const (
-	unreadableKeyUnknown = "key_unknown" // sealed with a key not in the keyring
-	unreadableAuthFailed = "auth_failed" // changed, or copied from another key
-	unreadableFormat     = "format"      // not a record this version can decode
-)
-
-// unreadableReason is the reason label of err, an error wrapping
-// store.ErrUnreadable.
-func unreadableReason(err error) string {
-	switch {
-	case errors.Is(err, store.ErrKeyUnknown):
-		return unreadableKeyUnknown
-	case errors.Is(err, store.ErrAuthFailed):
-		return unreadableAuthFailed
-	}
-	return unreadableFormat
-}
 
 // defaultRoute is the route label of requests that match no configured route.
 const defaultRoute = "default"
@@ -206,7 +185,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 		Help: "Requests refused with 503 record-unreadable because the key's record could not be read, by reason: key_unknown (sealed with a key no longer in the keyring), auth_failed (changed, or copied from another key), format (not a record this version can decode).",
 	}, []string{"reason"})
 	m.unreadable = map[string]prometheus.Counter{}
-	for _, reason := range []string{unreadableKeyUnknown, unreadableAuthFailed, unreadableFormat} {
+	for _, reason := range store.UnreadableReasons {
 		m.unreadable[reason] = unreadable.WithLabelValues(reason)
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{

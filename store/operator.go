@@ -21,6 +21,12 @@ type Entry struct {
 	Record *Record
 	// BodyBytes is the size of the recorded body (0 when omitted).
 	BodyBytes int
+	// SealedBy is the id of the encryption key that sealed the record, ""
+	// for a record in clear (set by package store/seal).
+	SealedBy string
+	// Unreadable is why a sealed record could not be opened (a
+	// *SealError); Record then has its readable fields only.
+	Unreadable error
 }
 
 // Health is what a store reports of itself, for readiness checks and

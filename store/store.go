@@ -66,6 +66,28 @@ type unreadable string
 func (e unreadable) Error() string      { return string(e) }
 func (unreadable) Is(target error) bool { return target == ErrUnreadable }
 
+// Reasons a record is unreadable, as metrics and the key API name them.
+const (
+	ReasonKeyUnknown = "key_unknown" // ErrKeyUnknown
+	ReasonAuthFailed = "auth_failed" // ErrAuthFailed
+	ReasonFormat     = "format"      // ErrCorrupt
+)
+
+// UnreadableReasons lists every reason UnreadableReason returns.
+var UnreadableReasons = []string{ReasonKeyUnknown, ReasonAuthFailed, ReasonFormat}
+
+// UnreadableReason names the reason of err, an error wrapping
+// ErrUnreadable.
+func UnreadableReason(err error) string {
+	switch {
+	case errors.Is(err, ErrKeyUnknown):
+		return ReasonKeyUnknown
+	case errors.Is(err, ErrAuthFailed):
+		return ReasonAuthFailed
+	}
+	return ReasonFormat
+}
+
 // SealError is a sealed record that did not open: the id of the key it
 // names, so logs can say which key is missing, and why (ErrKeyUnknown,
 // ErrAuthFailed or ErrCorrupt). It never holds key material.
