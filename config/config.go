@@ -10,6 +10,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 	"github.com/idempotency-proxy/idempotency-proxy/store/postgres"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
+	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
 
 // ErrInvalid is wrapped by every *Problem, so callers can tell a configuration
@@ -99,6 +100,33 @@ type Store struct {
 	Memory   memory.Options     `config:"memory"`
 	Redis    redisstore.Options `config:"redis"`
 	Postgres postgres.Options   `config:"postgres"`
+	// Encryption applies to every kind: it is not one.
+	Encryption Encryption `config:"encryption"`
+}
+
+// Encryption seals recorded headers and bodies before any store sees them
+// (package store/seal).
+type Encryption struct {
+	// KeysFile names the keys file: one "KEY_ID BASE64KEY" line per key,
+	// the first seals new records, every key opens the ones it sealed.
+	// Load reads it, so a reload re-reads it; "" turns encryption off.
+	KeysFile string `config:"keys_file" reload:"live"`
+	// Keyring is the keys file as Load read it, nil when KeysFile is "".
+	Keyring *seal.Keyring
+}
+
+// load reads the keys file into Keyring; a problem names the file and line.
+func (e *Encryption) load(v *validation) {
+	e.Keyring = nil
+	if e.KeysFile == "" {
+		return
+	}
+	kr, err := seal.Load(e.KeysFile)
+	if err != nil {
+		v.add("store.encryption.keys_file", "%s", err)
+		return
+	}
+	e.Keyring = kr
 }
 
 // Admin configures the operator API on the admin listener.

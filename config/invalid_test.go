@@ -170,6 +170,12 @@ var invalidFiles = []invalidCase{
 	{"invalid-when-full.yaml", []string{
 		`store.memory.when_full: must be one of reject, evict_oldest, not "evict_newest"; did you mean evict_oldest?`,
 	}},
+	{"invalid-keys-file.yaml", []string{
+		`store.encryption.keys_file: testdata/keys-short.txt:2: key "2026-01" is 24 bytes after decoding, want 32 (openssl rand -base64 32)`,
+	}},
+	{"invalid-keys-file-missing.yaml", []string{
+		"store.encryption.keys_file: testdata/no-such-keys-file: cannot read: no such file or directory",
+	}},
 	{"invalid-admin-token.yaml", []string{
 		"admin.token_file: set admin.token or admin.token_file, not both",
 	}},

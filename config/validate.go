@@ -62,6 +62,7 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	}
 	checkUpstream(v, c.Upstream)
 	checkStore(v, c.Store)
+	c.Store.Encryption.load(v)
 	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
 		// The token most often comes from the environment, exported for
 		// the keys command: name the variable, or it is hard to find.

@@ -38,6 +38,10 @@ func runCheck(cfg *config.Config, stdout io.Writer) int {
 			line("ok", "admin", "token read from "+cfg.Admin.TokenFile)
 		}
 	}
+	if kr := cfg.Store.Encryption.Keyring; kr != nil {
+		// Loading the configuration read it; key ids only, never a key.
+		line("ok", "encrypt", kr.String())
+	}
 	checkStore(cfg.Store, line)
 	checkUpstream(cfg.Upstream.URL, line)
 	if failed {

@@ -15,6 +15,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
 
 // settle is how long file events are coalesced before a reload: editors and
@@ -30,6 +31,7 @@ type reloader struct {
 	file    string // the file in use, also when named by IDEMPOTENCY_PROXY_CONFIG
 	handler *proxy.Handler
 	token   *admin.Token // the admin API's, re-read from admin.token_file
+	sealer  *seal.Store  // its keyring re-read from store.encryption.keys_file
 	level   *slog.LevelVar
 	log     *slog.Logger
 
@@ -59,15 +61,21 @@ func (r *reloader) run(ctx context.Context) {
 
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
-	if r.file != "" {
-		// Watch the directory, not the file: editors and ConfigMap volumes
-		// replace the file (rename, symlink swap) rather than write it.
+	if files := r.watched(); len(files) > 0 {
+		// Watch the directories, not the files: editors, ConfigMap and
+		// Secret volumes replace a file (rename, symlink swap) rather than
+		// write it.
 		w, err := fsnotify.NewWatcher()
-		if err == nil {
-			err = w.Add(filepath.Dir(r.file))
+		for _, f := range files {
+			if err == nil {
+				err = w.Add(filepath.Dir(f))
+			}
 		}
 		if err != nil {
-			r.log.Warn("cannot watch the config file; reload with SIGHUP", "file", r.file, "error", err)
+			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
+			if w != nil {
+				w.Close()
+			}
 		} else {
 			defer w.Close()
 			events, watchErrors = w.Events, w.Errors
@@ -94,14 +102,34 @@ func (r *reloader) run(ctx context.Context) {
 	}
 }
 
-// concerns reports whether an event in the watched directory may have
-// changed the config file.
+// watched are the files whose change reloads: the config file and the
+// encryption keys file it started with.
+func (r *reloader) watched() []string {
+	var files []string
+	for _, f := range []string{r.file, r.started.Store.Encryption.KeysFile} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// concerns reports whether an event in a watched directory may have
+// changed a watched file.
 func (r *reloader) concerns(ev fsnotify.Event) bool {
 	if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) {
 		return false
 	}
 	name := filepath.Base(ev.Name)
-	return name == filepath.Base(r.file) || name == "..data" // Kubernetes ConfigMap swap
+	if name == "..data" { // Kubernetes ConfigMap or Secret swap
+		return true
+	}
+	for _, f := range r.watched() {
+		if name == filepath.Base(f) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *reloader) reload(trigger string) {
@@ -119,6 +147,7 @@ func (r *reloader) reload(trigger string) {
 	}
 	r.level.Set(next.LogLevel)
 	r.reloadToken(next.Admin)
+	r.reloadKeyring(next.Store.Encryption.Keyring)
 	if keys := next.RestartNeeded(r.started); len(keys) > 0 {
 		r.log.Warn("config changes that need a restart were not applied", "keys", keys)
 	}
@@ -145,4 +174,18 @@ func (r *reloader) reloadToken(c config.Admin) {
 		return
 	}
 	r.token.Set(tok)
+}
+
+// reloadKeyring puts the keys file as the reload read it in force. A keys
+// file that did not load rejected the whole reload (config.Load), so the
+// previous keys stay.
+func (r *reloader) reloadKeyring(kr *seal.Keyring) {
+	if r.sealer == nil {
+		return
+	}
+	old := r.sealer.Keyring()
+	r.sealer.SetKeyring(kr)
+	if old.String() != kr.String() {
+		r.log.Info("encryption keys reloaded", "encryption", kr)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/gctune"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
 
 // Server timeouts of the proxy listener. ReadTimeout bounds slow request
@@ -42,12 +43,16 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	gc := tuneGC(src.Env)
 	defer gc.stop()
 
-	st, err := openStore(cfg.Store, log)
+	raw, err := openStore(cfg.Store, log)
 	if err != nil {
 		return err
 	}
+	// Everything above the store sees it through the seal layer, so no
+	// store holds a recorded header or body in clear; the size gauges are
+	// the store's own.
+	st := seal.New(raw, cfg.Store.Encryption.Keyring)
 	defer st.Close()
-	if err := prepareStore(st); err != nil {
+	if err := prepareStore(raw); err != nil {
 		return err
 	}
 
@@ -56,7 +61,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		return err
 	}
 	token := admin.NewToken(tok)
-	reg, metrics, adminMetrics := newRegistry(st)
+	reg, metrics, adminMetrics := newRegistry(raw)
 	tr, err := startTracing(cfg.Tracing, log)
 	if err != nil {
 		return err
@@ -68,7 +73,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	if err != nil {
 		return err
 	}
-	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, level: level, log: log}
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, sealer: st, level: level, log: log}
 	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, r.view, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -100,7 +105,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
 		"admin_listen", adminLn.Addr().String(), "upstream", cfg.Upstream.URL.Redacted(),
 		"store", cfg.Store.Kind, "routes", len(cfg.Routes), "config_file", cfg.File,
-		"admin_api", token.Enabled(), "pprof", cfg.Admin.PProf, "gc", gc.mode)
+		"admin_api", token.Enabled(), "pprof", cfg.Admin.PProf, "gc", gc.mode, "encryption", cfg.Store.Encryption.Keyring)
 
 	select {
 	case <-ctx.Done():
