@@ -44,6 +44,8 @@ type Config struct {
 	AdminListen string `config:"admin_listen" flag:"admin-listen"`
 	// LogLevel is the minimum level of the JSON logs on stderr.
 	LogLevel slog.Level `config:"log_level" flag:"log-level" reload:"live"`
+	// AccessLog logs one line per request at info level (msg "access").
+	AccessLog bool `config:"access_log" reload:"live"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `config:"shutdown_timeout" reload:"live"`
 	Upstream        Upstream      `config:"upstream"`
@@ -173,6 +175,7 @@ func Default() *Config {
 		Listen:          ":8080",
 		AdminListen:     ":9090",
 		LogLevel:        slog.LevelInfo,
+		AccessLog:       true,
 		ShutdownTimeout: 30 * time.Second,
 		Upstream: Upstream{
 			Timeout:          proxy.DefaultUpstreamTimeout,

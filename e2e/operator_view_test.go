@@ -3,8 +3,12 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,5 +118,49 @@ func TestConfigViewAndReloadDiff(t *testing.T) {
 		if !strings.Contains(view, "\n"+want+"\n") {
 			t.Errorf("config view after the reload lacks %q:\n%s", want, view)
 		}
+	}
+}
+
+// The access log, on by default, has one info line per request with the
+// path but never its query; access_log: false turns it off.
+func TestAccessLogLinePerRequest(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "access", proxyConfig{Upstream: up.URL(), Memory: true})
+	post := func(target string) {
+		req, _ := http.NewRequest("POST", p.URL()+target, strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", "access-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	post("/v1/charges?card=4242424242424242")
+	post("/v1/charges?card=4242424242424242")
+	var lines []map[string]any
+	waitForValue(t, "two access lines", func() string {
+		lines = p.logLines(map[string]string{"msg": "access", "level": "INFO"})
+		return strconv.Itoa(len(lines))
+	}, "2")
+	for i, outcome := range []string{"executed", "replayed"} {
+		l := lines[i]
+		if l["method"] != "POST" || l["path"] != "/v1/charges" || l["route"] != "default" || l["outcome"] != outcome ||
+			l["status"] == nil || l["bytes"] == float64(0) || len(fmt.Sprint(l["key_hash"])) < 32 || l["duration_seconds"] == nil {
+			t.Errorf("access line %d = %v, want the %s POST /v1/charges with status, bytes, duration and key_hash", i, l, outcome)
+		}
+	}
+	if strings.Contains(p.Logs(), "4242") {
+		t.Error("the query string reached the logs")
+	}
+
+	quiet := startProxy(t, "quiet", proxyConfig{Upstream: up.URL(), Memory: true, Extra: "access_log: false\n"})
+	res, err := http.Get(quiet.URL() + "/v1/anything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if lines := quiet.logLines(map[string]string{"msg": "access"}); len(lines) != 0 {
+		t.Errorf("access_log: false logged %d access lines", len(lines))
 	}
 }

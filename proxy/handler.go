@@ -39,6 +39,8 @@ type Handler struct {
 	// settling counts executed requests whose key is not settled yet,
 	// including those retried in the background.
 	settling atomic.Int64
+	// accessLog is Options.AccessLog, as SetAccessLog last set it.
+	accessLog atomic.Bool
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -76,6 +78,7 @@ func New(opts Options) (*Handler, error) {
 		transport = NewTransport()
 	}
 	h.owners.init()
+	h.accessLog.Store(opts.AccessLog)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
 	if def.Header == "" && def.Methods == nil && def.TTL == 0 {
@@ -133,6 +136,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := newRequest(r)
 	h.metrics.inflight.Inc()
 	defer h.finish(q)
+	if h.accessLog.Load() {
+		w = q.counting(w)
+	}
 
 	// The method and path as routes, fingerprints and key namespaces read
 	// them; the request is forwarded as sent.
@@ -337,7 +343,11 @@ func (h *Handler) report(q *request, outcome Outcome, status int) {
 	if ctx := q.in.Context(); outcome != OutcomePassthrough && h.log.Enabled(ctx, slog.LevelDebug) {
 		h.log.LogAttrs(ctx, slog.LevelDebug, "request",
 			slog.String("route", q.route.label), slog.String("method", q.in.Method),
+			slog.String("path", q.in.URL.Path),
 			slog.String("outcome", string(outcome)), slog.Int("status", status),
 			slog.Float64("duration_seconds", d.Seconds()), slog.String("key_hash", q.keyHash))
+	}
+	if q.out != nil {
+		h.logAccess(q, outcome, status, d)
 	}
 }

@@ -60,6 +60,9 @@ type Options struct {
 	Routes []Route
 	// Logger receives the handler's logs; nil discards them.
 	Logger *slog.Logger
+	// AccessLog logs one line per request at info level (see accesslog.go);
+	// SetAccessLog changes it while the handler runs.
+	AccessLog bool
 	// Metrics receives the handler's metrics; nil means a private registry.
 	Metrics *Metrics
 	// Observe, when set, is called with every answered request (see

@@ -27,6 +27,12 @@ type request struct {
 	outcome Outcome
 	status  int
 
+	// With the access log on: the client's writer, and the status and
+	// body bytes sent to it (accesslog.go).
+	out       http.ResponseWriter
+	sentCode  int
+	sentBytes int64
+
 	key     string // the idempotency key, as sent
 	body    []byte // read in full once a source or the fingerprint needs it
 	fp      store.Fingerprint

@@ -146,6 +146,7 @@ func (r *reloader) reload(trigger string) {
 		return
 	}
 	r.level.Set(next.LogLevel)
+	r.handler.SetAccessLog(next.AccessLog)
 	r.reloadToken(next.Admin)
 	r.reloadKeyring(next.Store.Encryption.Keyring)
 	if keys := next.RestartNeeded(r.started); len(keys) > 0 {

@@ -52,6 +52,7 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 		Default:          def,
 		Routes:           routes,
 		Logger:           log,
+		AccessLog:        cfg.AccessLog,
 		Metrics:          m,
 	}
 }
