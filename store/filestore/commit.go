@@ -1,0 +1,128 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// maxBatch bounds the writes committed in one transaction.
+const maxBatch = 512
+
+// op is one write waiting for the committer. fn runs inside the batch's
+// transaction and returns the write's own outcome (ErrLockLost, ErrFull);
+// done receives that, or the commit's error when the transaction failed.
+type op struct {
+	fn   func(t *txn) error
+	done chan error
+}
+
+// txn is a write transaction shared by a batch of ops, with the changes to
+// the counters they made. An op that fails leaves no change behind, except
+// evictions and sweeping it did to make room, which stand on their own.
+type txn struct {
+	s       *Store
+	keys    *bolt.Bucket
+	expiry  *bolt.Bucket
+	now     int64
+	used    int64 // the store's used bytes with this transaction's changes
+	records int64
+	evicted uint64
+}
+
+// write queues fn for the next commit and waits for its outcome. A caller
+// whose context ends first gets ErrUnavailable: the write may still be
+// committed, as a store that timed out may still have written.
+func (s *Store) write(ctx context.Context, name string, fn func(t *txn) error) error {
+	o := &op{fn: fn, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return fmt.Errorf("file %s: store closed: %w", name, store.ErrUnavailable)
+	}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return fmt.Errorf("file %s: %w: %w", name, store.ErrUnavailable, ctx.Err())
+	}
+	s.mu.RUnlock()
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("file %s: %w: %w", name, store.ErrUnavailable, ctx.Err())
+	}
+}
+
+// commitLoop commits batches until ops is closed: each batch is every op
+// that queued while the previous commit ran, so concurrent writes share a
+// commit (and its fsync) without waiting for a timer.
+func (s *Store) commitLoop() {
+	defer close(s.committed)
+	batch := make([]*op, 0, maxBatch)
+	errs := make([]error, 0, maxBatch)
+	for o := range s.ops {
+		batch = append(batch[:0], o)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		errs = s.commit(batch, errs[:0])
+		for i, o := range batch {
+			o.done <- errs[i]
+			batch[i] = nil
+		}
+	}
+}
+
+// commit runs batch in one transaction and returns each op's outcome.
+func (s *Store) commit(batch []*op, errs []error) []error {
+	t := &txn{s: s, now: s.now().UnixNano(), used: s.used.Load(), records: s.records.Load()}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		t.keys, t.expiry = tx.Bucket(bucketKeys), tx.Bucket(bucketExpiry)
+		for _, o := range batch {
+			errs = append(errs, o.fn(t))
+		}
+		return writeMeta(tx.Bucket(bucketMeta), meta{t.used, t.records})
+	})
+	if err != nil {
+		err = s.commitError(err)
+		for i := range errs {
+			errs[i] = err
+		}
+		for len(errs) < len(batch) {
+			errs = append(errs, err)
+		}
+		return errs
+	}
+	s.diskFull.Store(false)
+	s.used.Store(t.used)
+	s.records.Store(t.records)
+	s.evictions.Add(t.evicted)
+	return errs
+}
+
+// commitError translates a failed commit: a disk without space is a full
+// store (the caller keeps its lease and tries again, as for MaxBytes);
+// anything else is an unavailable store.
+func (s *Store) commitError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		s.diskFull.Store(true)
+		return fmt.Errorf("file store %s: commit: %w: %w", s.dir, store.ErrFull, err)
+	}
+	return fmt.Errorf("file store %s: commit: %w: %w", s.dir, store.ErrUnavailable, err)
+}

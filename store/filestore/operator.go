@@ -1,0 +1,140 @@
+package filestore
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Inspect returns the lease or record under key, or store.ErrNotFound.
+func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
+	var (
+		e     entry
+		found bool
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
+		if found {
+			e.copyEnc()
+		}
+		return err
+	})
+	if err != nil {
+		return store.Entry{}, err
+	}
+	if !found {
+		return store.Entry{}, fmt.Errorf("file inspect: %w", store.ErrNotFound)
+	}
+	return toEntry(key, &e, true)
+}
+
+// Delete removes the lease or record under key, or returns
+// store.ErrNotFound. The owner of a deleted lease then gets
+// store.ErrLockLost from Extend and Complete.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	return s.write(ctx, "delete", func(t *txn) error {
+		e, ok, err := t.live(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("file delete: %w", store.ErrNotFound)
+		}
+		return t.remove(key, &e)
+	})
+}
+
+// List returns up to limit entries in state (0 for all) after cursor ("" to
+// start), in key order, and the cursor of the next page ("" when done). An
+// entry present for the whole listing is returned exactly once; a cursor
+// stays valid across restarts. Listed records carry no Body.
+func (s *Store) List(_ context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
+	if limit <= 0 {
+		return nil, "", errors.New("file list: limit must be positive")
+	}
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("file list: malformed cursor %q", cursor)
+	}
+	var out []store.Entry
+	more := false
+	now := s.now().UnixNano()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketKeys).Cursor()
+		k, v := c.Seek(after)
+		if len(after) > 0 && string(k) == string(after) {
+			k, v = c.Next()
+		}
+		for ; k != nil; k, v = c.Next() {
+			e, err := unmarshal(v)
+			if err != nil {
+				return err
+			}
+			if now >= e.expires || !matches(state, &e) {
+				continue
+			}
+			if len(out) == limit {
+				more = true
+				return nil
+			}
+			ent, err := toEntry(string(k), &e, false)
+			if err != nil {
+				return err
+			}
+			out = append(out, ent)
+		}
+		return nil
+	})
+	if err != nil || !more {
+		return out, "", err
+	}
+	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key)), nil
+}
+
+func matches(state store.State, e *entry) bool {
+	switch state {
+	case store.InFlight:
+		return !e.isRecord()
+	case store.Completed:
+		return e.isRecord()
+	}
+	return true
+}
+
+// toEntry describes e, the entry under key; withBody false leaves the
+// record's Body nil. e's record must not alias a finished transaction.
+func toEntry(key string, e *entry, withBody bool) (store.Entry, error) {
+	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp, ExpiresAt: unixNano(e.expires)}
+	if !e.isRecord() {
+		return ent, nil
+	}
+	rec, err := decode(e.enc)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, len(rec.Body)
+	if !withBody {
+		rec.Body = nil
+	}
+	return ent, nil
+}
+
+// Health reports the store as "file" with its directory; it is Full when a
+// lease for a new key would not fit and nothing can be evicted for it, or
+// when the last commit found the disk full.
+func (s *Store) Health(context.Context) (store.Health, error) {
+	full := s.used.Load()+entrySize("", 64) > s.maxBytes
+	if full && s.evict {
+		full = s.records.Load() == 0
+	}
+	return store.Health{Server: "file " + s.dir, Full: full || s.diskFull.Load()}, nil
+}
+
+func unixNano(n int64) time.Time { return time.Unix(0, n).UTC() }
