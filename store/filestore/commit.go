@@ -2,9 +2,7 @@ package filestore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"syscall"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -109,7 +107,6 @@ func (s *Store) commit(batch []*op, errs []error) []error {
 		}
 		return errs
 	}
-	s.diskFull.Store(false)
 	s.used.Store(t.used)
 	s.records.Store(t.records)
 	s.evictions.Add(t.evicted)
@@ -120,8 +117,8 @@ func (s *Store) commit(batch []*op, errs []error) []error {
 // store (the caller keeps its lease and tries again, as for MaxBytes);
 // anything else is an unavailable store.
 func (s *Store) commitError(err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		s.diskFull.Store(true)
+	if noSpace(err) {
+		s.releaseReserve()
 		return fmt.Errorf("file store %s: commit: %w: %w", s.dir, store.ErrFull, err)
 	}
 	return fmt.Errorf("file store %s: commit: %w: %w", s.dir, store.ErrUnavailable, err)

@@ -33,7 +33,9 @@
 // their expiry (with one ttl, the oldest) are dropped first; a lease is
 // never dropped. A disk that cannot take a commit (ENOSPC, EDQUOT) is a
 // full store in the same way: the write fails with store.ErrFull and
-// nothing else changes. Expired entries count as absent at once; a
+// nothing else changes; a reserve file gives its space to the deletes and
+// sweeps that follow, and new entries are refused until it can be written
+// again (reserve.go). Expired entries count as absent at once; a
 // background sweeper deletes them in bounded batches, in order of expiry
 // through an index, so their pages return to the file's free list and are
 // reused (the file does not shrink).
@@ -66,20 +68,20 @@ const (
 	dataFile = "idempotency.db"
 )
 
-// Options configure a Store.
+// Options configure a Store. They are the configuration's section
+// store.file (see options.go).
 type Options struct {
 	// Path is the directory, created if missing. Required.
-	Path string
+	Path string `config:"path" flag:"store-path" address:"yes"`
 	// Fsync makes every commit durable on disk (fdatasync) before it is
 	// acknowledged. Without it a commit survives the process, not the
 	// machine.
-	Fsync bool
+	Fsync bool `config:"fsync"`
 	// MaxBytes bounds the approximate size of the entries held; 0 means
-	// DefaultMaxBytes. The file on disk is larger (see the package
-	// documentation and docs/operating.md).
-	MaxBytes int64
+	// DefaultMaxBytes. The file on disk is larger (docs/operating.md).
+	MaxBytes int64 `config:"max_bytes,size"`
 	// WhenFull is what a write that would exceed MaxBytes does.
-	WhenFull memory.WhenFull
+	WhenFull memory.WhenFull `config:"when_full"`
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 	// SweepInterval is the pause between sweeps of expired entries; 0
@@ -102,8 +104,9 @@ type Store struct {
 	records   atomic.Int64
 	evictions atomic.Uint64
 	// diskFull is set when a commit failed for lack of disk space, and
-	// cleared by the next commit that succeeds.
-	diskFull atomic.Bool
+	// cleared when the reserve could be written again (reserve.go).
+	diskFull     atomic.Bool
+	reserveTried atomic.Int64 // Unix nanoseconds
 
 	// mu guards closed against sends on ops racing with Close.
 	mu     sync.RWMutex
@@ -163,6 +166,16 @@ func Open(opts Options) (*Store, error) {
 		_ = db.Close()
 		_ = lock.Close()
 		return nil, fmt.Errorf("file store %s: %w", opts.Path, err)
+	}
+	if err := s.fillReserve(); err != nil {
+		if !noSpace(err) {
+			_ = db.Close()
+			_ = lock.Close()
+			return nil, fmt.Errorf("file store %s: reserve: %w", opts.Path, err)
+		}
+		// Open on a full disk: serve what is there, add nothing.
+		s.diskFull.Store(true)
+		s.reserveTried.Store(s.now().UnixNano())
 	}
 	go s.commitLoop()
 	interval := opts.SweepInterval
@@ -233,6 +246,6 @@ func (s *Store) Close() error {
 
 // Stats returns the figures for the store's gauges and counter, as the
 // memory store's.
-func (s *Store) Stats() memory.Stats {
-	return memory.Stats{Bytes: s.used.Load(), Records: s.records.Load(), Evictions: s.evictions.Load()}
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Bytes: s.used.Load(), Records: s.records.Load(), Evictions: s.evictions.Load()}
 }

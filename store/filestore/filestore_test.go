@@ -1,6 +1,8 @@
 package filestore
 
 import (
+	bolt "go.etcd.io/bbolt"
+
 	"sync"
 	"testing"
 	"time"
@@ -78,3 +80,5 @@ func BenchmarkStore(b *testing.B) {
 // The store satisfies the contract the conformance suite proves (and the
 // proxy's Store interface, a subset of it).
 var _ storetest.Store = (*Store)(nil)
+
+type boltTx = bolt.Tx

@@ -84,6 +84,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 				more = true
 				return nil
 			}
+			e.copyEnc() // a listed record's Sealed aliases its encoding
 			ent, err := toEntry(string(k), &e, false)
 			if err != nil {
 				return err
@@ -119,7 +120,7 @@ func toEntry(key string, e *entry, withBody bool) (store.Entry, error) {
 	if err != nil {
 		return store.Entry{}, err
 	}
-	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, len(rec.Body)
+	ent.State, ent.Record, ent.BodyBytes = store.Completed, rec, rec.BodyBytes()
 	if !withBody {
 		rec.Body = nil
 	}

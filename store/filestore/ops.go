@@ -35,6 +35,9 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 	if found {
 		return result(&e)
 	}
+	if !s.roomOnDisk() {
+		return store.BeginResult{}, s.diskFullError("begin")
+	}
 	var res store.BeginResult
 	err = s.write(ctx, "begin", func(t *txn) error {
 		e, found, err := t.live(key)
@@ -104,6 +107,9 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 // Completing again with the same token and the same record succeeds: that
 // is a retry whose first attempt's answer was lost.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if !s.roomOnDisk() {
+		return s.diskFullError("complete")
+	}
 	enc := store.AppendRecord(make([]byte, 0, store.EncodedSize(rec)), rec)
 	return s.write(ctx, "complete", func(t *txn) error {
 		e, ok, err := t.live(key)

@@ -28,6 +28,7 @@ func (s *Store) sweepLoop(interval time.Duration) {
 			full, err = t.sweep(sweepBatch)
 			return err
 		})
+		s.refillReserve()
 		wait := interval
 		if err == nil && full {
 			wait = 0
