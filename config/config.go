@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/filestore"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 	"github.com/idempotency-proxy/idempotency-proxy/store/postgres"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
@@ -102,6 +103,7 @@ type Store struct {
 	Memory   memory.Options     `config:"memory"`
 	Redis    redisstore.Options `config:"redis"`
 	Postgres postgres.Options   `config:"postgres"`
+	File     filestore.Options  `config:"file"`
 	// Encryption applies to every kind: it is not one.
 	Encryption Encryption `config:"encryption"`
 }

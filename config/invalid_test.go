@@ -68,7 +68,7 @@ var invalidFiles = []invalidCase{
 		`defaults.concurrent: must be one of reject, wait, not "queue"`,
 		`defaults.on_store_error: must be one of fail_closed, fail_open, not "ignore"`,
 		`routes[0].on_upstream_error: must be one of release, keep, not "retry"`,
-		`store.kind: must be one of memory, redis, postgres, not "etcd"`,
+		`store.kind: must be one of memory, redis, postgres, file, not "etcd"`,
 	}},
 	// A near miss of a word, a URL without its scheme and a "- header:"
 	// mapping each say the fix, and only once.
@@ -78,14 +78,14 @@ var invalidFiles = []invalidCase{
 		`store.memory.when_full: must be one of reject, evict_oldest, not "evict-oldest"; did you mean evict_oldest?`,
 		`defaults.on_store_error: must be one of fail_closed, fail_open, not "fail-open"; did you mean fail_open?`,
 		`routes[2].key_sources[0]: must be a string, not a mapping; in YAML "- header: X-Cart-Id" is a mapping: write "header:X-Cart-Id" without the space, or quote it`,
-		`store.kind: must be one of memory, redis, postgres, not "reddis"; did you mean redis?`,
+		`store.kind: must be one of memory, redis, postgres, file, not "reddis"; did you mean redis?`,
 	}},
 	{"invalid-url-scheme-missing.yaml", []string{
 		`upstream.url: scheme must be http or https, not "localhost"; add the scheme: "http://localhost:3200/v1"`,
 	}},
 	// A kind is never guessed: a near miss says which one it is close to.
 	{"invalid-store-kind.yaml", []string{
-		`store.kind: must be one of memory, redis, postgres, not "rediss"; did you mean redis?`,
+		`store.kind: must be one of memory, redis, postgres, file, not "rediss"; did you mean redis?`,
 	}},
 	// Two stores' addresses and no kind: the proxy does not pick one.
 	{"invalid-store-ambiguous.yaml", []string{

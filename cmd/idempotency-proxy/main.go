@@ -35,6 +35,7 @@ var flagKeys = map[string]string{
 	"admin-listen": "admin_listen",
 	"redis-url":    "store.redis.url",
 	"postgres-url": "store.postgres.url",
+	"store-path":   "store.file.path",
 	"log-level":    "log_level",
 }
 
@@ -53,6 +54,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	fs.String("admin-listen", "", "admin listen `address` for /metrics, /healthz, /readyz (admin_listen, default :9090)")
 	fs.String("redis-url", "", "Redis `URL`; switches the store to Redis (store.redis.url)")
 	fs.String("postgres-url", "", "PostgreSQL `URL`; switches the store to Postgres (store.postgres.url)")
+	fs.String("store-path", "", "`directory` of the file store, kept across restarts; switches the store to it (store.file.path)")
 	fs.String("log-level", "", "debug, info, warn or error (log_level, default info)")
 	validate := fs.Bool("validate", false, "check the configuration, print its problems and exit")
 	check := fs.Bool("check", false, "check the configuration, the store and the upstream, one line each, and exit")
