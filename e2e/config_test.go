@@ -15,11 +15,14 @@ type proxyConfig struct {
 	UpstreamTimeout time.Duration
 	ShutdownTimeout time.Duration
 
-	// Memory selects the memory store, PostgresURL the Postgres store;
+	// Memory selects the memory store, PostgresURL the Postgres store,
+	// FilePath the file store in that directory (with FileFsync);
 	// otherwise exactly one of RedisURL or RedisAddrs (with MasterName for
 	// Sentinel).
 	Memory       bool
 	PostgresURL  string
+	FilePath     string
+	FileFsync    bool
 	RedisURL     string
 	RedisAddrs   []string
 	MasterName   string
@@ -57,6 +60,8 @@ func (c proxyConfig) yaml(listen, admin string) string {
 		b.WriteString("store:\n  kind: memory\n")
 	case c.PostgresURL != "":
 		fmt.Fprintf(&b, "store:\n  kind: postgres\n  postgres:\n    url: %q\n", c.PostgresURL)
+	case c.FilePath != "":
+		fmt.Fprintf(&b, "store:\n  kind: file\n  file:\n    path: %q\n    fsync: %v\n", c.FilePath, c.FileFsync)
 	default:
 		b.WriteString("store:\n  kind: redis\n  redis:\n")
 	}
