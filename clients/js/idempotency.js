@@ -108,11 +108,21 @@ export class MemoryStorage {
   }
 }
 
-function resolveStorage(storage) {
+// webStorage returns globalThis[name], or null where it does not exist or
+// may not be used (Node; a sandboxed frame or blocked cookies throw).
+function webStorage(name) {
+  try {
+    return globalThis[name] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function resolveStorage(storage = "session") {
   if (storage && typeof storage === "object") return storage;
-  if (storage === "local" && globalThis.localStorage) return globalThis.localStorage;
-  if ((storage === undefined || storage === "session") && globalThis.sessionStorage) return globalThis.sessionStorage;
-  if (storage === undefined || storage === "session" || storage === "memory" || storage === "local") return new MemoryStorage();
+  if (storage === "session") return webStorage("sessionStorage") ?? new MemoryStorage();
+  if (storage === "local") return webStorage("localStorage") ?? new MemoryStorage();
+  if (storage === "memory") return new MemoryStorage();
   throw new TypeError(`storage must be "session", "local", "memory" or a Storage-like object, got ${storage}`);
 }
 
