@@ -121,6 +121,32 @@ func TestGoClientFollowsTheContract(t *testing.T) {
 		}
 	})
 
+	t.Run("upstream timeout, then the running call's answer", func(t *testing.T) {
+		id := newID()
+		var seen []string
+		var once sync.Once
+		c := &client.Client{MaxAttempts: 20, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond,
+			OnRetry: func(r client.Retry) {
+				if r.Problem != nil {
+					seen = append(seen, r.Problem.Type)
+				}
+				if r.Problem != nil && r.Problem.Type == client.ProblemInFlight {
+					once.Do(func() { h.release(t, id) })
+				}
+			}}
+		resp, err := c.Do(t.Context(), harnessPost(t, h.slowProxy+"/slow/"+id, `{"amount":5}`))
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		resp.Body.Close()
+		if len(seen) < 2 || seen[0] != client.ProblemUpstreamTimeout || seen[1] != client.ProblemInFlight {
+			t.Errorf("retried on %q, want upstream-timeout, then in-flight", seen)
+		}
+		if got := h.count(t, id); got.Executions != 1 || !client.Replayed(resp) {
+			t.Errorf("%d executions, replayed %v; want 1, replayed", got.Executions, client.Replayed(resp))
+		}
+	})
+
 	t.Run("key reused with another payload", func(t *testing.T) {
 		id := newID()
 		c := &client.Client{}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
@@ -23,6 +24,8 @@ import (
 // clients/python/tests), told where everything is by environment variables:
 //
 //	IDEMPOTENCY_PROXY_URL     the proxy
+//	IDEMPOTENCY_SLOW_PROXY_URL  a proxy with a short upstream.timeout (500ms):
+//	                          /slow/ID there answers 504 upstream-timeout first
 //	IDEMPOTENCY_FRONT_URL     the proxy behind a front that drops the connection
 //	                          instead of delivering the first answer to /lose/ID
 //	IDEMPOTENCY_UPSTREAM_URL  the scripted upstream, for GET /count/ID and
@@ -39,9 +42,9 @@ import (
 //	POST /slow/ID         executes once POST /release/ID reached the upstream
 //	POST /lose/ID         executes; the front loses the first answer
 type harness struct {
-	proxy, front, upstream string
-	contract               *contract.Contract
-	contractPath           string
+	proxy, slowProxy, front, upstream string
+	contract                          *contract.Contract
+	contractPath                      string
 }
 
 // harnessOp is what the scripted upstream saw of one ID.
@@ -83,9 +86,15 @@ func startHarness(t *testing.T) *harness {
 			"lock_ttl":                "30s",
 		},
 	})
+	slow := startProxy(t, "clients-slow", proxyConfig{
+		Upstream:        upSrv.URL,
+		UpstreamTimeout: 500 * time.Millisecond,
+		Memory:          true,
+		Defaults:        map[string]string{"lock_ttl": "30s"},
+	})
 	front := httptest.NewServer(&losingFront{target: p.URL(), lost: map[string]bool{}})
 	t.Cleanup(front.Close)
-	return &harness{proxy: p.URL(), front: front.URL, upstream: upSrv.URL, contract: c,
+	return &harness{proxy: p.URL(), slowProxy: slow.URL(), front: front.URL, upstream: upSrv.URL, contract: c,
 		contractPath: root + "/" + contract.Path}
 }
 
@@ -93,6 +102,7 @@ func startHarness(t *testing.T) *harness {
 func (h *harness) env() []string {
 	return append(os.Environ(),
 		"IDEMPOTENCY_PROXY_URL="+h.proxy,
+		"IDEMPOTENCY_SLOW_PROXY_URL="+h.slowProxy,
 		"IDEMPOTENCY_FRONT_URL="+h.front,
 		"IDEMPOTENCY_UPSTREAM_URL="+h.upstream,
 		"IDEMPOTENCY_CONTRACT="+h.contractPath,

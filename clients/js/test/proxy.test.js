@@ -8,6 +8,7 @@ import {
 } from "../idempotency.js";
 
 const PROXY = process.env.IDEMPOTENCY_PROXY_URL;
+const SLOW_PROXY = process.env.IDEMPOTENCY_SLOW_PROXY_URL;
 const FRONT = process.env.IDEMPOTENCY_FRONT_URL;
 const UPSTREAM = process.env.IDEMPOTENCY_UPSTREAM_URL;
 const skip = PROXY ? false : "needs the harness (go test -run TestJavaScriptClientFollowsTheContract ./e2e)";
@@ -75,6 +76,22 @@ test("attempt timeout while in flight: one execution, replayed", { skip }, async
   const seen = await count(id);
   assert.equal(seen.executions, 1);
   assert.equal(new Set(seen.keys).size, 1, "every attempt carried the same key");
+});
+
+test("upstream timeout, then the running call's answer: one execution", { skip }, async () => {
+  const id = newId();
+  const seen = [];
+  const client = new IdempotentClient({
+    maxAttempts: 20, baseDelay: 10, maxDelay: 50,
+    onRetry: (r) => {
+      if (r.problem) seen.push(r.problem.type.split("/").pop());
+      if (r.problem?.type?.endsWith("/in-flight") && seen.filter((t) => t === "in-flight").length === 1) release(id);
+    },
+  });
+  const res = await client.request(`${SLOW_PROXY}/slow/${id}`, { method: "POST", json: { amount: 5 } });
+  assert.deepEqual(seen.slice(0, 2), ["upstream-timeout", "in-flight"]);
+  assert.equal(res.replayed, true);
+  assert.equal((await count(id)).executions, 1);
 });
 
 test("key reused with another payload: PayloadMismatchError", { skip }, async () => {

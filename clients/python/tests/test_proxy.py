@@ -12,6 +12,7 @@ import urllib.request
 import idempotency_client as ic
 
 PROXY = os.environ.get("IDEMPOTENCY_PROXY_URL")
+SLOW_PROXY = os.environ.get("IDEMPOTENCY_SLOW_PROXY_URL")
 FRONT = os.environ.get("IDEMPOTENCY_FRONT_URL")
 UPSTREAM = os.environ.get("IDEMPOTENCY_UPSTREAM_URL")
 ERRORS = {"payload-mismatch": ic.PayloadMismatchError, "key-expired": ic.KeyExpiredError}
@@ -99,6 +100,22 @@ class ProxyTest(unittest.TestCase):
         seen = count(op_id)
         self.assertEqual(seen["executions"], 1)
         self.assertEqual(len(set(seen["keys"])), 1, "every attempt carried the same key")
+
+    def test_upstream_timeout_then_the_running_calls_answer(self):
+        op_id = new_id()
+        seen = []
+
+        def on_retry(r):
+            if r.problem:
+                seen.append(r.problem["type"].rsplit("/", 1)[-1])
+            if seen[-1:] == ["in-flight"] and seen.count("in-flight") == 1:
+                release(op_id)
+
+        client = ic.Client(max_attempts=20, base_delay=0.01, max_delay=0.05, on_retry=on_retry)
+        res = client.request("POST", f"{SLOW_PROXY}/slow/{op_id}", json={"amount": 5})
+        self.assertEqual(seen[:2], ["upstream-timeout", "in-flight"])
+        self.assertTrue(res.replayed)
+        self.assertEqual(count(op_id)["executions"], 1)
 
     def test_key_reused_with_another_payload(self):
         op_id = new_id()
