@@ -9,9 +9,16 @@ import (
 // entryJSON is one key as the key API shows it. The fields of a completed
 // record are omitted for a lease.
 type entryJSON struct {
-	KeyHash     string              `json:"key_hash"`
-	State       string              `json:"state"`
-	ExpiresAt   string              `json:"expires_at"`
+	KeyHash   string `json:"key_hash"`
+	State     string `json:"state"`
+	ExpiresAt string `json:"expires_at"`
+	// The request the key belongs to, when its record says (records
+	// written before they kept it do not): never its query or body.
+	Method      string              `json:"method,omitempty"`
+	Host        string              `json:"host,omitempty"`
+	Path        string              `json:"path,omitempty"`
+	Route       string              `json:"route,omitempty"`
+	StartedAt   string              `json:"started_at,omitempty"`
 	CreatedAt   string              `json:"created_at,omitempty"`
 	Status      int                 `json:"status,omitempty"`
 	Headers     map[string][]string `json:"headers,omitempty"`
@@ -35,6 +42,12 @@ func newEntryJSON(e store.Entry) entryJSON {
 		return out
 	}
 	rec := e.Record
+	if q := rec.Request; !q.IsZero() {
+		out.Method, out.Host, out.Path, out.Route = q.Method, q.Host, q.Path, q.Route
+		if !q.StartedAt.IsZero() {
+			out.StartedAt = rfc3339(q.StartedAt)
+		}
+	}
 	n, omitted := e.BodyBytes, rec.BodyOmitted
 	out.CreatedAt = rfc3339(rec.CreatedAt)
 	out.Status = rec.Status

@@ -164,3 +164,31 @@ func TestAccessLogLinePerRequest(t *testing.T) {
 		t.Errorf("access_log: false logged %d access lines", len(lines))
 	}
 }
+
+// A record says what request it answered: `keys get` and `keys list` show
+// its method, host, path (never the query), route and start.
+func TestKeysShowTheRequestAKeyBelongsTo(t *testing.T) {
+	up := startUpstream(t)
+	p := startAdminProxy(t, up, "store:\n  kind: memory\n")
+	before := time.Now().Add(-time.Second)
+	if code, _ := keyedPost(t, p, "/v1/charges?card=4242424242424242", "meta-1", false); code == 0 {
+		t.Fatal("POST failed")
+	}
+	hash := logKeyHash(t, p, "executed")
+	rec := keysJSON(t, p, "get", hash)
+	if rec["method"] != "POST" || rec["path"] != "/v1/charges" || rec["route"] != "default" || rec["host"] == nil {
+		t.Errorf("keys get = %v, want method POST, host, path /v1/charges and route default", rec)
+	}
+	started, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["started_at"]))
+	if err != nil || started.Before(before) || started.After(time.Now()) {
+		t.Errorf("started_at = %v (%v), want when the request came in", rec["started_at"], err)
+	}
+	list := keysJSON(t, p, "list", "--state", "completed")
+	keys, _ := list["keys"].([]any)
+	if len(keys) != 1 || keys[0].(map[string]any)["path"] != "/v1/charges" {
+		t.Errorf("keys list = %v, want the one record with its path", list)
+	}
+	if _, out, _ := keysCLI(t, p, "get", hash); strings.Contains(out, "4242") {
+		t.Errorf("keys get shows the query string: %s", out)
+	}
+}

@@ -138,6 +138,9 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		}
 	}
 
+	if rec != nil {
+		rec.Request = q.described()
+	}
 	q.rec = rec
 	h.settleKey(ctx, q, leaseLost)
 	return outcome

@@ -98,3 +98,15 @@ func (q *request) free() {
 		requests.Put(q)
 	}
 }
+
+// described is what the request's record says of it, for operators: never
+// its query or body.
+func (q *request) described() store.Request {
+	return store.Request{
+		Method:    q.in.Method,
+		Host:      normalHost(q.in.Host),
+		Path:      q.in.URL.Path,
+		Route:     q.route.label,
+		StartedAt: q.start.Truncate(time.Millisecond).UTC(),
+	}
+}

@@ -16,16 +16,20 @@ const (
 	flagBodyOmitted = 1 << iota
 	flagCreatedAt
 	flagSealed
-	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed
+	flagRequest
+	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed | flagRequest
 )
 
 // Encoded layout, version 1 (uvarint = encoding/binary unsigned varint):
 //
 //	version   1 byte
-//	flags     1 byte   bit 0: body omitted, bit 1: created-at present, bit 2: sealed
+//	flags     1 byte   bit 0: body omitted, bit 1: created-at present, bit 2: sealed,
+//	                   bit 3: request present
 //	status    uvarint
 //	fp        32 bytes
 //	created   varint   Unix milliseconds, only when flag bit 1 is set
+//	request   only when flag bit 3 is set: uvarint length + method, + host,
+//	          + path, + route, varint started-at in Unix milliseconds
 //	sealed    only when flag bit 2 is set: uvarint length + key id,
 //	          uvarint body size in clear, uvarint length + sealed data
 //	body      uvarint length + raw bytes (always 0 when omitted or sealed)
@@ -46,6 +50,10 @@ func EncodedSize(rec *Record) int {
 	n := 2 + uvarintLen(uint64(rec.Status)) + len(rec.Fingerprint)
 	if !rec.CreatedAt.IsZero() {
 		n += varintLen(rec.CreatedAt.UnixMilli())
+	}
+	if q := rec.Request; !q.IsZero() {
+		n += stringLen(q.Method) + stringLen(q.Host) + stringLen(q.Path) + stringLen(q.Route) +
+			varintLen(q.StartedAt.UnixMilli())
 	}
 	if s := rec.Sealed; s != nil {
 		n += uvarintLen(uint64(len(s.KeyID))) + len(s.KeyID) + uvarintLen(uint64(s.BodyBytes)) +
@@ -81,11 +89,21 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	if rec.Sealed != nil {
 		flags |= flagSealed
 	}
+	if !rec.Request.IsZero() {
+		flags |= flagRequest
+	}
 	dst = append(dst, recordVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(rec.Status))
 	dst = append(dst, rec.Fingerprint[:]...)
 	if !rec.CreatedAt.IsZero() {
 		dst = binary.AppendVarint(dst, rec.CreatedAt.UnixMilli())
+	}
+	if q := rec.Request; !q.IsZero() {
+		dst = appendString(dst, q.Method)
+		dst = appendString(dst, q.Host)
+		dst = appendString(dst, q.Path)
+		dst = appendString(dst, q.Route)
+		dst = binary.AppendVarint(dst, q.StartedAt.UnixMilli())
 	}
 	if s := rec.Sealed; s != nil {
 		dst = appendString(dst, s.KeyID)
@@ -140,6 +158,9 @@ func DecodeRecord(b []byte) (*Record, error) {
 	if flags&flagCreatedAt != 0 {
 		rec.CreatedAt = time.UnixMilli(d.varint()).UTC()
 	}
+	if flags&flagRequest != 0 {
+		rec.Request = d.request()
+	}
 	if flags&flagSealed != 0 {
 		sealed = d.sealed()
 	}
@@ -191,6 +212,8 @@ func encodedHeader(rec *Record) map[string][]string {
 	}
 	return rec.Header
 }
+
+func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
 
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 	"unsafe"
 )
 
@@ -80,6 +81,27 @@ func (d *decoder) bytes(n int) []byte {
 	p := d.b[d.off : d.off+n]
 	d.off += n
 	return p
+}
+
+// request reads the request section; its strings alias d.b, as the
+// headers do.
+func (d *decoder) request() Request {
+	var r Request
+	r.Method = d.string()
+	r.Host = d.string()
+	r.Path = d.string()
+	r.Route = d.string()
+	ms := d.varint()
+	if d.err == nil {
+		r.StartedAt = time.UnixMilli(ms).UTC()
+	}
+	return r
+}
+
+// string reads a length and that many bytes as a string over d.b.
+func (d *decoder) string() string {
+	b := d.bytes(d.length())
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // sealed reads the sealed section. Its key id and data alias d.b, as the

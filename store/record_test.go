@@ -38,6 +38,49 @@ func sampleRecords() map[string]*Record {
 			Status: 200, BodyOmitted: true,
 			Sealed: &Sealed{KeyID: "k", Data: []byte{9}},
 		},
+		"request": {
+			Status: 201, Fingerprint: fp, Body: []byte("ok"),
+			Header:  map[string][]string{"Content-Type": {"text/plain"}},
+			Request: sampleRequest,
+		},
+		"request, sealed": {
+			Status: 201, Request: sampleRequest,
+			Sealed: &Sealed{KeyID: "k", BodyBytes: 2, Data: []byte{9}},
+		},
+		"request without start": {Status: 200, Request: Request{Method: "POST"}},
+	}
+}
+
+var sampleRequest = Request{
+	Method: "POST", Host: "billing.example", Path: "/v1/charges", Route: "POST /v1/charges",
+	StartedAt: time.UnixMilli(1_700_000_000_001).UTC(),
+}
+
+// A record stored before records kept their request decodes as it did,
+// with no request; one that keeps it costs the request's strings and a
+// few bytes more.
+func TestRecordsWithoutRequestStillDecode(t *testing.T) {
+	// AppendRecord of {Status: 201, Fingerprint: {1}, CreatedAt:
+	// 1700000000123ms, Body: "ok"} before the request section existed.
+	old := []byte{1, 2, 0xc9, 0x01, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		0xf6, 0xa1, 0xab, 0xfe, 0xf9, 0x62, 2, 'o', 'k', 0, 0}
+	rec, err := DecodeRecord(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Record{Status: 201, Fingerprint: Fingerprint{1}, CreatedAt: time.UnixMilli(1_700_000_000_123).UTC(), Body: []byte("ok")}
+	if !recordsEqual(rec, want) || !rec.Request.IsZero() {
+		t.Fatalf("old record decodes as %+v, want %+v", rec, want)
+	}
+	if got := AppendRecord(nil, want); !bytes.Equal(got, old) {
+		t.Errorf("a record without a request encodes as\n%v\nwant the old encoding\n%v", got, old)
+	}
+	with := *want
+	with.Request = sampleRequest
+	added := EncodedSize(&with) - EncodedSize(want)
+	t.Logf("the request adds %d bytes to a record (%s %s%s, route %q)", added, sampleRequest.Method, sampleRequest.Host, sampleRequest.Path, sampleRequest.Route)
+	if strings := len("POST") + len("billing.example") + len("/v1/charges") + len("POST /v1/charges"); added != strings+4+6 {
+		t.Errorf("the request adds %d bytes, want its %d bytes of strings, 4 lengths and 6 of time", added, strings)
 	}
 }
 
@@ -161,7 +204,8 @@ func recordsEqual(a, b *Record) bool {
 		!a.CreatedAt.Equal(b.CreatedAt) || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
 		return false
 	}
-	if (a.Sealed == nil) != (b.Sealed == nil) {
+	if (a.Sealed == nil) != (b.Sealed == nil) || a.Request.Method != b.Request.Method || a.Request.Host != b.Request.Host ||
+		a.Request.Path != b.Request.Path || a.Request.Route != b.Request.Route || !a.Request.StartedAt.Equal(b.Request.StartedAt) {
 		return false
 	}
 	if a.Sealed != nil && (a.Sealed.KeyID != b.Sealed.KeyID || a.Sealed.BodyBytes != b.Sealed.BodyBytes ||

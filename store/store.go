@@ -164,11 +164,34 @@ type Record struct {
 	// CreatedAt is when the recorded response began (its status arrived),
 	// to the millisecond; Idempotency-Expires counts ttl from it.
 	CreatedAt time.Time
+	// Request is the request the record answered, for operators; zero in
+	// records written before it was kept.
+	Request Request
 	// Sealed, when set, holds the record's header and body encrypted
 	// (package store/seal), and Header and Body are empty. A store keeps
 	// and returns it as it does Header and Body, so with encryption on no
 	// store holds a recorded header or body in clear.
 	Sealed *Sealed
+}
+
+// Request describes the request a record answered: what an operator needs
+// to tell what a key belongs to. Its query and body are never kept. It is a
+// small section of its own in the encoding, readable without the key that
+// seals the record's header and body.
+type Request struct {
+	Method string
+	Host   string
+	// Path is the request's path, without its query.
+	Path string
+	// Route is the matched route's pattern, or "default".
+	Route string
+	// StartedAt is when the proxy received the request, to the millisecond.
+	StartedAt time.Time
+}
+
+// IsZero reports whether r describes nothing.
+func (r Request) IsZero() bool {
+	return r.Method == "" && r.Host == "" && r.Path == "" && r.Route == "" && r.StartedAt.IsZero()
 }
 
 // Sealed is a record's header and body, encrypted with one key of the

@@ -33,7 +33,7 @@ func (kr *Keyring) seal(storageKey string, rec *store.Record) *store.Record {
 	}
 	out := &store.Record{
 		Status: rec.Status, Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, BodyOmitted: rec.BodyOmitted,
-		Sealed: &store.Sealed{KeyID: k.id, BodyBytes: size},
+		Request: rec.Request, Sealed: &store.Sealed{KeyID: k.id, BodyBytes: size},
 	}
 	n := store.EncodedSize(&inner)
 	data := make([]byte, nonceSize, nonceSize+n+tagSize)
@@ -79,7 +79,7 @@ func (kr *Keyring) open(storageKey string, rec *store.Record) (*store.Record, er
 	if err != nil {
 		return nil, &store.SealError{KeyID: s.KeyID, Err: err}
 	}
-	inner.Status, inner.Fingerprint, inner.CreatedAt = rec.Status, rec.Fingerprint, rec.CreatedAt
+	inner.Status, inner.Fingerprint, inner.CreatedAt, inner.Request = rec.Status, rec.Fingerprint, rec.CreatedAt, rec.Request
 	return inner, nil
 }
 
@@ -91,7 +91,8 @@ func associatedData(dst []byte, storageKey string, rec *store.Record) []byte {
 	dst = append(dst, storageKey...)
 	meta := store.Record{
 		Status: rec.Status, Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, BodyOmitted: rec.BodyOmitted,
-		Sealed: &store.Sealed{KeyID: rec.Sealed.KeyID, BodyBytes: rec.Sealed.BodyBytes},
+		Request: rec.Request,
+		Sealed:  &store.Sealed{KeyID: rec.Sealed.KeyID, BodyBytes: rec.Sealed.BodyBytes},
 	}
 	return store.AppendRecord(dst, &meta)
 }

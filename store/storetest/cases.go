@@ -87,7 +87,13 @@ func records() map[string]*store.Record {
 			Fingerprint: fingerprint(9), CreatedAt: created,
 		},
 		"empty body": {Status: 204, Header: map[string][]string{"X-A": {""}}, Fingerprint: fingerprint(9), CreatedAt: created},
-		"sealed":     sealedRecord(),
+		// A record keeps the request it answered, for the key API.
+		"with its request": {
+			Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`),
+			Fingerprint: fingerprint(9), CreatedAt: created,
+			Request: store.Request{Method: "POST", Host: "billing.example", Path: "/v1/charges", Route: "POST /v1/charges", StartedAt: created.Add(-time.Second)},
+		},
+		"sealed": sealedRecord(),
 		"body omitted": {
 			Status: 200, BodyOmitted: true, Header: map[string][]string{"Content-Length": {"5000000"}},
 			Fingerprint: fingerprint(9), CreatedAt: created,
@@ -247,6 +253,10 @@ func assertRecord(t *testing.T, got, want *store.Record) {
 	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		t.Errorf("record created = %v, want %v", got.CreatedAt, want.CreatedAt)
+	}
+	if g, w := got.Request, want.Request; g.Method != w.Method || g.Host != w.Host || g.Path != w.Path ||
+		g.Route != w.Route || !g.StartedAt.Equal(w.StartedAt) {
+		t.Errorf("record request = %+v, want %+v", g, w)
 	}
 	assertSealed(t, got.Sealed, want.Sealed)
 }
