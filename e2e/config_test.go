@@ -13,6 +13,7 @@ import (
 type proxyConfig struct {
 	Upstream        string
 	UpstreamTimeout time.Duration
+	MaxExecution    time.Duration
 	ShutdownTimeout time.Duration
 
 	// Memory selects the memory store, PostgresURL the Postgres store,
@@ -54,6 +55,9 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	fmt.Fprintf(&b, "upstream:\n  url: %q\n", c.Upstream)
 	if c.UpstreamTimeout > 0 {
 		fmt.Fprintf(&b, "  timeout: %s\n", c.UpstreamTimeout)
+	}
+	if c.MaxExecution > 0 {
+		fmt.Fprintf(&b, "  max_execution: %s\n", c.MaxExecution)
 	}
 	switch {
 	case c.Memory:
