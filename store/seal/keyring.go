@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // KeySize is the size of a key in the keys file, after base64 decoding:
@@ -33,6 +35,10 @@ type key struct {
 	id    string
 	block cipher.Block
 	k1    [aes.BlockSize]byte
+
+	epoch   atomic.Pointer[epoch] // sealing
+	mu      sync.RWMutex
+	derived map[[12]byte]cipher.AEAD // opening, by nonce prefix
 }
 
 // FileError is a problem with one line of a keys file (Line 0: the file as

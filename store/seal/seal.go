@@ -12,7 +12,6 @@
 package seal
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -37,13 +36,13 @@ func (kr *Keyring) seal(storageKey string, rec *store.Record) *store.Record {
 	}
 	n := store.EncodedSize(&inner)
 	data := make([]byte, nonceSize, nonceSize+n+tagSize)
-	rand.Read(data)
+	g := k.sealer(data)
 	plain := store.AppendRecord(data[nonceSize:], &inner)
 	var buf [256]byte
 	ad := associatedData(buf[:0], storageKey, out)
 	// The ciphertext overwrites the plaintext in place (data's spare
 	// capacity starts where plain does).
-	out.Sealed.Data = k.aead(data).Seal(data, data[12:nonceSize], plain, ad)
+	out.Sealed.Data = g.Seal(data, data[12:nonceSize], plain, ad)
 	return out
 }
 
@@ -68,7 +67,7 @@ func (kr *Keyring) open(storageKey string, rec *store.Record) (*store.Record, er
 	// Into a buffer of its own: the store's bytes may be shared (the memory
 	// store's slabs) and are never written.
 	plain := make([]byte, 0, len(s.Data)-overhead)
-	plain, err := k.aead(s.Data).Open(plain, s.Data[12:nonceSize], s.Data[nonceSize:], ad)
+	plain, err := k.opener(s.Data).Open(plain, s.Data[12:nonceSize], s.Data[nonceSize:], ad)
 	if err != nil {
 		return nil, &store.SealError{KeyID: s.KeyID, Err: store.ErrAuthFailed}
 	}
