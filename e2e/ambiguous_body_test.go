@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestBodiesReadTwoWaysAreRefused runs the built binary with a canonical
+// fingerprint on one route and a json:/id key on another, and sends the
+// bodies a Go, Python or JavaScript upstream reads otherwise than a reader
+// that keeps the first of a repeated name: each is answered 400
+// ambiguous-body, counted as ambiguous, with nothing forwarded and nothing
+// locked.
+func TestBodiesReadTwoWaysAreRefused(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "ambiguous-body", proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Routes: []routeConfig{
+			{Match: "POST /v1/charges", Keys: map[string]string{"fingerprint_json": "canonical"}},
+			{Match: "POST /v1/orders", Keys: map[string]string{"key_sources": `["json:/id"]`, "require_key": "true"}},
+		},
+	})
+	c := newClient(t, 10*time.Second)
+	ctx := context.Background()
+	refused := func(what string, rq request) {
+		t.Helper()
+		if r := send(ctx, c, p.URL(), rq); r.Err != nil || r.Status != http.StatusBadRequest || r.Problem() != "ambiguous-body" {
+			t.Errorf("%s: %s %v, want 400 ambiguous-body", what, r, r.Err)
+		}
+	}
+	// Amounts 2 and 1 to a Go upstream, one canonical form to a reader
+	// that folds neither case nor order.
+	refused("amount, Amount", request{Path: "/v1/charges", Key: "ch-1", Body: `{"amount":1,"Amount":2}`})
+	refused("Amount, amount", request{Path: "/v1/charges", Key: "ch-1", Body: `{"Amount":2,"amount":1}`})
+	// ord_9 to Go, Python and JavaScript; ord_7 to a Go upstream.
+	refused("id twice", request{Path: "/v1/orders", Body: `{"id":"ord_1","id":"ord_9"}`})
+	refused("id and ID", request{Path: "/v1/orders", Body: `{"id":"ord_5","ID":"ord_7"}`})
+	if n := up.Total(); n != 0 {
+		t.Fatalf("upstream executed %d requests, want 0", n)
+	}
+	if got := metricSum(t, mRequests, map[string]string{"outcome": "ambiguous"}, p); got != 4 {
+		t.Errorf(`requests_total{outcome="ambiguous"} = %v, want 4`, got)
+	}
+	// Nothing was locked: the key and the ids serve bodies that mean one thing.
+	if r := send(ctx, c, p.URL(), request{Path: "/v1/charges", Key: "ch-1", Body: `{"amount":2}`}); r.Status != http.StatusCreated || r.Replayed() {
+		t.Errorf("ch-1 afterwards: %s, want executed", r)
+	}
+	for _, id := range []string{"ord_1", "ord_9", "ord_5", "ord_7"} {
+		body := `{"id":"` + id + `"}`
+		first := send(ctx, c, p.URL(), request{Path: "/v1/orders", Body: body})
+		again := send(ctx, c, p.URL(), request{Path: "/v1/orders", Body: body})
+		if first.Status != http.StatusCreated || !again.Replayed() {
+			t.Errorf("%s afterwards: %s then %s, want executed then replayed", id, first, again)
+		}
+	}
+	if n := up.Total(); n != 5 {
+		t.Errorf("upstream executed %d requests, want 5", n)
+	}
+}
