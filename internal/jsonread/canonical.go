@@ -132,7 +132,7 @@ func (c *canonicalizer) object(i, depth int, mask uint64) int {
 		}
 		i = skipWS(in, i+1)
 		if drop {
-			i = c.skip(i, depth+1)
+			i = c.skip(i, depth+1, false)
 		} else {
 			if len(c.members) > base {
 				c.out = append(c.out, ',')
@@ -240,7 +240,7 @@ func (c *canonicalizer) array(i, depth int, mask uint64) int {
 		}
 		if drop {
 			c.out = append(c.out, "null"...) // the element is there
-			i = c.skip(i, depth+1)
+			i = c.skip(i, depth+1, false)
 		} else {
 			i = c.value(i, depth+1, child)
 		}

@@ -118,22 +118,18 @@ func (n *names) fold(dst, raw []byte) []byte {
 func (n *names) hash(raw []byte) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
 	h := uint64(offset)
-	plain := true
 	for _, c := range raw {
 		if c == '\\' || c >= utf8.RuneSelf {
-			plain = false
-			break
+			goto folded
 		}
-	}
-	if plain {
-		for _, c := range raw {
-			if 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			}
-			h = (h ^ uint64(c)) * prime
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
 		}
-		return h
+		h = (h ^ uint64(c)) * prime
 	}
+	return h
+folded: // escapes or non-ASCII: decode and fold first
+	h = offset
 	n.fa = n.fold(n.fa[:0], raw)
 	for _, c := range n.fa {
 		h = (h ^ uint64(c)) * prime

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Pointer is an RFC 6901 pointer into a JSON document ("/data/object/id").
@@ -116,6 +117,32 @@ func tokenMatchesKey(raw []byte, tok string) bool {
 // nameFolds reports whether the raw bytes of a JSON object key decode to a
 // name that folds to folded.
 func nameFolds(raw []byte, folded string) bool {
+	// Decoding and folding never lengthen a name, so a shorter raw name
+	// cannot match; one of plain ASCII is compared as it stands.
+	if len(raw) < len(folded) {
+		return false
+	}
+	plain := true
+	for _, c := range raw {
+		if c == '\\' || c >= utf8.RuneSelf {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		if len(raw) != len(folded) {
+			return false
+		}
+		for i, c := range raw {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			if c != folded[i] {
+				return false
+			}
+		}
+		return true
+	}
 	var dec, out [64]byte
 	if bytes.IndexByte(raw, '\\') >= 0 {
 		raw = appendUnescaped(dec[:0], raw)
@@ -131,95 +158,15 @@ func nameFolds(raw []byte, folded string) bool {
 // matches a name to a struct field: names being unique, at most one member
 // can match, and a Go upstream reads {"ID":"x"} as an id.
 func (p Pointer) Find(doc []byte) ([]byte, error) {
-	if err := Validate(doc); err != nil {
-		return nil, err
+	if len(p.tokens) > MaxDepth {
+		if err := Validate(doc); err != nil {
+			return nil, err
+		}
+		return nil, ErrNotFound // no value nests that deep
 	}
-	doc, _ = trimBOM(doc)
-	v, ok := p.lookup(doc)
-	if !ok {
-		return nil, ErrNotFound
+	v, err := read(doc, &p)
+	if err == nil && v == nil {
+		err = ErrNotFound
 	}
-	return v, nil
-}
-
-// lookup returns the value p names in the JSON text doc, already
-// validated, or false when there is none.
-func (p Pointer) lookup(doc []byte) ([]byte, bool) {
-	i := skipWS(doc, 0)
-	for d, tok := range p.folded {
-		if d >= MaxDepth || i >= len(doc) {
-			return nil, false
-		}
-		switch doc[i] {
-		case '{':
-			i = findMember(doc, i, d, tok)
-		case '[':
-			i = findElement(doc, i, d, p.index[d])
-		default:
-			return nil, false
-		}
-		if i < 0 {
-			return nil, false
-		}
-	}
-	end := skipValue(doc, i, len(p.tokens))
-	if end < 0 {
-		return nil, false
-	}
-	return doc[i:end], true
-}
-
-// findMember returns the offset of the value of the member whose name
-// folds to folded in the object at doc[i], which sits inside depth
-// containers, or -1.
-func findMember(doc []byte, i, depth int, folded string) int {
-	i = skipWS(doc, i+1)
-	if i < len(doc) && doc[i] == '}' {
-		return -1
-	}
-	for {
-		if i >= len(doc) || doc[i] != '"' {
-			return -1
-		}
-		end := scanString(doc, i)
-		if end < 0 {
-			return -1
-		}
-		match := nameFolds(doc[i+1:end-1], folded)
-		if i = skipWS(doc, end); i >= len(doc) || doc[i] != ':' {
-			return -1
-		}
-		i = skipWS(doc, i+1)
-		if match {
-			return i
-		}
-		if i = skipValue(doc, i, depth+1); i < 0 {
-			return -1
-		}
-		if i = skipWS(doc, i); i >= len(doc) || doc[i] != ',' {
-			return -1 // '}' ends the object without the member
-		}
-		i = skipWS(doc, i+1)
-	}
-}
-
-// findElement returns the offset of element n of the array at doc[i], or -1.
-func findElement(doc []byte, i, depth, n int) int {
-	if n < 0 {
-		return -1
-	}
-	i = skipWS(doc, i+1)
-	if i < len(doc) && doc[i] == ']' {
-		return -1
-	}
-	for ; n > 0; n-- {
-		if i = skipValue(doc, i, depth+1); i < 0 {
-			return -1
-		}
-		if i = skipWS(doc, i); i >= len(doc) || doc[i] != ',' {
-			return -1
-		}
-		i = skipWS(doc, i+1)
-	}
-	return i
+	return v, err
 }

@@ -92,16 +92,15 @@ func TestJSONPointerLookup(t *testing.T) {
 }
 
 // The scanner accepts exactly the JSON texts encoding/json accepts, up to
-// the nesting bound.
-func TestSkipValueAgreesWithEncodingJSON(t *testing.T) {
+// the nesting bound and UTF-8 (TestValidateWantsOneJSONTextInUTF8).
+func TestValidateAgreesWithEncodingJSON(t *testing.T) {
 	for _, doc := range []string{
 		`{}`, `[]`, `""`, `0`, `-0`, `1.5e+3`, `true`, `null`, ` {"a" : [1, "b", {}]} `,
 		`"\u00e9\ud83d\ude00\n"`, `"\ud800"`, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `1e`, `-`, `+1`,
 		`"\x"`, `"a` + "\x01" + `"`, `"\u12"`, `{"a" 1}`, `{1:2}`, `[1 2]`, `tru`, `nul`, `"abc`,
-		`{"a":1}}`, `[1]]`, `{"a":{"b":[]}}`, "\"\xff\"", `1 2`, ``, ` `,
+		`{"a":1}}`, `[1]]`, `{"a":{"b":[]}}`, `1 2`, ``, ` `,
 	} {
-		end := skipValue([]byte(doc), skipWS([]byte(doc), 0), 0)
-		got := end >= 0 && skipWS([]byte(doc), end) == len(doc)
+		got := Validate([]byte(doc)) == nil
 		if want := json.Valid([]byte(doc)); got != want {
 			t.Errorf("scanner on %q: valid = %v, encoding/json says %v", doc, got, want)
 		}
@@ -110,11 +109,11 @@ func TestSkipValueAgreesWithEncodingJSON(t *testing.T) {
 
 func TestScannerBoundsNesting(t *testing.T) {
 	ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
-	if skipValue([]byte(ok), 0, 0) != len(ok) {
+	if Validate([]byte(ok)) != nil {
 		t.Errorf("%d nested arrays refused", MaxDepth)
 	}
 	deep := "[" + ok + "]"
-	if skipValue([]byte(deep), 0, 0) != -1 {
+	if Validate([]byte(deep)) != ErrNotJSON {
 		t.Errorf("%d nested arrays accepted", MaxDepth+1)
 	}
 }

@@ -55,6 +55,11 @@ func trimBOM(doc []byte) ([]byte, int) {
 type reader struct {
 	in []byte
 	names
+	// ptr, when follow is set, is followed while reading: the value it
+	// names is in[found:foundEnd] (found < 0: none).
+	ptr             Pointer
+	follow          bool
+	found, foundEnd int
 }
 
 var readers = sync.Pool{New: func() any { return new(reader) }}
@@ -64,20 +69,35 @@ var readers = sync.Pool{New: func() any { return new(reader) }}
 // unique member names; ErrNotJSON when it is not JSON; a
 // *DuplicateNameError when it is but repeats a name.
 func Validate(doc []byte) error {
+	_, err := read(doc, nil)
+	return err
+}
+
+// read checks doc as Validate does and returns the value p names in it
+// (nil: none, or p is nil).
+func read(doc []byte, p *Pointer) ([]byte, error) {
 	doc, cut := trimBOM(doc)
 	r := readers.Get().(*reader)
+	if p != nil {
+		r.ptr, r.follow = *p, true
+	}
 	err := r.check(doc, cut)
-	r.in = nil
+	var v []byte
+	if err == nil && r.found >= 0 {
+		v = doc[r.found:r.foundEnd]
+	}
+	r.in, r.ptr, r.follow = nil, Pointer{}, false
 	if cap(r.stack) <= 1<<14 {
 		readers.Put(r)
 	}
-	return err
+	return v, err
 }
 
 func (r *reader) check(doc []byte, cut int) error {
 	r.in = doc
 	r.reset()
-	i := r.skip(skipWS(doc, 0), 0)
+	r.found = -1
+	i := r.skip(skipWS(doc, 0), 0, r.follow)
 	return r.verdict(i, cut)
 }
 
@@ -93,11 +113,17 @@ func (r *reader) verdict(i, cut int) error {
 }
 
 // skip reads the value at in[i], which sits inside depth containers,
-// noting the names of its objects.
-func (r *reader) skip(i, depth int) int {
+// noting the names of its objects. on says the value is on r.ptr's path,
+// its first depth tokens matched.
+func (r *reader) skip(i, depth int, on bool) int {
 	b := r.in
 	if i >= len(b) {
 		return -1
+	}
+	if on && depth == len(r.ptr.tokens) {
+		end := r.skip(i, depth, false)
+		r.found, r.foundEnd = i, end
+		return end
 	}
 	switch b[i] {
 	case '{':
@@ -118,10 +144,11 @@ func (r *reader) skip(i, depth int) int {
 				return -1
 			}
 			r.push(b, name+1, i-1)
+			child := on && nameFolds(b[name+1:i-1], r.ptr.folded[depth])
 			if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
 				return -1
 			}
-			if i = r.skip(skipWS(b, i+1), depth+1); i < 0 {
+			if i = r.skip(skipWS(b, i+1), depth+1, child); i < 0 {
 				return -1
 			}
 			if i = skipWS(b, i); i >= len(b) {
@@ -145,8 +172,8 @@ func (r *reader) skip(i, depth int) int {
 		if i < len(b) && b[i] == ']' {
 			return i + 1
 		}
-		for {
-			if i = r.skip(i, depth+1); i < 0 {
+		for n := 0; ; n++ {
+			if i = r.skip(i, depth+1, on && n == r.ptr.index[depth]); i < 0 {
 				return -1
 			}
 			if i = skipWS(b, i); i >= len(b) {
