@@ -15,11 +15,49 @@ import (
 	"time"
 )
 
-// chaosLog records every reply every client got, by key.
+// chaosLog records every reply every client got, by key, and the faults
+// injected.
 type chaosLog struct {
-	mu    sync.Mutex
-	keys  map[string]*keyLog
-	names []string
+	mu     sync.Mutex
+	keys   map[string]*keyLog
+	names  []string
+	faults []faultEvent
+}
+
+// faultEvent is one fault: its name (faultNames), when, and the proxy it
+// hit ("" for Redis and the upstream).
+type faultEvent struct {
+	name string
+	at   time.Time
+	base string
+}
+
+func (cl *chaosLog) fault(name, base string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.faults = append(cl.faults, faultEvent{name, time.Now(), base})
+}
+
+// cutWhileDetached reports whether a 504 upstream-timeout's call, which
+// went on detached for up to chaosMaxExecution, may have been cut by a
+// fault: the upstream killed under it (on_upstream_error: release frees the
+// key), or its proxy SIGKILLed (the lease expires at lock_ttl, as for any
+// request a crash cuts). docs/guarantees.md permits one more execution for
+// each. A SIGTERM lets it finish (shutdown_timeout is above max_execution),
+// and a Redis outage is in the lease budget. cl.mu must be held.
+func (cl *chaosLog) cutWhileDetached(r reply) bool {
+	if r.Err != nil || r.Problem() != "upstream-timeout" {
+		return false
+	}
+	for _, f := range cl.faults {
+		if f.at.Before(r.At) || f.at.After(r.At.Add(chaosMaxExecution)) {
+			continue
+		}
+		if f.name == "upstream killed" || (f.name == "proxy SIGKILLed" && f.base == r.Base) {
+			return true
+		}
+	}
+	return false
 }
 
 type keyLog struct{ replies []reply }
@@ -73,8 +111,9 @@ type leaseBudget struct {
 
 // check verifies the chaos invariants:
 //   - per key, every execution beyond the first is explained: by an
-//     ambiguous reply of that key, else by a counted lost lease or an
-//     unrecorded response (a global budget);
+//     ambiguous reply of that key, or a 504 whose detached call a fault
+//     cut, else by a counted lost lease or an unrecorded response (a
+//     global budget);
 //   - every 2xx a client saw is the body of one of the key's executions,
 //     and every replay of a key is the same recorded body;
 //   - after the faults and lock_ttl, every key is replayed or executed,
@@ -84,25 +123,34 @@ func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final 
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	left := budget.lockLost + budget.unrecorded
-	var requests, executions, replays, byAmbiguity, byBudget int
+	var requests, executions, replays, byAmbiguity, byDetachedCut, byBudget, timeouts int
 	for _, key := range cl.names {
 		replies := append(slices.Clone(cl.keys[key].replies), final[key])
 		ex := up.Execs(key)
 		executions += len(ex)
 		requests += len(replies)
-		unsure := 0
+		unsure, cut := 0, 0
 		for _, r := range replies {
-			if ambiguous(r) {
+			switch {
+			case ambiguous(r):
 				unsure++
+			case cl.cutWhileDetached(r):
+				cut++
+			}
+			if r.Problem() == "upstream-timeout" {
+				timeouts++
 			}
 		}
 		if extra := len(ex) - 1; extra > 0 {
 			covered := min(extra, unsure)
 			byAmbiguity += covered
+			byCut := min(extra-covered, cut)
+			byDetachedCut += byCut
+			covered += byCut
 			if rest := extra - covered; rest > 0 {
 				if rest > left {
-					t.Errorf("key %s: %d executions, %d ambiguous replies, and only %d counted lease losses or unrecorded responses left to explain the rest\n%s",
-						key, len(ex), unsure, left, history(ex, replies))
+					t.Errorf("key %s: %d executions, %d ambiguous replies, %d timeouts whose detached call a fault cut, and only %d counted lease losses or unrecorded responses left to explain the rest\n%s",
+						key, len(ex), unsure, cut, left, history(ex, replies))
 				}
 				left -= min(rest, left)
 				byBudget += rest
@@ -130,8 +178,11 @@ func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final 
 			t.Errorf("key %s after the faults stopped and lock_ttl passed: %s, want a replay or an execution", key, f)
 		}
 	}
-	t.Logf("chaos check: %d keys, %d requests, %d executions, %d replays; extra executions allowed: %d by ambiguous replies, %d by the budget of %d lost leases + %d unrecorded responses",
-		len(cl.names), requests, executions, replays, byAmbiguity, byBudget, budget.lockLost, budget.unrecorded)
+	t.Logf("chaos check: %d keys, %d requests, %d executions, %d replays, %d 504 upstream-timeout; extra executions allowed: %d by ambiguous replies, %d by detached calls a fault cut, %d by the budget of %d lost leases + %d unrecorded responses",
+		len(cl.names), requests, executions, replays, timeouts, byAmbiguity, byDetachedCut, byBudget, budget.lockLost, budget.unrecorded)
+	if timeouts == 0 {
+		t.Error("no request outlasted upstream.timeout: the run never detached a call")
+	}
 }
 
 // metricTally keeps the counters of replicas across restarts, which reset them.

@@ -24,10 +24,21 @@ const (
 // faultNames are the faults the chaos run picks from, by index.
 var faultNames = []string{"redis killed", "upstream killed", "proxy SIGKILLed", "proxy SIGTERMed"}
 
+// The chaos run's clients wait chaosTimeout for an answer; one request in
+// chaosSlowOneIn takes longer (up to chaosSlowest), so its client gets 504
+// and its call goes on detached, within chaosMaxExecution.
+const (
+	chaosTimeout      = time.Second
+	chaosMaxExecution = 4 * time.Second
+	chaosSlowOneIn    = 6
+	chaosSlowest      = 2500 * time.Millisecond
+)
+
 // TestChaos runs retrying clients against two replicas on one Redis while
 // Redis, the upstream and the replicas are killed and restarted at random,
-// then checks the invariants of docs/guarantees.md (see chaosLog.check). A failing
-// run is replayed with the printed CHAOS_SEED.
+// then checks the invariants of docs/guarantees.md (see chaosLog.check). Some
+// requests outlast upstream.timeout, so calls detached from their clients
+// meet every fault. A failing run is replayed with the printed CHAOS_SEED.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
@@ -41,7 +52,9 @@ func TestChaos(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	up := startUpstream(t)
 	cfg := baseConfig(up, srv.URL())
-	cfg.UpstreamTimeout = 3 * time.Second
+	cfg.UpstreamTimeout = chaosTimeout
+	cfg.MaxExecution = chaosMaxExecution
+	// Above max_execution: a SIGTERM lets every detached call finish.
 	cfg.ShutdownTimeout = 5 * time.Second
 	ps := startReplicas(t, 2, cfg)
 	pids := newPIDSet(srv.PID(), ps[0].PID(), ps[1].PID())
@@ -68,16 +81,19 @@ func TestChaos(t *testing.T) {
 		faults[faultNames[n]]++
 		switch n {
 		case 0:
+			cl.fault(faultNames[n], "")
 			srv.Kill()
 			pause(rng, 300*time.Millisecond, 2*time.Second)
 			srv.Restart()
 			pids.add(srv.PID())
 		case 1:
+			cl.fault(faultNames[n], "")
 			up.Kill()
 			pause(rng, 200*time.Millisecond, 1500*time.Millisecond)
 			up.Restart()
 		case 2, 3:
 			p := ps[rng.IntN(len(ps))]
+			cl.fault(faultNames[n], p.URL())
 			metrics.save(t, p)
 			if n == 2 {
 				p.Kill()
@@ -99,6 +115,7 @@ func TestChaos(t *testing.T) {
 	stopClients()
 	clients.Wait()
 	waitIdle(t, ps)
+	waitNoneDetached(t, ps)
 	time.Sleep(lockTTL + 500*time.Millisecond) // leases of killed owners run out by the clock
 	final := finalChaosPass(t, c, ps, cl)
 	extra := metrics.total(t)
@@ -126,6 +143,9 @@ func runChaosClient(ctx context.Context, c *http.Client, ps []*proxyProc, cl *ch
 			key = fmt.Sprintf("chaos-%d-%d", w, i)
 		}
 		work := strconv.Itoa(rng.IntN(300)) + "ms"
+		if rng.IntN(chaosSlowOneIn) == 0 { // past upstream.timeout: 504, then the call goes on
+			work = (chaosTimeout + time.Duration(rng.Int64N(int64(chaosSlowest-chaosTimeout)))).String()
+		}
 		got := rt.Do(ctx, request{Key: key, Body: key, Header: map[string]string{hdrSleep: work}})
 		cl.add(key, got)
 	}
@@ -149,6 +169,19 @@ func waitIdle(t *testing.T, ps []*proxyProc) {
 	for metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("requests still in flight 10s after the clients stopped")
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+// waitNoneDetached polls until no replica has a call going on after its
+// client's 504.
+func waitNoneDetached(t *testing.T, ps []*proxyProc) {
+	t.Helper()
+	deadline := time.Now().Add(chaosMaxExecution + 5*time.Second)
+	for metricSum(t, "idempotency_proxy_detached_requests", nil, ps...) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still detached %v after the clients stopped", chaosMaxExecution+5*time.Second)
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}

@@ -122,7 +122,7 @@ func mustSend(t testing.TB, c *http.Client, base string, rq request) reply {
 }
 
 // retrier resends a request with the same key the way a careful client
-// does: on 409, 503, 502 and transport errors, honouring Retry-After (capped
+// does: on 409, 503, 502, 504 and transport errors, honouring Retry-After (capped
 // so tests stay short) or backing off exponentially with jitter, rotating
 // over the proxy replicas, and giving up after MaxAttempts.
 type retrier struct {
@@ -133,13 +133,14 @@ type retrier struct {
 	Rand        *rand.Rand    // jitter; not safe for concurrent use
 }
 
-// retryable reports whether a real client would try again.
+// retryable reports whether a real client would try again: a 504
+// upstream-timeout too, whose call goes on and whose retry gets its answer.
 func retryable(r reply) bool {
 	if r.Err != nil {
 		return true
 	}
 	switch r.Status {
-	case http.StatusConflict, http.StatusServiceUnavailable, http.StatusBadGateway:
+	case http.StatusConflict, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return true
 	}
 	return false
