@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 )
 
@@ -87,9 +88,12 @@ func keyLine(id string, b byte) string {
 
 const encToken = "enc-admin-token"
 
-// encryptedProxy starts a proxy on store kind ("memory", "redis") with
-// store.encryption.keys_file set to keys.
-func encryptedProxy(t *testing.T, name, kind string, up *markerUpstream, keys string) (*proxyProc, *redistest.Server) {
+// encryptedProxy starts a proxy on store kind ("memory", "redis",
+// "postgres") with store.encryption.keys_file set to keys. The Redis server
+// is returned for tests that change its values; dump returns what the
+// store holds (nil for memory): every Redis value, or every Postgres row's
+// key, head and body, by key.
+func encryptedProxy(t *testing.T, name, kind string, up *markerUpstream, keys string) (p *proxyProc, srv *redistest.Server, dump func() map[string][]byte) {
 	t.Helper()
 	cfg := proxyConfig{
 		Upstream: up.srv.URL, UpstreamTimeout: 10 * time.Second, Memory: kind == "memory",
@@ -97,12 +101,42 @@ func encryptedProxy(t *testing.T, name, kind string, up *markerUpstream, keys st
 		Extra:    "admin:\n  token: " + encToken + "\n",
 		Env:      []string{"IDEMPOTENCY_PROXY_STORE_ENCRYPTION_KEYS_FILE=" + keys},
 	}
-	var srv *redistest.Server
-	if kind == "redis" {
+	switch kind {
+	case "redis":
 		srv = redistest.Start(t)
 		cfg.RedisURL = srv.URL()
+		dump = func() map[string][]byte { return redisValues(t, srv, "*") }
+	case "postgres":
+		pg := pgtest.Start(t)
+		cfg.PostgresURL = pg.URL()
+		dump = func() map[string][]byte { return postgresRows(t, pg) }
 	}
-	return startProxy(t, name, cfg), srv
+	return startProxy(t, name, cfg), srv, dump
+}
+
+// postgresRows returns every row of the proxy's table: its key, head and
+// body, as the database holds them.
+func postgresRows(t *testing.T, pg *pgtest.Server) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pg.Conn(t).Query(ctx, "SELECT key, coalesce(head, ''::bytea), coalesce(body, ''::bytea) FROM idempotency_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var key string
+		var head, body []byte
+		if err := rows.Scan(&key, &head, &body); err != nil {
+			t.Fatal(err)
+		}
+		out[key] = append(append([]byte(key+"\x00"), head...), body...)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // charge sends a keyed POST asking for pad bytes of padding.
@@ -146,14 +180,21 @@ func reload(t *testing.T, p *proxyProc) {
 }
 
 // TestEncryptedRecordsHoldNothingInClearAndReplayExactly runs the built
-// binary on Redis with a keys file: every response replays byte for byte,
-// header included, while no Redis value holds a byte of a recorded header
-// or body — nor a header name, nor the raw key.
+// binary on Redis and on Postgres with a keys file: every response replays
+// byte for byte, header included, while nothing the store holds (every
+// Redis value, every column of the Postgres table) has a byte of a recorded
+// header or body — nor a header name, nor the raw key.
 func TestEncryptedRecordsHoldNothingInClearAndReplayExactly(t *testing.T) {
+	for _, kind := range []string{"redis", "postgres"} {
+		t.Run(kind, func(t *testing.T) { holdsNothingInClear(t, kind) })
+	}
+}
+
+func holdsNothingInClear(t *testing.T, kind string) {
 	up := startMarkerUpstream(t)
 	keys := filepath.Join(t.TempDir(), "keys")
 	keysFile(t, keys, "# first key seals", keyLine("2026-01", 1))
-	p, srv := encryptedProxy(t, "enc-redis", "redis", up, keys)
+	p, _, dump := encryptedProxy(t, "enc-"+kind, kind, up, keys)
 	c := newClient(t, 30*time.Second)
 
 	sizes := map[string]int{"small-200": 150, "medium-16k": 16 << 10, "large-1m": 1 << 20}
@@ -170,18 +211,19 @@ func TestEncryptedRecordsHoldNothingInClearAndReplayExactly(t *testing.T) {
 		}
 	}
 
-	if n := len(redisValues(t, srv, "idem:{*")); n != len(sizes) {
-		t.Fatalf("Redis holds %d idempotency keys, want %d", n, len(sizes))
-	}
-	for k, v := range redisValues(t, srv, "*") {
+	held, records := dump(), 0
+	for k, v := range held {
 		for _, secret := range []string{headerMarker, bodyMarker, "X-Card", "octet-stream", "small-200", "medium-16k", "large-1m"} {
 			if bytes.Contains(v, []byte(secret)) {
-				t.Errorf("Redis key %s holds %q in clear", k, secret)
+				t.Errorf("%s key %s holds %q in clear", kind, k, secret)
 			}
 		}
-		if strings.HasPrefix(k, "idem:{") && !bytes.Contains(v, []byte("2026-01")) {
-			t.Errorf("Redis key %s does not name its key id", k)
+		if bytes.Contains(v, []byte("2026-01")) { // the key id, readable
+			records++
 		}
+	}
+	if records != len(sizes) {
+		t.Fatalf("%s holds %d records naming their key id among %d keys, want %d", kind, records, len(held), len(sizes))
 	}
 }
 
@@ -193,7 +235,7 @@ func TestCopiedRecordIsRefusedAndNotExecutedAgain(t *testing.T) {
 	up := startMarkerUpstream(t)
 	keys := filepath.Join(t.TempDir(), "keys")
 	keysFile(t, keys, keyLine("k1", 1))
-	p, srv := encryptedProxy(t, "enc-copy", "redis", up, keys)
+	p, srv, _ := encryptedProxy(t, "enc-copy", "redis", up, keys)
 	c := newClient(t, 10*time.Second)
 
 	charge(t, c, p, "victim", 10)
@@ -257,7 +299,7 @@ func TestKeyRotationAcrossReloads(t *testing.T) {
 			up := startMarkerUpstream(t)
 			keys := filepath.Join(t.TempDir(), "keys")
 			keysFile(t, keys, keyLine("old", 1))
-			p, _ := encryptedProxy(t, "enc-rotate-"+kind, kind, up, keys)
+			p, _, _ := encryptedProxy(t, "enc-rotate-"+kind, kind, up, keys)
 			c := newClient(t, 10*time.Second)
 			replays := func(key string) {
 				t.Helper()
