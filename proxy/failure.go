@@ -76,7 +76,7 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousPath:
-		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments next to empty ones, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
+		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
 	case failAmbiguousMethod:
 		return probAmbiguousPath, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method, or something that is not a method. Send one.", OutcomeAmbiguous
 	case failResponseCutShort:

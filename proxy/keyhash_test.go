@@ -45,6 +45,7 @@ func TestKeyHashRefusesWhatTheProxyWouldRefuse(t *testing.T) {
 		"disabled route":     {"POST", "/internal/x", "k", ErrNotProtected},
 		"empty key":          {"POST", "/v1/x", "", errEmptyKey},
 		"key too long":       {"POST", "/v1/x", strings.Repeat("k", 256), errKeyTooLong},
+		"ambiguous path":     {"POST", "/v1%2Fx", "k", errRefused},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := h.KeyHash(httptest.NewRequest(tc.method, tc.target, nil), tc.key)
@@ -70,4 +71,26 @@ func newKeyHashHandler(t *testing.T, routes []Route) *Handler {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// An operator's hash of a payload-derived key is the request path's for
+// every spelling of the path and method.
+func TestKeyHashReadsThePathAsTheRequestPathDoes(t *testing.T) {
+	p := DefaultPolicy()
+	p.Header, p.KeySources = "", mustSources(t, "json:/id")
+	h := newKeyHashHandler(t, []Route{{Pattern: "/orders", Policy: p}})
+	hash := func(method, target string) string {
+		t.Helper()
+		got, err := h.KeyHashFrom(httptest.NewRequest(method, "http://api.example"+target, strings.NewReader(`{"id":"o1"}`)), "", "")
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, target, err)
+		}
+		return got
+	}
+	want := hash("POST", "/orders")
+	for _, c := range [][2]string{{"post", "/orders"}, {"POST", "/%6Frders"}, {"POST", "/x/../orders"}} {
+		if got := hash(c[0], c[1]); got != want {
+			t.Errorf("%s %s: %s, want %s", c[0], c[1], got, want)
+		}
+	}
 }

@@ -163,9 +163,13 @@ func (tb *routeTable) lookup(r *http.Request, method, escaped, sent string) *rou
 	// path_case: insensitive routes match the lower-cased path with
 	// their folded patterns. The more specific of the two matches wins,
 	// compared folded, as the upstream compares.
-	lower := *r
-	lower.URL = withPath(r.URL, lowerASCII(escaped))
-	_, folded := tb.folded.Handler(&lower)
+	lower := r
+	if l := lowerASCII(escaped); l != escaped {
+		c := *r
+		c.URL = withPath(r.URL, l)
+		lower = &c
+	}
+	_, folded := tb.folded.Handler(lower)
 	ins, ok := tb.byFolded[folded]
 	switch {
 	case !ok || ins == rt:
@@ -178,7 +182,7 @@ func (tb *routeTable) lookup(r *http.Request, method, escaped, sent string) *rou
 	pair := http.NewServeMux()
 	pair.Handle(rt.folded, http.NotFoundHandler())
 	pair.Handle(ins.folded, http.NotFoundHandler())
-	if _, p := pair.Handler(&lower); p == rt.folded {
+	if _, p := pair.Handler(lower); p == rt.folded {
 		return rt
 	}
 	return ins

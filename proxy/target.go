@@ -35,8 +35,8 @@ type target struct {
 	path string
 	// odd is set when the path can be read two ways: an encoded slash or
 	// backslash (%2F, %5C), a backslash, a ";" path parameter, or dot
-	// segments next to empty ones, which RFC 3986 and slash-merging
-	// servers resolve differently.
+	// segments that RFC 3986 and slash-merging servers resolve
+	// differently (next to empty segments, or last).
 	odd bool
 	// overrides is set when the method-override headers disagree: more
 	// than one method, or one that is not a method.
@@ -178,8 +178,10 @@ func normalPath(p string) (norm string, odd bool) {
 		before := norm
 		norm = removeDotSegments(norm)
 		// A slash-merging server (Go's ServeMux, nginx) merges first and
-		// resolves dots after: "/a//../b" is "/b" there, "/a/b" here.
-		if strings.Contains(before, "//") && cleanPath(before) != cleanPath(norm) {
+		// resolves dots after, and drops the slash a final dot segment
+		// leaves: "/a//../b" is "/b" there, "/a/b" here; "/a/." is "/a"
+		// there, "/a/" here.
+		if cleanPath(before) != cleanPath(norm) {
 			odd = true
 		}
 	}

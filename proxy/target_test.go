@@ -17,8 +17,10 @@ func TestNormalPath(t *testing.T) {
 		{"/internal/%2e%2e/v1/charges", "/v1/charges", false},
 		{"/internal/%2E%2e/v1/charges", "/v1/charges", false},
 		{"/a/./b/../c", "/a/c", false},
-		{"/a/b/..", "/a/", false},
+		{"/a/b/..", "/a/", true}, // a final dot segment: /a/ to RFC 3986, /a to path.Clean
+		{"/a/.", "/a/", true},
 		{"/..", "/", false},
+		{"/a/../", "/", false},
 		{"/a/.well-known/x", "/a/.well-known/x", false},
 		{"/a//b", "/a//b", false},  // kept: some upstreams tell it from /a/b
 		{"/a//../b", "/a/b", true}, // RFC 3986 says /a/b, a slash-merging server /b

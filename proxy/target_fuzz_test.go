@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// FuzzNormalPath checks the path reading against a decoding upstream's
+// (Go's net/http and ServeMux, most frameworks): for a path not flagged
+// odd, the upstream reads the normal form as it reads the path as sent, so
+// a route matched on the normal form is the upstream's. The normal form is
+// a fixed point with no dot segment left.
+func FuzzNormalPath(f *testing.F) {
+	for _, s := range []string{
+		"/v1/charges", "/v1/%63harges", "/internal/%2e%2e/v1/charges", "/a/./b/../c", "/a//../b",
+		"/v1%2Fcharges", "/v1/charges;x", "/%25%32%65", "/a/%2E./b", "/..%2e/x", "/caf%C3%A9/", "/a\\b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if !strings.HasPrefix(p, "/") {
+			return
+		}
+		if _, err := url.PathUnescape(p); err != nil {
+			return // net/http refuses it before the proxy sees it
+		}
+		norm, odd := normalPath(p)
+		if hasDotSegment(norm) {
+			t.Fatalf("normalPath(%q) = %q keeps a dot segment", p, norm)
+		}
+		if again, _ := normalPath(norm); again != norm {
+			t.Fatalf("normalPath(%q) = %q, but normalPath of that is %q", p, norm, again)
+		}
+		if odd {
+			return
+		}
+		sent, _ := url.PathUnescape(p)
+		read, err := url.PathUnescape(norm)
+		if err != nil {
+			t.Fatalf("normalPath(%q) = %q, which does not unescape: %v", p, norm, err)
+		}
+		if a, b := cleanPath(sent), cleanPath(read); a != b {
+			t.Fatalf("a decoding upstream reads %q as %q, its normal form %q as %q", p, a, norm, b)
+		}
+	})
+}
