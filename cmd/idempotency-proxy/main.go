@@ -115,8 +115,34 @@ func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(bi)
+}
+
+// versionOf is the module version the build recorded; for a build of a
+// checkout ("(devel)"), the commit it was built from, with "-dirty" when
+// the tree had changes: "devel+3f2a1b9c0d4e-dirty". "devel" when the build
+// recorded neither (-buildvcs=false, no VCS).
+func versionOf(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "devel"
+	}
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return "devel"
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	return "devel+" + rev[:min(12, len(rev))] + dirty
 }
