@@ -76,8 +76,9 @@ type Upstream struct {
 	// MaxExecution bounds an upstream call in all, detached or not; at
 	// least Timeout. Equal to Timeout, nothing goes on detached.
 	MaxExecution time.Duration `config:"max_execution"`
-	// MaxDetachedBytes bounds the memory the calls going on after their
-	// client was let go may hold.
+	// MaxDetached and MaxDetachedBytes bound the calls going on after their
+	// client was let go: their count, and the memory they may hold.
+	MaxDetached      int  `config:"max_detached"`
 	MaxDetachedBytes Size `config:"max_detached_bytes"`
 }
 
@@ -182,6 +183,7 @@ func Default() *Config {
 		Upstream: Upstream{
 			Timeout:          proxy.DefaultUpstreamTimeout,
 			MaxExecution:     proxy.DefaultMaxExecution,
+			MaxDetached:      proxy.DefaultMaxDetached,
 			MaxDetachedBytes: proxy.DefaultMaxDetachedBytes,
 		},
 		Store:    defaultStore(),

@@ -148,6 +148,7 @@ var invalidFiles = []invalidCase{
 	}},
 	{"invalid-max-execution.yaml", []string{
 		"upstream.max_execution: must be at least upstream.timeout (1m0s), not 30s: a call must be allowed to run as long as its client waits",
+		"upstream.max_detached: must be > 0, not 0",
 		"upstream.max_detached_bytes: must be > 0, not 0",
 	}},
 	{"invalid-values.yaml", []string{

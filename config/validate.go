@@ -172,6 +172,9 @@ func checkUpstream(v *validation, u Upstream) {
 	} else if u.MaxExecution < u.Timeout {
 		v.add("upstream.max_execution", "must be at least upstream.timeout (%s), not %s: a call must be allowed to run as long as its client waits", u.Timeout, u.MaxExecution)
 	}
+	if u.MaxDetached <= 0 {
+		v.add("upstream.max_detached", "must be > 0, not %d", u.MaxDetached)
+	}
 	if u.MaxDetachedBytes <= 0 {
 		v.add("upstream.max_detached_bytes", "must be > 0, not %d", u.MaxDetachedBytes)
 	}

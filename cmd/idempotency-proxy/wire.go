@@ -47,6 +47,7 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 		Upstream:         cfg.Upstream.URL,
 		UpstreamTimeout:  cfg.Upstream.Timeout,
 		MaxExecution:     cfg.Upstream.MaxExecution,
+		MaxDetached:      cfg.Upstream.MaxDetached,
 		MaxDetachedBytes: int64(cfg.Upstream.MaxDetachedBytes),
 		Store:            st,
 		Default:          def,
