@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // ErrNotProtected is returned by KeyHash for a request the live routes do
@@ -58,6 +60,11 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		k, kind, err := requestKeyFrom(r, rt.sources, body, true)
 		if err == errNoKey {
 			return "", fmt.Errorf("%w: the route takes it from %s", errNoKey, DescribeKeySources(rt.sources))
+		}
+		if errors.Is(err, jsonread.ErrDuplicateName) {
+			// The request path refuses such a body before it has a key.
+			p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, failAmbiguousBody, err)
+			return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, ProblemBase)+": "+detail)
 		}
 		if err != nil {
 			return "", err

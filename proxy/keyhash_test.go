@@ -94,3 +94,15 @@ func TestKeyHashReadsThePathAsTheRequestPathDoes(t *testing.T) {
 		}
 	}
 }
+
+// A body the request path refuses for a repeated name has no key hash:
+// the operator learns why, as the client would.
+func TestKeyHashRefusesABodyReadTwoWays(t *testing.T) {
+	p := DefaultPolicy()
+	p.Header, p.KeySources = "", mustSources(t, "json:/id")
+	h := newKeyHashHandler(t, []Route{{Pattern: "/orders", Policy: p}})
+	_, err := h.KeyHashFrom(httptest.NewRequest("POST", "http://api.example/orders", strings.NewReader(`{"id":"o1","ID":"o2"}`)), "", "")
+	if !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "ambiguous-body") {
+		t.Fatalf("err = %v, want errRefused naming ambiguous-body", err)
+	}
+}
