@@ -115,7 +115,7 @@ func (c *checkout) confirmation() shown {
 		const r = document.getElementById("result");
 		return r.hidden ? null : {text: r.textContent, replayed: r.className === "replayed",
 			key: document.getElementById("key").textContent};
-	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute)))
+	})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
 		c.t.Fatalf("no confirmation on the page: %v\nupstream:\n%s", err, c.upstream.Stderr())
 	}
@@ -126,7 +126,7 @@ func (c *checkout) confirmation() shown {
 func (c *checkout) statusShows(substr string) {
 	c.t.Helper()
 	_, err := chromedp.Run(c.browser, chromedp.PollFunction[bool](`(s) => document.getElementById("status").textContent.includes(s)`,
-		chromedp.WithPollingArgs(substr), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute)))
+		chromedp.WithPollingArgs(substr), chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	if err != nil {
 		c.t.Fatalf("the page's status never showed %q: %v", substr, err)
 	}
