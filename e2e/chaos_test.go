@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 )
 
@@ -21,8 +22,17 @@ const (
 	chaosSeed    = 20260505
 )
 
-// faultNames are the faults the chaos run picks from, by index.
-var faultNames = []string{"redis killed", "upstream killed", "proxy SIGKILLed", "proxy SIGTERMed"}
+// faultNames are the faults the chaos run picks from, by index; the first
+// is the store's (killed, or stopped for Postgres).
+var faultNames = []string{"store down", "upstream killed", "proxy SIGKILLed", "proxy SIGTERMed"}
+
+// chaosStore is the store server of a chaos run: taken down (Kill) and
+// brought back (Restart) on the same address and data.
+type chaosStore interface {
+	Kill()
+	Restart()
+	PID() int
+}
 
 // The chaos run's clients wait chaosTimeout for an answer; one request in
 // chaosSlowOneIn takes longer (up to chaosSlowest), so its client gets 504
@@ -40,6 +50,28 @@ const (
 // requests outlast upstream.timeout, so calls detached from their clients
 // meet every fault. A failing run is replayed with the printed CHAOS_SEED.
 func TestChaos(t *testing.T) {
+	// Append-only with fsync on every write: a killed Redis keeps what it
+	// acknowledged, as a production store must.
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	runChaos(t, srv, func(up *upstream) proxyConfig { return baseConfig(up, srv.URL()) })
+}
+
+// TestChaosOnPostgres is the same run on two replicas sharing one
+// PostgreSQL, which is stopped (fast shutdown) and started again as the
+// store fault.
+func TestChaosOnPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	runChaos(t, pgChaos{pg}, func(up *upstream) proxyConfig { return postgresConfig(up, pg.URL()) })
+}
+
+// pgChaos takes a PostgreSQL server down the way an operator restarting it
+// does: a fast shutdown, every committed transaction kept.
+type pgChaos struct{ *pgtest.Server }
+
+func (p pgChaos) Kill()    { p.Stop() }
+func (p pgChaos) Restart() { p.Start() }
+
+func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
 	}
@@ -47,11 +79,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos run: CHAOS_SECONDS=%d CHAOS_SEED=%d", seconds, seed)
 	goroutines := runtimeGoroutines()
 
-	// Append-only with fsync on every write: a killed Redis keeps what it
-	// acknowledged, as a production store must.
-	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	up := startUpstream(t)
-	cfg := baseConfig(up, srv.URL())
+	cfg := config(up)
 	cfg.UpstreamTimeout = chaosTimeout
 	cfg.MaxExecution = chaosMaxExecution
 	// Above max_execution: a SIGTERM lets every detached call finish.
