@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,6 +145,22 @@ func TestGoClientFollowsTheContract(t *testing.T) {
 		}
 		if got := h.count(t, id); got.Executions != 1 || !client.Replayed(resp) {
 			t.Errorf("%d executions, replayed %v; want 1, replayed", got.Executions, client.Replayed(resp))
+		}
+	})
+
+	t.Run("attempts run out", func(t *testing.T) {
+		id := newID()
+		c := &client.Client{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
+		_, err := c.Do(t.Context(), harnessPost(t, h.proxy+"/always/store-unavailable/"+id, "{}"))
+		var re *client.RetryError
+		if !errors.As(err, &re) || !errors.Is(err, client.ErrAttemptsExhausted) {
+			t.Fatalf("err = %v, want a *RetryError wrapping ErrAttemptsExhausted", err)
+		}
+		if re.Attempts != 3 || re.StatusCode != http.StatusServiceUnavailable || re.Problem == nil || re.Problem.Type != client.ProblemStoreUnavailable {
+			t.Errorf("gave up after %d attempts on %d %v, want 3 on 503 store-unavailable", re.Attempts, re.StatusCode, re.Problem)
+		}
+		if got := h.count(t, id); got.Hits != 3 || len(slices.Compact(got.Keys)) != 1 {
+			t.Errorf("%d hits with keys %q, want 3 with one key", got.Hits, got.Keys)
 		}
 	})
 

@@ -38,6 +38,7 @@ import (
 //	                      (its status, problem+json, Retry-After: 1 when the
 //	                      contract says the proxy sends one), unrecorded
 //	                      (Idempotency-Control: no-store); later calls execute
+//	POST /always/TYPE/ID  every call answers like /answer/TYPE's first
 //	POST /charge/ID       executes: 201 {"id", "execution", "body"}
 //	POST /slow/ID         executes once POST /release/ID reached the upstream
 //	POST /lose/ID         executes; the front loses the first answer
@@ -162,7 +163,7 @@ func (u *contractUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 
 	switch {
-	case parts[0] == "answer" && len(parts) == 3 && first:
+	case (parts[0] == "answer" && first || parts[0] == "always") && len(parts) == 3:
 		row, ok := u.c.ByType(parts[1])
 		if !ok {
 			http.Error(w, "no such problem type", http.StatusNotFound)

@@ -94,6 +94,22 @@ test("upstream timeout, then the running call's answer: one execution", { skip }
   assert.equal((await count(id)).executions, 1);
 });
 
+test("attempts run out: GaveUpError, the key kept for a later call", { skip }, async () => {
+  const id = newId();
+  const client = new IdempotentClient({ maxAttempts: 3, baseDelay: 10, maxDelay: 20 });
+  await assert.rejects(client.request(`${PROXY}/always/store-unavailable/${id}`, { method: "POST", json: {}, operation: id }), (err) => {
+    assert.ok(err instanceof GaveUpError, `${err.name}: ${err.message}`);
+    assert.equal(err.attempts, 3);
+    assert.equal(err.status, 503);
+    assert.equal(err.problem.type, contract.problem_base + "store-unavailable");
+    assert.equal(client.pending(id), err.key);
+    return true;
+  });
+  const seen = await count(id);
+  assert.equal(seen.hits, 3);
+  assert.equal(new Set(seen.keys).size, 1);
+});
+
 test("key reused with another payload: PayloadMismatchError", { skip }, async () => {
   const id = newId();
   const client = new IdempotentClient();

@@ -117,6 +117,19 @@ class ProxyTest(unittest.TestCase):
         self.assertTrue(res.replayed)
         self.assertEqual(count(op_id)["executions"], 1)
 
+    def test_attempts_run_out_and_the_key_is_kept(self):
+        op_id = new_id()
+        client = ic.Client(max_attempts=3, base_delay=0.01, max_delay=0.02)
+        with self.assertRaises(ic.GaveUpError) as cm:
+            client.request("POST", f"{PROXY}/always/store-unavailable/{op_id}", json={}, operation=op_id)
+        e = cm.exception
+        self.assertEqual((e.attempts, e.status), (3, 503))
+        self.assertEqual(e.problem["type"], self.contract["problem_base"] + "store-unavailable")
+        self.assertEqual(client.pending(op_id), e.key)
+        seen = count(op_id)
+        self.assertEqual(seen["hits"], 3)
+        self.assertEqual(set(seen["keys"]), {e.key})
+
     def test_key_reused_with_another_payload(self):
         op_id = new_id()
         client = ic.Client()
