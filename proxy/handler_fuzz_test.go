@@ -26,6 +26,8 @@ func FuzzHandlerKeyAndFingerprint(f *testing.F) {
 		{"k-1", `{"ts":2,"id":"x"}`},
 		{`"quoted"`, `[]`},
 		{"a,b", `{}`},
+		{"", `{"id":"a","ID":"b"}`},
+		{"k-2", "\xef\xbb\xbf{\"ts\":1,\"TS\":2}"},
 	} {
 		f.Add(seed.key, []byte(seed.body))
 	}
