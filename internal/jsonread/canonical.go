@@ -43,7 +43,7 @@ func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, error) {
 	out := c.out
 	c.in, c.out, c.ignore = nil, nil, nil
 	c.members = c.members[:0]
-	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 && cap(c.stack) <= 1<<14 { // do not keep what one huge body grew
+	if cap(c.tmp) <= 1<<20 && cap(c.members) <= 1<<14 && c.small() { // do not keep what one huge body grew
 		canonicalizers.Put(c)
 	}
 	if err != nil {

@@ -32,6 +32,12 @@ type names struct {
 	dupS, dupE int    // that name, between its quotes
 }
 
+// small reports whether n's buffers are worth keeping for another body:
+// one huge body must not leave its buffers in a pool.
+func (n *names) small() bool {
+	return cap(n.stack) <= 1<<14 && cap(n.sorted) <= 1<<14 && cap(n.fa) <= 1<<16 && cap(n.fb) <= 1<<16 && cap(n.dec) <= 1<<16
+}
+
 func (n *names) reset() {
 	n.stack = n.stack[:0]
 	n.dupAt = -1

@@ -87,7 +87,7 @@ func read(doc []byte, p *Pointer) ([]byte, error) {
 		v = doc[r.found:r.foundEnd]
 	}
 	r.in, r.ptr, r.follow = nil, Pointer{}, false
-	if cap(r.stack) <= 1<<14 {
+	if r.small() {
 		readers.Put(r)
 	}
 	return v, err
