@@ -98,7 +98,9 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 func (h *Handler) timerFired(q *request) {
 	if h.maxExecution > h.upstreamTimeout && !q.timedOut.Swap(true) {
 		q.capture.mu.Lock()
-		q.deadline.Reset(h.maxExecution - h.upstreamTimeout)
+		if !q.deadlineStopped {
+			q.deadline.Reset(h.maxExecution - h.upstreamTimeout)
+		}
 		q.capture.mu.Unlock()
 		q.signal()
 		return

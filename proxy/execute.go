@@ -54,7 +54,10 @@ func (h *Handler) call(ctx context.Context, q *request, out *http.Request) {
 	start := time.Now()
 	aborted := h.serveUpstream(q, out)
 	dropControlTrailers(q.capture.hdr, q.route.policy.UpstreamControlHeader)
+	q.capture.mu.Lock() // timerFired may be re-arming it
 	q.deadline.Stop()
+	q.deadlineStopped = true
+	q.capture.mu.Unlock()
 	q.cancel()
 	q.route.metrics.upstream.Observe(time.Since(start).Seconds())
 	detached := q.capture.end(h.metrics.detached)

@@ -65,10 +65,12 @@ type request struct {
 	// timedOut or ended is set.
 	cancel   context.CancelFunc
 	deadline timer
-	timedOut atomic.Bool
-	ended    atomic.Bool
-	wake     chan struct{}
-	ran      struct {
+	// deadlineStopped is set, under capture.mu, once the call returned.
+	deadlineStopped bool
+	timedOut        atomic.Bool
+	ended           atomic.Bool
+	wake            chan struct{}
+	ran             struct {
 		outcome Outcome
 		status  int
 		aborted bool // the reverse proxy panicked: the response was cut
