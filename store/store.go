@@ -44,6 +44,10 @@ var (
 	ErrLockLost = errors.New("lock lost")
 	// ErrNotFound means there is nothing under the key: no lease, no record.
 	ErrNotFound = errors.New("key not found")
+	// ErrInUse means another process holds a store that only one process
+	// may open (the file store's directory): the store works, for that
+	// process.
+	ErrInUse = errors.New("in use by another process")
 
 	// ErrUnreadable means a record is stored under the key that cannot be
 	// read. The key may have been executed, so it must not be executed

@@ -2,13 +2,16 @@ package main
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/store/filestore"
 )
 
 // checkLines splits --check output into "STATUS what" prefixes, one a check.
@@ -128,5 +131,27 @@ func TestCheckReportsPostgresVersionAndTable(t *testing.T) {
 	code, out, _ = runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--check")
 	if code != 1 || !regexp.MustCompile(`FAIL +store .*(connect|refused)`).MatchString(out) || strings.Contains(out, pg.Password()) {
 		t.Fatalf("database stopped: exit %d\n%s\nwant 1 and a FAIL store line with the cause, without the password", code, out)
+	}
+}
+
+// TestCheckOfTheFileStore: --check names the engine and the store's size,
+// and a directory the running proxy holds (a startup probe runs --check in
+// the proxy's container) is the store working, not a failure.
+func TestCheckOfTheFileStore(t *testing.T) {
+	up, _ := countingUpstream(t)
+	dir := t.TempDir()
+	code, out, errs := runBinary(t, nil, "--upstream", up.URL, "--store-path", dir, "--check")
+	if code != 0 || !regexp.MustCompile(`ok +store +file .*: bbolt v1\.\d+\.\d+; 0 records`).MatchString(out) {
+		t.Fatalf("free directory: exit %d\n%s%s\nwant 0 naming bbolt and the records held", code, out, errs)
+	}
+
+	held, err := filestore.Open(filestore.Options{Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	code, out, errs = runBinary(t, nil, "--upstream", up.URL, "--store-path", dir, "--check")
+	if code != 0 || !regexp.MustCompile(`ok +store +.*in use by another process \(pid `+strconv.Itoa(os.Getpid())+`\)`).MatchString(out) {
+		t.Fatalf("directory held by a proxy: exit %d\n%s%s\nwant 0 naming the holder's pid", code, out, errs)
 	}
 }

@@ -12,6 +12,10 @@ import (
 // maxBatch bounds the writes committed in one transaction.
 const maxBatch = 512
 
+// indexFill is how full bbolt fills the expiry index's pages when it
+// splits them.
+const indexFill = 0.95
+
 // op is one write waiting for the committer. fn runs inside the batch's
 // transaction and returns the write's own outcome (ErrLockLost, ErrFull);
 // done receives that, or the commit's error when the transaction failed.
@@ -92,6 +96,10 @@ func (s *Store) commit(batch []*op, errs []error) []error {
 	t := &txn{s: s, now: s.now().UnixNano(), used: s.used.Load(), records: s.records.Load()}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		t.keys, t.expiry = tx.Bucket(bucketKeys), tx.Bucket(bucketExpiry)
+		// Index entries are added in about the order of their times, at
+		// the right of the tree: bbolt's default of half-full pages would
+		// leave every page of the index half empty.
+		t.expiry.FillPercent = indexFill
 		for _, o := range batch {
 			errs = append(errs, o.fn(t))
 		}

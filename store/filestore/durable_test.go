@@ -79,8 +79,8 @@ func TestSecondOpenOfADirectoryIsRefused(t *testing.T) {
 		second.Close()
 		t.Fatal("second Open of one directory succeeded, want it refused")
 	}
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
-		t.Errorf("second Open: %v; want ErrLocked naming %s and pid %d", err, dir, os.Getpid())
+	if !errors.Is(err, store.ErrInUse) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("second Open: %v; want ErrInUse naming %s and pid %d", err, dir, os.Getpid())
 	}
 	mustAcquire(t, first, "still-mine", time.Minute)
 }

@@ -119,7 +119,8 @@ type Store struct {
 }
 
 // Open opens or creates the store in opts.Path and starts its committer
-// and sweeper. It fails when another process holds the directory.
+// and sweeper. It fails with store.ErrInUse when another process holds the
+// directory.
 func Open(opts Options) (*Store, error) {
 	if opts.Path == "" {
 		return nil, errors.New("file store: no directory given")

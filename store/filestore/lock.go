@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-)
 
-// ErrLocked means another process holds the store's directory. Two
-// processes over one directory would each believe they own its leases.
-var ErrLocked = errors.New("in use by another process")
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
 
 // lockFile is the lock's name inside the directory.
 const lockFile = "LOCK"
@@ -29,7 +27,9 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("file store %s: %w%s: one proxy process per directory", dir, ErrLocked, holder(path))
+			// Two processes over one directory would each believe they
+			// own its leases.
+			return nil, fmt.Errorf("file store %s: %w%s: one proxy process per directory", dir, store.ErrInUse, holder(path))
 		}
 		return nil, fmt.Errorf("file store %s: lock %s: %w", dir, path, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -127,15 +129,32 @@ func toEntry(key string, e *entry, withBody bool) (store.Entry, error) {
 	return ent, nil
 }
 
-// Health reports the store as "file" with its directory; it is Full when a
-// lease for a new key would not fit and nothing can be evicted for it, or
-// when the last commit found the disk full.
+// Health names the engine and says how full the store is; it is Full when
+// a lease for a new key would not fit and nothing can be evicted for it,
+// or when the disk was found full.
 func (s *Store) Health(context.Context) (store.Health, error) {
-	full := s.used.Load()+entrySize("", 64) > s.maxBytes
+	used := s.used.Load()
+	full := used+entrySize("", 64) > s.maxBytes
 	if full && s.evict {
 		full = s.records.Load() == 0
 	}
-	return store.Health{Server: "file " + s.dir, Full: full || s.diskFull.Load()}, nil
+	return store.Health{
+		Server: engineVersion(),
+		Detail: fmt.Sprintf("%d records, %d of max_bytes %d", s.records.Load(), used, s.maxBytes),
+		Full:   full || s.diskFull.Load(),
+	}, nil
 }
+
+// engineVersion is "bbolt" and its module version, as built in.
+var engineVersion = sync.OnceValue(func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "go.etcd.io/bbolt" {
+				return "bbolt " + d.Version
+			}
+		}
+	}
+	return "bbolt"
+})
 
 func unixNano(n int64) time.Time { return time.Unix(0, n).UTC() }
