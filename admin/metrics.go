@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		full: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idempotency_proxy_store_full",
-			Help: "1 when the store refuses writes for lack of space (memory store at max_bytes, Redis at maxmemory).",
+			Help: "1 when the store refuses writes for lack of space (memory or file store at max_bytes or on a full disk, Redis at maxmemory).",
 		}),
 		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_proxy_store_data_loss_total",
@@ -67,7 +67,7 @@ func (m *Metrics) count(op, result string) {
 	m.ops.WithLabelValues(op, result).Inc()
 }
 
-// StoreStats is what the memory store reports of its size.
+// StoreStats is what the memory and file stores report of their size.
 type StoreStats struct {
 	// Bytes is the recorded data held: keys, headers and bodies.
 	Bytes int64
@@ -78,7 +78,7 @@ type StoreStats struct {
 	Evictions uint64
 }
 
-// RegisterStoreStats exposes the memory store's size on reg, read from
+// RegisterStoreStats exposes the store's size on reg, read from
 // stats at every scrape.
 func RegisterStoreStats(reg prometheus.Registerer, stats func() StoreStats) {
 	reg.MustRegister(statsCollector{stats})
@@ -86,11 +86,11 @@ func RegisterStoreStats(reg prometheus.Registerer, stats func() StoreStats) {
 
 var (
 	descBytes = prometheus.NewDesc("idempotency_proxy_store_bytes",
-		"Bytes of recorded data held by the memory store (keys, headers and bodies).", nil, nil)
+		"Bytes of recorded data held by the memory or file store (keys, headers and bodies).", nil, nil)
 	descRecords = prometheus.NewDesc("idempotency_proxy_store_records",
-		"Completed records held by the memory store.", nil, nil)
+		"Completed records held by the memory or file store.", nil, nil)
 	descEvictions = prometheus.NewDesc("idempotency_proxy_store_evictions_total",
-		"Completed records the memory store dropped to make room (when_full: evict_oldest).", nil, nil)
+		"Completed records the memory or file store dropped to make room (when_full: evict_oldest).", nil, nil)
 )
 
 type statsCollector struct{ stats func() StoreStats }

@@ -65,7 +65,8 @@ type Preparer interface {
 }
 
 // Stats are the size figures of a store that keeps them in the process
-// (the memory store), for its gauges and eviction counter.
+// (the memory store) or can read them cheaply (the file store), for its
+// gauges and eviction counter.
 type Stats struct {
 	// Bytes is the approximate size of the entries held.
 	Bytes int64

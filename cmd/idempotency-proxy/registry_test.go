@@ -45,10 +45,10 @@ func TestMemoryStoreSizeIsExposed(t *testing.T) {
 		t.Fatalf("memory Stats = %+v after one record", want)
 	}
 	expo := `
-# HELP idempotency_proxy_store_records Completed records held by the memory store.
+# HELP idempotency_proxy_store_records Completed records held by the memory or file store.
 # TYPE idempotency_proxy_store_records gauge
 idempotency_proxy_store_records 1
-# HELP idempotency_proxy_store_evictions_total Completed records the memory store dropped to make room (when_full: evict_oldest).
+# HELP idempotency_proxy_store_evictions_total Completed records the memory or file store dropped to make room (when_full: evict_oldest).
 # TYPE idempotency_proxy_store_evictions_total counter
 idempotency_proxy_store_evictions_total 0
 `
