@@ -102,8 +102,8 @@ func TestEachRecordHasItsOwnNonce(t *testing.T) {
 	}
 }
 
-// copyRecord puts what mem holds under from under to, as someone with
-// write access to the store could.
+// copyRecord puts what mem holds under from under to (which may be from),
+// changed by change, as someone with write access to the store could.
 func copyRecord(t *testing.T, mem *memory.Store, from, to string, change func(*store.Record)) {
 	t.Helper()
 	e, err := mem.Inspect(context.Background(), from)
@@ -116,6 +116,11 @@ func copyRecord(t *testing.T, mem *memory.Store, from, to string, change func(*s
 	rec.Sealed = &sealed
 	if change != nil {
 		change(&rec)
+	}
+	if to == from {
+		if err := mem.Delete(context.Background(), from); err != nil {
+			t.Fatal(err)
+		}
 	}
 	complete(t, mem, to, &rec)
 }
@@ -133,14 +138,21 @@ func TestChangedOrMovedRecordDoesNotOpen(t *testing.T) {
 		"created":        func(r *store.Record) { r.CreatedAt = r.CreatedAt.Add(time.Millisecond) },
 		"body size":      func(r *store.Record) { r.Sealed.BodyBytes++ },
 		"body omitted":   func(r *store.Record) { r.BodyOmitted = true },
+		"request path":   func(r *store.Record) { r.Request.Path = "/v1/refunds" },
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
 			mem := newMemory(t)
 			s := New(mem, mustParse(t, "k1 "+testKey(1)))
 			complete(t, s, "original", response())
-			copyRecord(t, mem, "original", "copy", change)
-			_, err := begin(t, s, "copy")
+			// Moved: to another key as it is. Changed: in place, so that
+			// only the change can make it fail.
+			target := "copy"
+			if change != nil {
+				target = "original"
+			}
+			copyRecord(t, mem, "original", target, change)
+			_, err := begin(t, s, target)
 			var se *store.SealError
 			if !errors.Is(err, store.ErrAuthFailed) || !errors.As(err, &se) || se.KeyID != "k1" {
 				t.Fatalf("Begin of the %s record = %v, want ErrAuthFailed naming k1", name, err)
