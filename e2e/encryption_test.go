@@ -98,7 +98,7 @@ func encryptedProxy(t *testing.T, name, kind string, up *markerUpstream, keys st
 	cfg := proxyConfig{
 		Upstream: up.srv.URL, UpstreamTimeout: 10 * time.Second, Memory: kind == "memory",
 		Defaults: map[string]string{"ttl": "10m", "max_response_body": "2MiB"},
-		Extra:    "admin:\n  token: " + encToken + "\n",
+		Extra:    "admin:\n  token: " + encToken + "\n  pprof: true\n",
 		Env:      []string{"IDEMPOTENCY_PROXY_STORE_ENCRYPTION_KEYS_FILE=" + keys},
 	}
 	switch kind {
@@ -383,6 +383,12 @@ func TestKeyRotationAcrossReloads(t *testing.T) {
 				t.Fatalf("before executed %d times, want 1", n)
 			}
 			assertNoKeyMaterial(t, p.Logs(), 1, 2)
+			if view := adminText(t, p, "/admin/config"); !strings.Contains(view, "keys_file: "+keys) {
+				t.Errorf("/admin/config does not show keys_file %s:\n%s", keys, view)
+			} else {
+				assertNoKeyMaterial(t, view, 1, 2)
+			}
+			assertNoKeyMaterial(t, adminText(t, p, "/debug/pprof/cmdline"), 1, 2)
 		})
 	}
 }
@@ -401,6 +407,24 @@ func sealedBy(t *testing.T, p *proxyProc, key string) string {
 	}
 	adminCall(t, p, encToken, "GET", "/admin/keys/"+hashed.KeyHash, nil, &entry)
 	return entry.SealedBy
+}
+
+// adminText is the body of an admin GET with the token, whatever its status.
+func adminText(t *testing.T, p *proxyProc, path string) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", p.AdminURL()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+encToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(res.Body)
+	return b.String()
 }
 
 // assertNoKeyMaterial fails if out shows a key of 32 bytes b, in any base64.
