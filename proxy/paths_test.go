@@ -54,6 +54,7 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 		{"a method override", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: POST"}, "missing-key"},
 		{"X-HTTP-Method", "PUT", "/v1/charges", []string{"X-HTTP-Method: post"}, "missing-key"},
 		{"X-Method-Override", "GET", "/v1/charges", []string{"X-Method-Override: POST"}, "missing-key"},
+		{"an override naming an unprotected method", "POST", "/v1/charges", []string{"X-HTTP-Method-Override: GET"}, "missing-key"},
 		{"an encoded slash", "POST", "/v1%2Fcharges", nil, "ambiguous-path"},
 		{"an encoded slash, lower-case", "POST", "/v1%2fcharges", nil, "ambiguous-path"},
 		{"an encoded backslash", "POST", "/v1%5Ccharges", nil, "ambiguous-path"},

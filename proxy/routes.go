@@ -117,6 +117,14 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 // route that rejects ambiguous paths.
 func (tb *routeTable) match(r *http.Request, t *target) *route {
 	rt := tb.lookup(r, t.method, t.path, t.escaped)
+	if t.method != t.own && !rt.protects(t.method) {
+		// The upstream may ignore the override: as its own method the
+		// request may fall on a route that protects it (POST with an
+		// override naming GET is still a POST to such an upstream).
+		if own := tb.lookup(r, t.own, t.path, t.escaped); own.protects(t.own) {
+			rt = own
+		}
+	}
 	if t.overrides != overrideNone && rt.protectsTarget(t) {
 		t.refuse = failAmbiguousMethod
 		return rt
