@@ -64,6 +64,19 @@ func TestChaosOnPostgres(t *testing.T) {
 	runChaos(t, pgChaos{pg}, func(up *upstream) proxyConfig { return postgresConfig(up, pg.URL()) })
 }
 
+// TestChaosOnTheFileStore is the same run on one proxy on the file store
+// (one process per directory, so no second replica and no store server):
+// the proxy, SIGKILLed or SIGTERMed and restarted on its directory, must
+// keep every lease and record it acknowledged.
+func TestChaosOnTheFileStore(t *testing.T) {
+	dir := t.TempDir()
+	runChaos(t, nil, func(up *upstream) proxyConfig {
+		cfg := fileConfig(up, dir, false)
+		cfg.Defaults = baseConfig(up, "").Defaults
+		return cfg
+	})
+}
+
 // pgChaos takes a PostgreSQL server down the way an operator restarting it
 // does: a fast shutdown, every committed transaction kept.
 type pgChaos struct{ *pgtest.Server }
@@ -71,6 +84,8 @@ type pgChaos struct{ *pgtest.Server }
 func (p pgChaos) Kill()    { p.Stop() }
 func (p pgChaos) Restart() { p.Start() }
 
+// runChaos runs the chaos on two replicas sharing srv, or on one proxy
+// when srv is nil (a store in the proxy's process), without the store fault.
 func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
@@ -85,8 +100,18 @@ func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) 
 	cfg.MaxExecution = chaosMaxExecution
 	// Above max_execution: a SIGTERM lets every detached call finish.
 	cfg.ShutdownTimeout = 5 * time.Second
-	ps := startReplicas(t, 2, cfg)
-	pids := newPIDSet(srv.PID(), ps[0].PID(), ps[1].PID())
+	replicas, firstFault := 2, 0
+	if srv == nil {
+		replicas, firstFault = 1, 1
+	}
+	ps := startReplicas(t, replicas, cfg)
+	pids := newPIDSet()
+	for _, p := range ps {
+		pids.add(p.PID())
+	}
+	if srv != nil {
+		pids.add(srv.PID())
+	}
 	cl := &chaosLog{keys: map[string]*keyLog{}}
 	metrics := newMetricTally(ps)
 
@@ -105,7 +130,7 @@ func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) 
 	faults := map[string]int{}
 	for end := time.Now().Add(time.Duration(seconds) * time.Second); time.Now().Before(end); {
 		pause(rng, 500*time.Millisecond, 2*time.Second)
-		n := rng.IntN(len(faultNames))
+		n := firstFault + rng.IntN(len(faultNames)-firstFault)
 		t.Logf("%s %s", time.Now().Format("15:04:05.000"), faultNames[n])
 		faults[faultNames[n]]++
 		switch n {
@@ -154,7 +179,9 @@ func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) 
 	for _, p := range ps {
 		p.Kill()
 	}
-	srv.Kill()
+	if srv != nil {
+		srv.Kill()
+	}
 	up.Kill()
 	c.CloseIdleConnections()
 	pids.checkGone(t)
