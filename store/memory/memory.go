@@ -44,11 +44,8 @@ package memory
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,76 +56,12 @@ import (
 
 const (
 	shardCount = 64
-	// entryOverhead approximates an entry's slot (112 bytes) and its share
-	// of the index, so that many tiny entries still count against MaxBytes.
-	entryOverhead = 128
 	// sweepBudget bounds the entries examined per shard visit.
 	sweepBudget = 4096
 	// defaultSweepInterval is the pause between two shard visits: a full
 	// cycle over all shards takes 64 times as long.
 	defaultSweepInterval = 50 * time.Millisecond
 )
-
-// WhenFull selects what a full store does with a write that does not fit.
-type WhenFull uint8
-
-const (
-	// Reject refuses the write with store.ErrFull.
-	Reject WhenFull = iota
-	// EvictOldest drops the oldest completed records until the write fits;
-	// leases are never dropped.
-	EvictOldest
-)
-
-var whenFullWords = []string{"reject", "evict_oldest"}
-
-func (w WhenFull) String() string {
-	if int(w) < len(whenFullWords) {
-		return whenFullWords[w]
-	}
-	return "unknown"
-}
-
-// UnmarshalText parses the configuration's words, "reject" and "evict_oldest".
-func (w *WhenFull) UnmarshalText(b []byte) error {
-	i := slices.Index(whenFullWords, string(b))
-	if i < 0 {
-		return wordError(string(b))
-	}
-	*w = WhenFull(i)
-	return nil
-}
-
-// wordError is a when_full that is none of its words; Choices lets the
-// configuration suggest the closest.
-type wordError string
-
-func (e wordError) Error() string {
-	return fmt.Sprintf("must be one of %s, not %q", strings.Join(whenFullWords, ", "), string(e))
-}
-
-// Choices are the words when_full may be.
-func (wordError) Choices() []string { return whenFullWords }
-
-// MarshalText gives the configuration's word.
-func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
-
-// Options configure a Store. The zero value is an unbounded store on the
-// wall clock.
-type Options struct {
-	// MaxBytes bounds the approximate memory used by entries; 0 means no
-	// bound. See the package documentation for the behaviour when full.
-	// The configuration requires a bound (DefaultMaxBytes unless set).
-	MaxBytes int64 `config:"max_bytes,size"`
-	// WhenFull is what a write that would exceed MaxBytes does; the zero
-	// value is Reject.
-	WhenFull WhenFull `config:"when_full"`
-	// Now is the clock; nil means time.Now. Tests inject a fake clock.
-	Now func() time.Time
-	// SweepInterval is the pause between visits of the expiry sweeper to
-	// one shard; 0 means 50ms, a negative value disables the sweeper.
-	SweepInterval time.Duration
-}
 
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
@@ -150,29 +83,6 @@ type shard struct {
 	mu sync.Mutex
 	t  table
 }
-
-// entry is a lease when encLen is 0, a completed record otherwise. Its key
-// and encoded record lie in its table's slabs, at off. A record keeps the
-// token of the lease it replaced, so that a completion retried by that
-// owner is recognised.
-type entry struct {
-	token   [tokenLen]byte
-	fp      store.Fingerprint
-	expires int64  // Unix nanoseconds
-	seq     uint64 // completion order, for EvictOldest
-	slab    int32
-	off     uint32
-	keyLen  uint32
-	encLen  uint32
-}
-
-func (e *entry) isRecord() bool { return e.encLen > 0 }
-
-// size is what e counts against MaxBytes.
-func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }
-
-// ownedBy reports whether token is the token of e's lease.
-func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
 
 // New returns a store and starts its sweeper.
 func New(opts Options) *Store {
@@ -344,33 +254,6 @@ func (s *Store) Release(_ context.Context, key, token string) error {
 	return nil
 }
 
-// encodings recycles the buffers records are encoded into before they are
-// copied into a slab.
-var encodings = sync.Pool{New: func() any { return new([]byte) }}
-
-// encode returns rec encoded, in a buffer to give back with putEncoding.
-func encode(rec *store.Record) *[]byte {
-	buf := encodings.Get().(*[]byte)
-	*buf = store.AppendRecord((*buf)[:0], rec)
-	return buf
-}
-
-// putEncoding recycles buf, unless it grew too large to keep.
-func putEncoding(buf *[]byte) {
-	if cap(*buf) <= slabSize {
-		encodings.Put(buf)
-	}
-}
-
-// decode decodes a stored record; the record's body aliases enc.
-func decode(enc []byte) (*store.Record, error) {
-	rec, err := store.DecodeRecord(enc)
-	if err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
-	}
-	return rec, nil
-}
-
 // Ping always succeeds: the store is in process.
 func (s *Store) Ping(context.Context) error { return nil }
 
@@ -437,14 +320,4 @@ func (s *Store) wouldOverflow(delta int64) bool {
 
 func (s *Store) fullError(op string) error {
 	return fmt.Errorf("memory %s: at %d of %d bytes: %w", op, s.used.Load(), s.maxBytes, store.ErrFull)
-}
-
-// tokenLen is the length of a token: 128 random bits, hex-encoded.
-const tokenLen = 32
-
-// newToken returns 128 random bits, hex-encoded.
-func newToken() string {
-	var b [tokenLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
 }

@@ -3,9 +3,73 @@ package memory
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
+
+// WhenFull selects what a full store does with a write that does not fit.
+type WhenFull uint8
+
+const (
+	// Reject refuses the write with store.ErrFull.
+	Reject WhenFull = iota
+	// EvictOldest drops the oldest completed records until the write fits;
+	// leases are never dropped.
+	EvictOldest
+)
+
+var whenFullWords = []string{"reject", "evict_oldest"}
+
+func (w WhenFull) String() string {
+	if int(w) < len(whenFullWords) {
+		return whenFullWords[w]
+	}
+	return "unknown"
+}
+
+// UnmarshalText parses the configuration's words, "reject" and "evict_oldest".
+func (w *WhenFull) UnmarshalText(b []byte) error {
+	i := slices.Index(whenFullWords, string(b))
+	if i < 0 {
+		return wordError(string(b))
+	}
+	*w = WhenFull(i)
+	return nil
+}
+
+// wordError is a when_full that is none of its words; Choices lets the
+// configuration suggest the closest.
+type wordError string
+
+func (e wordError) Error() string {
+	return fmt.Sprintf("must be one of %s, not %q", strings.Join(whenFullWords, ", "), string(e))
+}
+
+// Choices are the words when_full may be.
+func (wordError) Choices() []string { return whenFullWords }
+
+// MarshalText gives the configuration's word.
+func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
+
+// Options configure a Store. The zero value is an unbounded store on the
+// wall clock.
+type Options struct {
+	// MaxBytes bounds the approximate memory used by entries; 0 means no
+	// bound. See the package documentation for the behaviour when full.
+	// The configuration requires a bound (DefaultMaxBytes unless set).
+	MaxBytes int64 `config:"max_bytes,size"`
+	// WhenFull is what a write that would exceed MaxBytes does; the zero
+	// value is Reject.
+	WhenFull WhenFull `config:"when_full"`
+	// Now is the clock; nil means time.Now. Tests inject a fake clock.
+	Now func() time.Time
+	// SweepInterval is the pause between visits of the expiry sweeper to
+	// one shard; 0 means 50ms, a negative value disables the sweeper.
+	SweepInterval time.Duration
+}
 
 // DefaultMaxBytes is the configuration's bound on the recorded data.
 const DefaultMaxBytes = 256 << 20

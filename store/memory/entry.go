@@ -1,0 +1,74 @@
+package memory
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// entryOverhead approximates an entry's slot (112 bytes) and its share of
+// the index, so that many tiny entries still count against MaxBytes.
+const entryOverhead = 128
+
+// entry is a lease when encLen is 0, a completed record otherwise. Its key
+// and encoded record lie in its table's slabs, at off. A record keeps the
+// token of the lease it replaced, so that a completion retried by that
+// owner is recognised.
+type entry struct {
+	token   [tokenLen]byte
+	fp      store.Fingerprint
+	expires int64  // Unix nanoseconds
+	seq     uint64 // completion order, for EvictOldest
+	slab    int32
+	off     uint32
+	keyLen  uint32
+	encLen  uint32
+}
+
+func (e *entry) isRecord() bool { return e.encLen > 0 }
+
+// size is what e counts against MaxBytes.
+func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }
+
+// ownedBy reports whether token is the token of e's lease.
+func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
+
+// encodings recycles the buffers records are encoded into before they are
+// copied into a slab.
+var encodings = sync.Pool{New: func() any { return new([]byte) }}
+
+// encode returns rec encoded, in a buffer to give back with putEncoding.
+func encode(rec *store.Record) *[]byte {
+	buf := encodings.Get().(*[]byte)
+	*buf = store.AppendRecord((*buf)[:0], rec)
+	return buf
+}
+
+// putEncoding recycles buf, unless it grew too large to keep.
+func putEncoding(buf *[]byte) {
+	if cap(*buf) <= slabSize {
+		encodings.Put(buf)
+	}
+}
+
+// decode decodes a stored record; the record's body aliases enc.
+func decode(enc []byte) (*store.Record, error) {
+	rec, err := store.DecodeRecord(enc)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	return rec, nil
+}
+
+// tokenLen is the length of a token: 128 random bits, hex-encoded.
+const tokenLen = 32
+
+// newToken returns 128 random bits, hex-encoded.
+func newToken() string {
+	var b [tokenLen / 2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
