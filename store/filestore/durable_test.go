@@ -198,3 +198,27 @@ func sweep(t *testing.T, s *Store, index int) {
 		t.Errorf("expiry index holds %d entries after the sweep, want %d", n, index)
 	}
 }
+
+// TestClosedStoreIsUnavailable: every operation on a closed store fails
+// with store.ErrUnavailable, so the proxy applies on_store_error.
+func TestClosedStoreIsUnavailable(t *testing.T) {
+	s, err := Open(Options{Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, beginErr := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	_, inspectErr := s.Inspect(ctx, "k")
+	_, _, listErr := s.List(ctx, 0, "", 10)
+	for name, err := range map[string]error{
+		"Begin": beginErr, "Inspect": inspectErr, "List": listErr,
+		"Extend": s.Extend(ctx, "k", "t", time.Minute), "Release": s.Release(ctx, "k", "t"),
+		"Delete": s.Delete(ctx, "k"), "Ping": s.Ping(ctx),
+	} {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s on a closed store: %v, want ErrUnavailable", name, err)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	db, err := bolt.Open(filepath.Join(opts.Path, dataFile), 0o600, &bolt.Options{
 		// The directory lock is held already: bbolt's own lock on the
-		// file cannot be contended, so it must not wait.
+		// file is not contended, and a bound keeps that so.
 		Timeout: time.Second,
 		NoSync:  !opts.Fsync,
 		// The array free list is written sorted: committing it does not
@@ -241,6 +241,17 @@ func (s *Store) Close() error {
 	err := s.db.Close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
+	}
+	return err
+}
+
+// view runs fn in a read transaction. A database that cannot be read
+// (closed, or failing) is an unavailable store; an entry that cannot be
+// decoded says so itself.
+func (s *Store) view(op string, fn func(tx *bolt.Tx) error) error {
+	err := s.db.View(fn)
+	if err != nil && !errors.Is(err, errCorrupt) && !errors.Is(err, store.ErrCorrupt) {
+		return fmt.Errorf("file %s: %s: %w: %w", op, s.dir, store.ErrUnavailable, err)
 	}
 	return err
 }

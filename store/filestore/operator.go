@@ -20,7 +20,7 @@ func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
 		e     entry
 		found bool
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view("inspect", func(tx *bolt.Tx) error {
 		var err error
 		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
 		if found {
@@ -68,7 +68,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 	var out []store.Entry
 	more := false
 	now := s.now().UnixNano()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view("list", func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketKeys).Cursor()
 		k, v := c.Seek(after)
 		if len(after) > 0 && string(k) == string(after) {

@@ -21,7 +21,7 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 		e     entry
 		found bool
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view("begin", func(tx *bolt.Tx) error {
 		var err error
 		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
 		if found {
