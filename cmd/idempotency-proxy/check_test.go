@@ -126,6 +126,11 @@ func TestCheckReportsPostgresVersionAndTable(t *testing.T) {
 	if code != 1 || !regexp.MustCompile(`FAIL +store .*table idempotency_keys.*another shape.*no column token`).MatchString(out) {
 		t.Fatalf("exit %d\n%s\nwant 1 and a FAIL store line naming the table and what differs", code, out)
 	}
+	// The proxy itself refuses to start on it rather than write into it.
+	code, _, errs = runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errs, "table idempotency_keys") || !strings.Contains(errs, "another shape") {
+		t.Fatalf("start on another table: exit %d, stderr:\n%s\nwant 1 naming the table", code, errs)
+	}
 
 	pg.Stop()
 	code, out, _ = runBinary(t, nil, "--upstream", up.URL, "--postgres-url", pg.URL(), "--check")

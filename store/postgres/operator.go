@@ -14,7 +14,7 @@ import (
 
 // Inspect returns the lease or record under key, or store.ErrNotFound.
 func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
-	ctx, cancel, err := s.begin(ctx, "inspect")
+	ctx, cancel, err := s.op(ctx, "inspect")
 	if err != nil {
 		return store.Entry{}, err
 	}
@@ -35,7 +35,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
 // store.ErrNotFound. The owner of a deleted lease then gets
 // store.ErrLockLost from Extend and Complete: its token is gone with the row.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	ctx, cancel, err := s.begin(ctx, "delete")
+	ctx, cancel, err := s.op(ctx, "delete")
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 	case store.Completed:
 		filter = 2
 	}
-	ctx, cancel, err := s.begin(ctx, "list")
+	ctx, cancel, err := s.op(ctx, "list")
 	if err != nil {
 		return nil, "", err
 	}

@@ -13,15 +13,15 @@ import (
 
 var _ store.Store = (*Store)(nil)
 
-// begin runs one operation under the store's timeout once the table is
+// op starts one operation under the store's timeout once the table is
 // ready. A table that cannot be used (of another shape) is unavailable to
 // the request: on_store_error applies, and readiness says why.
-func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
+func (s *Store) op(ctx context.Context, name string) (context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	if err := s.ready(ctx); err != nil {
 		cancel()
 		if !errors.Is(err, store.ErrUnavailable) {
-			err = fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, err)
+			err = fmt.Errorf("postgres %s: %w: %w", name, store.ErrUnavailable, err)
 		}
 		return nil, nil, err
 	}
@@ -30,7 +30,7 @@ func (s *Store) begin(ctx context.Context, op string) (context.Context, context.
 
 // Begin takes a lease on key or reports what is there, in one statement.
 func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	ctx, cancel, err := s.begin(ctx, "begin")
+	ctx, cancel, err := s.op(ctx, "begin")
 	if err != nil {
 		return store.BeginResult{}, err
 	}
@@ -69,7 +69,7 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 
 // Extend renews the lease while token owns it.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	ctx, cancel, err := s.begin(ctx, "extend")
+	ctx, cancel, err := s.op(ctx, "extend")
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 // Complete stores rec under key for ttl while token owns the lease. The
 // same record completed again with the same token succeeds.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	ctx, cancel, err := s.begin(ctx, "complete")
+	ctx, cancel, err := s.op(ctx, "complete")
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 
 // Release drops the lease if token still owns it; otherwise it does nothing.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	ctx, cancel, err := s.begin(ctx, "release")
+	ctx, cancel, err := s.op(ctx, "release")
 	if err != nil {
 		return err
 	}
