@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -112,12 +113,21 @@ func newStatements(t string) statements {
 //
 // Until Prepare is called, Ping creates nothing (--check only looks); each
 // operation prepares the table first until that succeeded once.
+//
+// ctx bounds it, not the store's timeout: creating the table may wait for
+// another replica creating it, and new connections for their handshakes.
 func (s *Store) Prepare(ctx context.Context) error {
 	s.serving.Store(true)
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, prepareTimeout)
+		defer cancel()
+	}
 	return s.ready(ctx)
 }
+
+// prepareTimeout bounds Prepare when its caller sets no deadline.
+const prepareTimeout = 10 * time.Second
 
 // ready prepares the table once.
 func (s *Store) ready(ctx context.Context) error {

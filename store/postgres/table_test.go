@@ -24,7 +24,7 @@ func TestTable(t *testing.T) {
 
 func testCreated(t *testing.T, srv *pgtest.Server) {
 	ctx := context.Background()
-	s, err := New(Options{URL: srv.URL(), Table: "created"})
+	s, err := New(Options{URL: srv.URL(), Table: "created", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func testOtherShape(t *testing.T, srv *pgtest.Server) {
 	if _, err := srv.Conn(t).Exec(ctx, `CREATE TABLE orders (key text PRIMARY KEY, token integer, amount numeric)`); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{URL: srv.URL(), Table: "orders"})
+	s, err := New(Options{URL: srv.URL(), Table: "orders", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
