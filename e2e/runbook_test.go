@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
@@ -243,6 +244,13 @@ func TestStuckKeyRunbookOnMemoryStore(t *testing.T) {
 func TestStuckKeyRunbookOnRedis(t *testing.T) {
 	r := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	runStuckKeyRunbook(t, fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %q\n", r.URL()))
+}
+
+// The operator's key API (get, list in pages, delete a stuck lease) on the
+// Postgres store, through the keys command.
+func TestStuckKeyRunbookOnPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	runStuckKeyRunbook(t, fmt.Sprintf("store:\n  kind: postgres\n  postgres:\n    url: %q\n", pg.URL()))
 }
 
 // Listing pages through every master of a Cluster: every key is listed (a
