@@ -88,11 +88,16 @@ func TestViewMasksSecrets(t *testing.T) {
 		{"token and redis password", "upstream:\n  url: http://u:up-secret@127.0.0.1:3000\nstore:\n  redis:\n    url: redis://:hunter2@127.0.0.1:6379/0\n",
 			[]string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=env-secret"},
 			[]string{"  token: xxxxx # env IDEMPOTENCY_PROXY_ADMIN_TOKEN", "    url: redis://:xxxxx@127.0.0.1:6379/0 # file", "  url: http://u:xxxxx@127.0.0.1:3000 # file"}},
+		{"postgres password", "upstream:\n  url: http://127.0.0.1:3000\nstore:\n  postgres:\n    url: postgres://idem:hunter2@db:5432/app?sslmode=require\n", nil,
+			nil},
 		{"token file", "upstream:\n  url: http://127.0.0.1:3000\nadmin:\n  token_file: " + tokenFile + "\n", nil,
 			[]string{`  token: "" # default`, "  token_file: " + tokenFile + " # file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			view := string(loadView(t, Source{File: writeYAML(t, tc.yaml), Env: tc.env}).View(nil))
+			if strings.Contains(tc.yaml, "postgres://") && !strings.Contains(view, "url: postgres://idem:xxxxx@db:5432/app?sslmode=require # file") {
+				t.Errorf("view does not show the Postgres URL masked:\n%s", view)
+			}
 			for _, secret := range []string{"env-secret", "hunter2", "up-secret", "file-secret"} {
 				if strings.Contains(view, secret) {
 					t.Errorf("view shows the secret %q:\n%s", secret, view)
