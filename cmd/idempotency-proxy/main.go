@@ -28,17 +28,6 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
-// flagKeys maps command-line flags to the configuration keys they override.
-var flagKeys = map[string]string{
-	"upstream":     "upstream.url",
-	"listen":       "listen",
-	"admin-listen": "admin_listen",
-	"redis-url":    "store.redis.url",
-	"postgres-url": "store.postgres.url",
-	"store-path":   "store.file.path",
-	"log-level":    "log_level",
-}
-
 func run(args, env []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "keys" {
 		return runKeys(args[1:], env, stdout, stderr)
@@ -73,6 +62,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 
 	src := config.Source{File: *file, Env: env, Overrides: map[string]string{}}
+	flagKeys := config.Flags() // the flags defined above that set a key
 	fs.Visit(func(f *flag.Flag) {
 		if key, ok := flagKeys[f.Name]; ok {
 			src.Overrides[key] = f.Value.String()

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
 )
 
 // A newcomer's first command is --help: it must answer on stdout, exit 0,
@@ -26,7 +28,7 @@ func TestHelpNamesFlagsEnvironmentDocsAndExitStatuses(t *testing.T) {
 				"config.example.yaml", "docs/configuration.md", "docs/operating.md",
 				":8080", ":9090", "/metrics", "/readyz",
 			}
-			for flagName := range flagKeys {
+			for flagName := range config.Flags() { // each defined, with its help
 				want = append(want, "\n  --"+flagName+" ")
 			}
 			for status, meaning := range map[int]string{exitOK: "success", exitFailure: "runtime failure", exitUsage: "invalid configuration or usage"} {

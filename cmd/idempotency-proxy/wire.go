@@ -69,9 +69,4 @@ func policies(cfg *config.Config) (proxy.Policy, []proxy.Route) {
 	return cfg.Defaults, routes
 }
 
-// pinger is what readiness needs from the store.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 const readyTimeout = time.Second

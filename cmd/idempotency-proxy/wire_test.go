@@ -124,14 +124,6 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 	return nil
 }
 
-// The command line defines exactly the flags the configuration names in its
-// messages ("set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL").
-func TestFlagsAreTheConfigurationsFlags(t *testing.T) {
-	if got, want := flagKeys, config.Flags(); !reflect.DeepEqual(got, want) {
-		t.Errorf("flagKeys = %v, want config.Flags() %v", got, want)
-	}
-}
-
 func TestMissingUpstreamNamesItsFlagAndVariable(t *testing.T) {
 	code, _, errs := runBinary(t, nil, "--validate")
 	if code != 2 || !strings.Contains(errs, "upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL") {
