@@ -124,6 +124,10 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 		d.routes(path, raw, v)
 		return
 	}
+	if v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String && v.Type().Elem() == durationType {
+		durations(d, path, raw, v)
+		return
+	}
 	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
 		text(d, path, raw, u)
 		return

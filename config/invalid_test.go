@@ -186,6 +186,15 @@ var invalidFiles = []invalidCase{
 		`defaults.ambiguous_paths: must be one of reject, allow, not "sometimes"`,
 		`defaults.path_case: must be one of sensitive, insensitive, not "ignore"`,
 	}},
+	{"invalid-status-ttl.yaml", []string{
+		`defaults.status_ttl.404: must be > 0, not 0s`,
+		`defaults.status_ttl.6xx: invalid status "6xx" (want a status 100..599 or a class 1xx..5xx)`,
+		`routes[0].status_ttl.40: invalid status "40" (want a status 100..599 or a class 1xx..5xx)`,
+	}},
+	{"invalid-status-ttl-value.yaml", []string{
+		`defaults.status_ttl.200: invalid duration "soon" (want e.g. 250ms, 30s, 24h)`,
+		`routes[0].status_ttl: must be a mapping, not a list`,
+	}},
 	{"invalid-path-case.yaml", []string{
 		`routes[2].match: pattern "/v1/charges" is routes[0] "/V1/charges" but for case, which path_case insensitive cannot tell apart`,
 	}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/textproto"
 	"net/url"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
@@ -136,6 +139,41 @@ func duration(d *decoder, path string, raw any, v reflect.Value) {
 		return
 	}
 	v.SetInt(int64(t))
+}
+
+// durations decodes a mapping of names to durations, such as status_ttl,
+// into a new map: a route that sets one replaces what it inherited whole.
+// From the environment it is a YAML or JSON mapping, {"5xx": 1m}.
+func durations(d *decoder, path string, raw any, v reflect.Value) {
+	if s, ok := raw.(sourced); ok {
+		parsed := map[any]any{}
+		if err := yaml.Unmarshal([]byte(s.value), &parsed); err != nil {
+			d.add(path, raw, "invalid YAML or JSON mapping: %v", err)
+			return
+		}
+		raw = parsed
+	}
+	m, ok := asMap(raw)
+	if !ok {
+		d.add(path, raw, "must be a mapping, not %s", describe(raw))
+		return
+	}
+	out := reflect.MakeMapWithSize(v.Type(), len(m))
+	ok = true
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		before := len(d.problems)
+		var t time.Duration
+		d.origins[join(path, k)] = d.origins[path]
+		duration(d, join(path, k), m[k], reflect.ValueOf(&t).Elem())
+		if len(d.problems) > before {
+			ok = false
+			continue
+		}
+		out.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), reflect.ValueOf(t))
+	}
+	if ok {
+		v.Set(out)
+	}
 }
 
 // size decodes a Size or an int64 tagged "size".

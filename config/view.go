@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -159,12 +160,21 @@ func (w *viewWalk) mapping(prefix string, v reflect.Value, inRoute bool) *yaml.N
 // leaf renders one value and records its setting.
 func (w *viewWalk) leaf(key string, v reflect.Value, f field, inRoute bool) *yaml.Node {
 	var n *yaml.Node
-	if v.Kind() == reflect.Slice && v.Type() != reflect.TypeFor[[]byte]() {
+	switch {
+	case v.Kind() == reflect.Slice && v.Type() != reflect.TypeFor[[]byte]():
 		n = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
 		for i := range v.Len() {
 			n.Content = append(n.Content, scalarNode(v.Index(i), f.option))
 		}
-	} else {
+	case v.Kind() == reflect.Map:
+		n = &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k.String(), Tag: "!!str", Style: yaml.DoubleQuotedStyle},
+				scalarNode(v.MapIndex(k), f.option))
+		}
+	default:
 		n = scalarNode(v, f.option)
 	}
 	s := Setting{Key: key, Origin: w.origin(key, inRoute)}
@@ -175,13 +185,20 @@ func (w *viewWalk) leaf(key string, v reflect.Value, f field, inRoute bool) *yam
 			s.secret, n.Value = n.Value, m
 		}
 	}
-	if n.Kind == yaml.SequenceNode {
+	switch n.Kind {
+	case yaml.SequenceNode:
 		items := make([]string, len(n.Content))
 		for i, item := range n.Content {
 			items[i] = item.Value
 		}
 		s.Value = "[" + strings.Join(items, ", ") + "]"
-	} else {
+	case yaml.MappingNode:
+		items := make([]string, 0, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			items = append(items, n.Content[i].Value+": "+n.Content[i+1].Value)
+		}
+		s.Value = "{" + strings.Join(items, ", ") + "}"
+	default:
 		s.Value = n.Value
 	}
 	n.LineComment = s.Origin

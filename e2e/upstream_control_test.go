@@ -70,6 +70,8 @@ func (u *scriptedUpstream) handle(w http.ResponseWriter, r *http.Request) {
 	case "no-store":
 		w.Header().Set("Idempotency-Control", "no-store")
 		w.WriteHeader(http.StatusConflict)
+	case "not-found":
+		w.WriteHeader(http.StatusNotFound)
 	case "hold":
 		u.held <- struct{}{}
 		<-u.release

@@ -155,7 +155,7 @@ func (c *capture) WriteHeader(code int) {
 	if pol.AdvertiseExpiry && c.recording && c.upstreamErr == nil {
 		// The store counts ttl from when the record is written, later
 		// than this: a retry before the date always finds the record.
-		h[ExpiresHeader] = []string{expiresValue(c.answered, pol.TTL)}
+		h[ExpiresHeader] = []string{expiresValue(c.answered, pol.ttlFor(code))}
 	}
 	c.mu.Lock()
 	if c.toClient() {

@@ -231,7 +231,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 // either, it holds the key (q.held) so that no retry executes again, and
 // the caller keeps trying.
 func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) attempt {
-	ttl := q.route.policy.TTL
+	ttl := q.route.policy.ttlFor(q.rec.Status)
 	err := h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)
 	if errors.Is(err, store.ErrFull) && len(q.rec.Body) > 0 {
 		q.rec, q.omitReason = withoutBody(q.rec), omitStoreFull

@@ -36,6 +36,10 @@ type Policy struct {
 	RequireKey bool `config:"require_key"`
 	// TTL is how long a completed response is replayed.
 	TTL time.Duration `config:"ttl"`
+	// StatusTTL keeps responses of some statuses or classes for their own
+	// time instead of TTL ("5xx": 1m, "404": 10m); the most specific key
+	// wins. A route that sets it replaces the inherited map whole.
+	StatusTTL StatusTTL `config:"status_ttl"`
 	// LockTTL is the lease on an in-flight key, renewed while the upstream runs.
 	LockTTL time.Duration `config:"lock_ttl"`
 	// Concurrent decides what an in-flight duplicate gets.

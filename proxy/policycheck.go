@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
@@ -49,6 +51,14 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	}
 	if p.TTL <= 0 {
 		c.add("ttl", "must be > 0, not %s", c.show("ttl", p.TTL))
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.StatusTTL)) {
+		key := "status_ttl." + k
+		if reason := checkStatusKey(k); reason != "" {
+			c.addWith(key, []string{"status_ttl"}, "%s", reason)
+		} else if d := p.StatusTTL[k]; d <= 0 {
+			c.addWith(key, []string{"status_ttl"}, "must be > 0, not %s", c.show(key, d))
+		}
 	}
 	switch {
 	case p.LockTTL <= 0:

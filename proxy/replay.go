@@ -60,7 +60,7 @@ func (h *Handler) expires(q *request, rec *store.Record) string {
 	if !pol.AdvertiseExpiry || isProblemRecord(rec) {
 		return ""
 	}
-	return expiresValue(rec.CreatedAt, pol.TTL)
+	return expiresValue(rec.CreatedAt, pol.ttlFor(rec.Status))
 }
 
 // isProblemRecord reports whether rec is a problem response the proxy
