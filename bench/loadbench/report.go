@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -121,6 +122,13 @@ type report struct {
 // exit status.
 func (rep *report) write(w io.Writer) {
 	loaded := slices.Max(rep.concs)
+	suspects := rep.baselineSuspects()
+	for _, line := range suspects {
+		fmt.Fprintln(w, line)
+	}
+	if len(suspects) > 0 {
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tp99/p50\tproxy CPU µs/req\tredis CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
 	for _, c := range rep.concs {
@@ -150,6 +158,9 @@ func (rep *report) write(w io.Writer) {
 						if c == loaded {
 							met = yesNo(g.met(rx.med, cx.med, tail.med, trips))
 						}
+						if s == noKey && rx.med > maxNoKeyRateX {
+							met = "BASELINE?"
+						}
 					}
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f (%.0f–%.0f)\t%s\t%s\t%s\t%.1f (%.1f–%.1f)\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
@@ -169,6 +180,40 @@ func (rep *report) write(w io.Writer) {
 			fmtDur(d.med), fmtDur(d.lo), fmtDur(d.hi), fmtDur(h.med), fmtDur(h.lo), fmtDur(h.hi),
 			diff.Round(time.Microsecond), yesNo(diff <= 100*time.Microsecond))
 	}
+}
+
+// maxNoKeyRateX is the most a product target's no-key throughput may exceed
+// the plain proxy's before the baseline, not the product, is taken to be
+// wrong: forwarding with strictly more work than the floor cannot be faster,
+// and 2% is more than the rounds' medians drift apart on a quiet machine.
+const maxNoKeyRateX = 1.02
+
+// isProduct reports whether a target is an idempotency-proxy binary, as
+// opposed to the plain proxy, the replay floor or a peer.
+func isProduct(target string) bool {
+	return strings.HasPrefix(target, "memory") || strings.HasPrefix(target, "redis")
+}
+
+// baselineSuspects returns one loud line for each product target whose
+// median no-key throughput beats the plain proxy's by more than
+// maxNoKeyRateX, at any concurrency: such a ratio is not a win but a
+// baseline that is not the floor, and every ratio in the table inherits it.
+func (rep *report) baselineSuspects() []string {
+	var out []string
+	for _, c := range rep.concs {
+		for _, t := range rep.targets {
+			rs := rep.rounds[cellKey{c, noKey, t}]
+			if !isProduct(t) || len(rs) == 0 {
+				continue
+			}
+			rx := field(rs, func(r round) float64 { return r.rateX })
+			if rx.med > maxNoKeyRateX {
+				out = append(out, fmt.Sprintf("BASELINE IS NOT THE FLOOR: %s forwards no-key traffic at %.2f× the plain proxy at concurrency %d (above %.2f×); "+
+					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated", t, rx.med, c, maxNoKeyRateX))
+			}
+		}
+	}
+	return out
 }
 
 // tripsOf returns the store round trips per request: measured for Redis,

@@ -99,38 +99,53 @@ func newMux() *http.ServeMux {
 	return mux
 }
 
-// servePlain runs the baseline: a plain httputil.ReverseProxy with the same
-// transport the product uses, so a ratio compares idempotency work only,
-// not transport tuning.
+// servePlain runs the baseline, the floor every ratio is measured against:
+// a stock httputil.ReverseProxy tuned as an operator would tune one — the
+// product's own Transport, a BufferPool — behind a stock http.Server. Nothing
+// the product needs on some path is here (full duplex, server timeouts, header
+// rewriting): those are the product's cost and show in its own rows. A
+// product row that beats this one on no-key traffic, which it forwards with
+// strictly more work, means the baseline is not the floor (see baselineSuspect).
 func servePlain(addr, upstream string) error {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return err
 	}
-	rp := &httputil.ReverseProxy{
+	mux := newMux()
+	mux.Handle("/", plainProxy(u))
+	return serve(addr, plainServer(mux))
+}
+
+// plainProxy is the baseline's reverse proxy: SetURL, the client's Host and
+// X-Forwarded-*, the product's transport settings, pooled copy buffers.
+func plainProxy(upstream *url.URL) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
+			pr.SetURL(upstream)
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport: proxy.NewTransport(),
+		Transport:  proxy.NewTransport(),
+		BufferPool: plainBuffers{},
 	}
-	mux := newMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// The transport may still read the request body (to check it
-		// ends where Content-Length says) after the upstream has answered;
-		// an HTTP/1 server closes the body once the response starts, and
-		// the transport then tears down the upstream connection mid-response
-		// (golang/go#40747). Full duplex keeps the body open.
-		_ = http.NewResponseController(w).EnableFullDuplex()
-		rp.ServeHTTP(w, r)
-	})
-	return serve(addr, productServer(mux))
 }
 
+// plainServer is a stock http.Server: no timeouts, each of which would set a
+// deadline per request the floor has no business paying.
+func plainServer(h http.Handler) *http.Server { return &http.Server{Handler: h} }
+
+// plainBuffers is the BufferPool an operator gives a ReverseProxy: 32 KiB
+// copy buffers, the size ReverseProxy allocates without one.
+type plainBuffers struct{}
+
+var plainCopyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (plainBuffers) Get() []byte  { return *plainCopyBuffers.Get().(*[]byte) }
+func (plainBuffers) Put(b []byte) { plainCopyBuffers.Put(&b) }
+
 // productServer has the product's server timeouts
-// (cmd/idempotency-proxy/serve.go): each sets a read deadline per request,
-// a cost both sides of a comparison should pay.
+// (cmd/idempotency-proxy/serve.go): the replay floor pays what the
+// product's server pays per request.
 func productServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
