@@ -55,6 +55,7 @@ type settings struct {
 	// concurrency.
 	profileDir string
 	layout     layout
+	quick      bool // --quick: the report says its figures are noise
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -97,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin,
 			compareBin: *compareBin, profileDir: *profileDir}
 		if *quick {
-			s.rounds, s.duration, s.warmup = 2, 200*time.Millisecond, 100*time.Millisecond
+			s.rounds, s.duration, s.warmup, s.quick = 2, 200*time.Millisecond, 100*time.Millisecond, true
 		}
 		var sc scalingSettings
 		s.concs, err = parseConcs(*concList)
@@ -181,7 +182,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 			return err
 		}
 	}
-	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}}
+	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, quick: s.quick}
 	for _, t := range targets {
 		rep.targets = append(rep.targets, t.name)
 	}

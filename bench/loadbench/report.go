@@ -115,6 +115,7 @@ type report struct {
 	trips   map[scenario]float64 // Redis commands per request, by scenario
 	direct  []time.Duration      // unloaded p50 going direct to the upstream, per round
 	hitP50  []time.Duration      // unloaded p50 of a memory-store replay, per round
+	quick   bool                 // a --quick run: two short rounds, figures that are noise
 }
 
 // write prints the table. Targets are judged at the highest concurrency,
@@ -200,6 +201,10 @@ func isProduct(target string) bool {
 // baseline that is not the floor, and every ratio in the table inherits it.
 func (rep *report) baselineSuspects() []string {
 	var out []string
+	quickNote := ""
+	if rep.quick {
+		quickNote = " (or, in this --quick run of two short rounds, noise)"
+	}
 	for _, c := range rep.concs {
 		for _, t := range rep.targets {
 			rs := rep.rounds[cellKey{c, noKey, t}]
@@ -209,7 +214,7 @@ func (rep *report) baselineSuspects() []string {
 			rx := field(rs, func(r round) float64 { return r.rateX })
 			if rx.med > maxNoKeyRateX {
 				out = append(out, fmt.Sprintf("BASELINE IS NOT THE FLOOR: %s forwards no-key traffic at %.2f× the plain proxy at concurrency %d (above %.2f×); "+
-					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated", t, rx.med, c, maxNoKeyRateX))
+					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated%s", t, rx.med, c, maxNoKeyRateX, quickNote))
 			}
 		}
 	}
