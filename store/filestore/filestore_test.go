@@ -2,6 +2,7 @@ package filestore
 
 import (
 	bolt "go.etcd.io/bbolt"
+	"os"
 
 	"sync"
 	"testing"
@@ -82,3 +83,11 @@ func BenchmarkStore(b *testing.B) {
 var _ storetest.Store = (*Store)(nil)
 
 type boltTx = bolt.Tx
+
+// TestMain keeps each test's reserve file small: the suite opens dozens
+// of stores, and the reserve's size matters only to the full-disk test,
+// which sets its own.
+func TestMain(m *testing.M) {
+	reserveBytes = 64 << 10
+	os.Exit(m.Run())
+}
