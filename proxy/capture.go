@@ -304,22 +304,13 @@ func (c *capture) stopCause() stopCause {
 // cutShort reports whether fewer body bytes arrived than the upstream
 // declared. Under net/http's server the reverse proxy panics on a broken
 // body copy; this catches the same failure where it cannot.
-func (c *capture) cutShort(method string) bool {
-	return c.declared >= 0 && c.written != c.declared && method != http.MethodHead && bodyAllowed(c.status)
+func (c *capture) cutShort() bool {
+	return c.declared >= 0 && c.written != c.declared && !c.head && bodyAllowed(c.status)
 }
 
 // trace reports to the capture when the request starts reaching the upstream.
 func (c *capture) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{WroteHeaders: c.requestSent}
-}
-
-// recordOr records the proxy's own problem response the client was sent
-// through the capture, or, when it was not captured, p with detail.
-func (c *capture) recordOr(fp store.Fingerprint, p problem, detail string) *store.Record {
-	if c.recording && !c.omitted && c.responseStarted {
-		return c.record(fp)
-	}
-	return problemRecord(p, detail, fp)
 }
 
 // record returns the captured response as a store record. Its header

@@ -123,7 +123,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// is too large to read. A retry would execute again and fail the
 		// same way: the 502 is kept whatever on_upstream_error says.
 		rec = h.problemRecord(q, f)
-	case f != 0 || aborted || !c.responseStarted || c.cutShort(q.in.Method):
+	case f != 0 || aborted || !c.responseStarted || c.cutShort():
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
 		// at-most-once.
