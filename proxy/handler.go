@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +82,9 @@ func New(opts Options) (*Handler, error) {
 	h.accessLog.Store(opts.AccessLog)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
-	if def.Header == "" && def.Methods == nil && def.TTL == 0 {
+	if reflect.ValueOf(def).IsZero() {
+		// Only a policy nobody set: one that sets any field, however few,
+		// is checked as it is rather than silently replaced.
 		def = DefaultPolicy()
 	}
 	if err := h.SetRoutes(def, opts.Routes); err != nil {
@@ -272,7 +275,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		}
 		// In flight, and this route waits for the first request to finish.
-		if !pace.wait(r.Context(), h.owners.done(q.keyHash), pol.WaitTimeout) {
+		if !pace.wait(r.Context(), h.clock, h.owners.done(q.keyHash), pol.WaitTimeout) {
 			h.refuse(w, q, failWaitedTooLong, nil)
 			return
 		}

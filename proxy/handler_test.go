@@ -181,6 +181,20 @@ func TestScopeHeadersSeparateClients(t *testing.T) {
 	}
 }
 
+// A default policy that sets only some fields is the operator's, checked as
+// it is: only the zero Policy stands for DefaultPolicy().
+func TestPartialDefaultPolicyIsNotReplaced(t *testing.T) {
+	st := newFlaky(t)
+	up := newUpstream(t, nil)
+	partial := Policy{KeySources: []KeySource{{Kind: KeyFromHeader, Name: "X-Request-Key"}}}
+	if _, err := New(Options{Upstream: up.url(t), Store: st, Default: partial}); err == nil {
+		t.Fatal("New accepted a default policy of key_sources alone (no methods, no ttl)")
+	}
+	if _, err := New(Options{Upstream: up.url(t), Store: st}); err != nil {
+		t.Fatalf("New with the zero default policy: %v", err)
+	}
+}
+
 func TestNewRejectsImpossiblePolicies(t *testing.T) {
 	st := newFlaky(t)
 	up := newUpstream(t, nil)

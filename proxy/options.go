@@ -53,8 +53,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Store keeps leases and records. Required.
 	Store Store
-	// Default is the policy of requests that match no route; a zero value
-	// means DefaultPolicy().
+	// Default is the policy of requests that match no route; the zero
+	// Policy means DefaultPolicy(). A policy with any field set is used,
+	// and checked, as it is.
 	Default Policy
 	// Routes are matched with ServeMux rules: the most specific pattern wins.
 	Routes []Route
