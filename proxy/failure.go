@@ -37,12 +37,26 @@ const (
 )
 
 // problemFor maps a failure to the problem response the client gets and
-// the outcome it is counted as: the one place that does. q gives the
-// details (route policy, method); err is the failure's cause, if any.
+// the outcome it is counted as: with failureProblem, the one place that
+// does. q gives the details (route policy, method, path) of the failures
+// that name them; err is the failure's cause, if any.
 func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	switch f {
 	case failMissingKey:
 		return probMissingKey, "This route requires " + DescribeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
+	case failWaitedTooLong:
+		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
+	case failAmbiguousPath:
+		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
+	}
+	return failureProblem(f, err)
+}
+
+// failureProblem is problemFor of the failures whose answer needs no
+// request: those of the upstream exchange, which the reverse proxy's
+// error handler reports without one, and the rest.
+func failureProblem(f failure, err error) (problem, string, Outcome) {
+	switch f {
 	case failInvalidKey:
 		return probInvalidKey, err.Error() + ".", OutcomeInvalidKey
 	case failBodyTooLarge:
@@ -55,8 +69,6 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probMismatch, "This idempotency key was first used with a different request (method, host, path, query, headers, body or trailers). Use a new key for a new operation.", OutcomeMismatch
 	case failInFlight:
 		return probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.", OutcomeConflict
-	case failWaitedTooLong:
-		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
 	case failStoreUnavailable:
 		return probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.", OutcomeStoreRejected
 	case failStoreFull:
@@ -75,8 +87,6 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The proxy was shutting down before the upstream answered; the outcome of the request is unknown. Its key stays locked until its lease expires (lock_ttl): a retry with the same key before then gets 409 in-flight.", OutcomeUpstreamError
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
-	case failAmbiguousPath:
-		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
 	case failAmbiguousMethod:
 		return probAmbiguousPath, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method, or something that is not a method. Send one.", OutcomeAmbiguous
 	case failResponseCutShort:
@@ -156,7 +166,7 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		sent = !isDialError(err)
 		f = upstreamFailure(err, sent, stopNone)
 	}
-	p, detail, _ := problemFor(nil, f, err)
+	p, detail, _ := failureProblem(f, err)
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
 	writeProblem(w, p, detail)
 }
