@@ -20,9 +20,10 @@ type waiter struct {
 
 // wait blocks until the key may have settled (done fires or the next poll
 // is due). It returns false when the wait timeout has passed or the client
-// went away.
-func (w *waiter) wait(ctx context.Context, done <-chan struct{}, timeout time.Duration) bool {
-	now := time.Now()
+// went away. Its time is clk's, the handler's: a fake clock drives waits as
+// it drives leases.
+func (w *waiter) wait(ctx context.Context, clk clock, done <-chan struct{}, timeout time.Duration) bool {
+	now := clk.Now()
 	if w.deadline.IsZero() {
 		w.deadline, w.poll = now.Add(timeout), firstPoll
 	}
@@ -30,12 +31,13 @@ func (w *waiter) wait(ctx context.Context, done <-chan struct{}, timeout time.Du
 	if left <= 0 {
 		return false
 	}
-	t := time.NewTimer(min(w.poll, left))
+	due := make(chan struct{})
+	t := clk.AfterFunc(min(w.poll, left), func() { close(due) })
 	defer t.Stop()
 	w.poll = min(2*w.poll, maxPoll)
 	select {
 	case <-done:
-	case <-t.C:
+	case <-due:
 	case <-ctx.Done():
 		return false
 	}
