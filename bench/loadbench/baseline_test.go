@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,59 @@ func TestReportFlagsANoKeyRatioAboveTheFloor(t *testing.T) {
 		if !tc.loud && strings.Contains(s, "BASELINE?") {
 			t.Errorf("no-key ratio %.2f: row marked as a wrong baseline\n%s", tc.rateX, s)
 		}
+	}
+}
+
+// TestReportShowsTheIdempotencyTax: each target's tax is its scenario's
+// proxy CPU minus its own no-key CPU, for peers as for the product.
+func TestReportShowsTheIdempotencyTax(t *testing.T) {
+	rep := &report{concs: []int{32}, targets: []string{"plain", "memory", "fiber-memory"}, rounds: map[cellKey][]round{
+		{32, noKey, "plain"}:        {{rate: 1000, cpu: 45}},
+		{32, noKey, "memory"}:       {{rate: 1000, cpu: 50, rateX: 1}},
+		{32, miss, "memory"}:        {{rate: 800, cpu: 68.5, rateX: 0.8}},
+		{32, hit, "memory"}:         {{rate: 4000, cpu: 16, rateX: 4}},
+		{32, noKey, "fiber-memory"}: {{rate: 2500, cpu: 14.5, rateX: 2.5}},
+		{32, miss, "fiber-memory"}:  {{rate: 2000, cpu: 19.5, rateX: 2}},
+	}}
+	var out bytes.Buffer
+	rep.write(&out)
+	_, tax, ok := strings.Cut(out.String(), "idempotency tax")
+	if !ok {
+		t.Fatalf("no tax table:\n%s", out.String())
+	}
+	want := map[string][]string{
+		"memory":       {"32", "memory", "+18.5", "-34.0", "–", "50.0"},
+		"fiber-memory": {"32", "fiber-memory", "+5.0", "–", "–", "14.5"},
+	}
+	seen := 0
+	for _, line := range strings.Split(tax, "\n") {
+		f := fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if w, ok := want[f[1]]; ok {
+			seen++
+			if !slices.Equal(f[:len(w)], w) {
+				t.Errorf("tax row %q, want %q", f, w)
+			}
+		}
+		if f[1] == "plain" {
+			t.Error("the plain proxy has no tax row")
+		}
+	}
+	if seen != 2 {
+		t.Errorf("%d tax rows, want 2:\n%s", seen, tax)
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	if got, err := parsePeers(""); err != nil || len(got) != 0 {
+		t.Errorf(`parsePeers("") = %v, %v; want none`, got, err)
+	}
+	if got, err := parsePeers("fiber, fiber"); err != nil || !slices.Equal(got, []string{"fiber"}) {
+		t.Errorf(`parsePeers("fiber, fiber") = %v, %v; want [fiber]`, got, err)
+	}
+	if _, err := parsePeers("nginx"); err == nil || !strings.Contains(err.Error(), `unknown peer "nginx"`) {
+		t.Errorf(`parsePeers("nginx"): %v, want an unknown peer`, err)
 	}
 }

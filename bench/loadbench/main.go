@@ -6,6 +6,7 @@
 //	go run ./bench/loadbench                   # full run, a few minutes
 //	go run ./bench/loadbench --quick           # under 30 s, what CI runs
 //	go run ./bench/loadbench --layout pinned   # generator on one CPU, the rest on another
+//	go run ./bench/loadbench --peers fiber     # Fiber's idempotency middleware beside us, same rounds
 //	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
 //	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
 //	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
@@ -50,6 +51,9 @@ type settings struct {
 	// in the same rounds as memory-b and redis-b: an A/B of two builds
 	// under the same drift.
 	compareBin string
+	// peers are other idempotency stacks measured in the same rounds
+	// (peers.go): "fiber" adds fiber-memory and fiber-redis.
+	peers []string
 	// profileDir, when set, receives a CPU profile of every proxy target
 	// for each scenario, taken over its first measurement at the highest
 	// concurrency.
@@ -68,6 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	scenList := fs.String("scenarios", "miss,hit,mixed,no-key", "comma-separated scenarios to run")
 	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
 	compareBin := fs.String("compare-bin", "", "a second idempotency-proxy binary, measured in the same rounds as memory-b and redis-b")
+	peerList := fs.String("peers", "", "comma-separated peers measured in the same rounds: fiber (Fiber v3's idempotency and proxy middleware, memory and Redis)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
@@ -107,6 +112,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil {
 			s.layout, err = newLayout(*layoutName)
+		}
+		if err == nil {
+			s.peers, err = parsePeers(*peerList)
 		}
 		if err == nil && s.profileDir != "" {
 			err = os.MkdirAll(s.profileDir, 0o755)

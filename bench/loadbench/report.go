@@ -173,6 +173,7 @@ func (rep *report) write(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	rep.writeTax(w)
 	if len(rep.direct) > 0 {
 		d := durStat(rep.direct)
 		h := durStat(rep.hitP50)
@@ -219,6 +220,57 @@ func (rep *report) baselineSuspects() []string {
 		}
 	}
 	return out
+}
+
+// writeTax prints the idempotency tax of every target that has no-key
+// rows: the proxy CPU per request a scenario costs above the same target's
+// own no-key request, medians against medians. Stacks forward at different
+// costs (Fiber's fasthttp at a fraction of net/http's), so the tax, not the
+// throughput ratio, compares what the idempotency work itself costs. A
+// store's own CPU (redis-server) is not in it; its column is in the table.
+func (rep *report) writeTax(w io.Writer) {
+	taxed := []scenario{miss, hit, mixed}
+	type row struct {
+		conc   int
+		target string
+		cells  []string
+	}
+	var rows []row
+	for _, c := range rep.concs {
+		for _, t := range rep.targets {
+			base := rep.rounds[cellKey{c, noKey, t}]
+			if t == "plain" || len(base) == 0 {
+				continue
+			}
+			noKeyCPU := field(base, func(r round) float64 { return r.cpu }).med
+			r := row{conc: c, target: t}
+			for _, s := range taxed {
+				rs := rep.rounds[cellKey{c, s, t}]
+				if len(rs) == 0 {
+					r.cells = append(r.cells, "–")
+					continue
+				}
+				cpu := field(rs, func(r round) float64 { return r.cpu }).med
+				r.cells = append(r.cells, fmt.Sprintf("%+.1f", cpu-noKeyCPU))
+			}
+			r.cells = append(r.cells, fmt.Sprintf("%.1f", noKeyCPU))
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nidempotency tax: proxy CPU µs/req above the same target's no-key request (medians)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	head := "conc\ttarget"
+	for _, s := range taxed {
+		head += "\t" + s.String()
+	}
+	fmt.Fprintln(tw, head+"\tno-key CPU µs/req\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t\n", r.conc, r.target, strings.Join(r.cells, "\t"))
+	}
+	tw.Flush()
 }
 
 // tripsOf returns the store round trips per request: measured for Redis,

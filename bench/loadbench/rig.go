@@ -30,6 +30,7 @@ type target struct {
 	admin     string // the idempotency-proxy's admin address, or ""
 	pprof     string // where /debug/pprof/profile is answered under --profile, or ""
 	isProxy   bool
+	peer      bool // another stack (peers.go): admin answers /gomaxprocs itself
 }
 
 // serves reports whether t answers scen: the floor only replays.
@@ -72,6 +73,11 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 		runtime.GOMAXPROCS(1)
 	}
 	rg.targets, rg.upstream, err = startAll(ctx, kids, bin, s.profileDir != "")
+	if err == nil && len(s.peers) > 0 {
+		var more []target
+		more, err = startPeers(ctx, kids, s.peers, rg.targets, s.profileDir != "")
+		rg.targets = append(rg.targets, more...)
+	}
 	if err == nil && s.compareBin != "" {
 		var more []target
 		more, err = startCompared(ctx, kids, s.compareBin, rg.targets, s.profileDir != "")
@@ -202,6 +208,10 @@ func (rg *rig) describe(w io.Writer) {
 		row("redis-server", rd.storePID, "–")
 		row("floor", floor.pid, selfGOMAXPROCS(floor.base))
 		for _, t := range rg.targets[4:] {
+			if t.peer {
+				row(t.name, t.pid, selfGOMAXPROCS("http://"+t.admin))
+				continue
+			}
 			row(t.name, t.pid, proxyGOMAXPROCS(t.admin))
 		}
 	}
