@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // TestSentinelFailover forces a Sentinel failover while two replicas serve
@@ -93,16 +95,15 @@ func waitClusterOK(t *testing.T, cl *redistest.Cluster) {
 	defer cancel()
 	for _, n := range cl.Nodes {
 		c := n.Client(t)
-		for {
+		err := testbin.Eventually(ctx, func() error {
 			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
+			if err == nil && !strings.Contains(info, "cluster_state:ok") {
+				err = errors.New("cluster_state is not ok")
 			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("node %s: cluster not ok: %v", n.Addr(), err)
-			case <-time.After(50 * time.Millisecond):
-			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("node %s: %v", n.Addr(), err)
 		}
 	}
 }

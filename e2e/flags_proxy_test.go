@@ -1,9 +1,9 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
@@ -33,11 +33,14 @@ func startFlagsProxy(t *testing.T, args ...string) *flagsProxy {
 // by reading it again.
 func waitOutput(t *testing.T, p *testbin.Process, read func() string, substr string) {
 	t.Helper()
-	deadline := time.Now().Add(readyTimeout)
-	for !strings.Contains(read(), substr) {
-		if time.Now().After(deadline) || !p.Running() {
-			t.Fatalf("no %q in the output:\n%s", substr, read())
+	testbin.SucceedsSoon(t, readyTimeout, func() error {
+		out := read()
+		switch {
+		case strings.Contains(out, substr):
+			return nil
+		case !p.Running():
+			t.Fatalf("the process exited with no %q in the output:\n%s", substr, out)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("no %q in the output:\n%s", substr, out)
+	})
 }

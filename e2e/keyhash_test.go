@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // payloadRoutes key one route by a member of its JSON body and another by
@@ -126,9 +128,9 @@ func postAndLogged(t *testing.T, p *proxyProc, path, body string, nth int) strin
 	}
 	// The line is written once the response is done, maybe after the
 	// client has it; there is nothing to wait on but the log itself.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var hashes []string
+	var hashes []string
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		hashes = hashes[:0]
 		sc := bufio.NewScanner(strings.NewReader(p.Logs()))
 		for sc.Scan() {
 			var line map[string]any
@@ -137,15 +139,13 @@ func postAndLogged(t *testing.T, p *proxyProc, path, body string, nth int) strin
 				hashes = append(hashes, kh)
 			}
 		}
-		if len(hashes) >= nth {
-			if hashes[nth-1] == "" {
-				t.Fatalf("POST %s: the executed-request log line has no key_hash", path)
-			}
-			return hashes[nth-1]
+		if len(hashes) < nth {
+			return fmt.Errorf("POST %s: %d executed-request log lines, want %d", path, len(hashes), nth)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("POST %s: %d executed-request log lines after 10s, want %d", path, len(hashes), nth)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if hashes[nth-1] == "" {
+		t.Fatalf("POST %s: the executed-request log line has no key_hash", path)
 	}
+	return hashes[nth-1]
 }

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // TestSlowUpstreamLeaseRenewed: an upstream slower than lock_ttl keeps its
@@ -104,15 +106,10 @@ func TestLeaseLostIsFenced(t *testing.T) {
 // waitMetric polls p's metric until it reaches at least want.
 func waitMetric(t *testing.T, p *proxyProc, name string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := metricSum(t, name, nil, p)
-		if got >= want {
-			return
+	testbin.SucceedsSoon(t, 5*time.Second, func() error {
+		if got := metricSum(t, name, nil, p); got < want {
+			return fmt.Errorf("%s on %s = %v, want >= %v", name, p.name, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s on %s = %v, want >= %v", name, p.name, got, want)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }

@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,14 +46,14 @@ func run(m *testing.M) int {
 // ignored: they hold no port and no memory. A child may still be exiting
 // when the last cleanup returns, so the check polls briefly.
 func childProcesses() []string {
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		kids := scanChildren(os.Getpid())
-		if len(kids) == 0 || time.Now().After(deadline) {
-			return kids
+	var kids []string
+	_ = testbin.SoonError(3*time.Second, func() error {
+		if kids = scanChildren(os.Getpid()); len(kids) > 0 {
+			return errors.New("child processes left")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return kids
 }
 
 func scanChildren(parent int) []string {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 const (
@@ -102,16 +104,14 @@ func getReadyz(t *testing.T, p *proxyProc) (int, string) {
 // starts with msg, and returns it decoded.
 func waitLogLine(t *testing.T, p *proxyProc, level, msg string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if line := findLogLine(p.Logs(), level, msg); line != nil {
-			return line
+	var line map[string]any
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if line = findLogLine(p.Logs(), level, msg); line == nil {
+			return fmt.Errorf("%s logged no %s line starting %q", p.name, level, msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s logged no %s line starting %q", p.name, level, msg)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
+	return line
 }
 
 // findLogLine returns the first JSON log line in logs at level whose

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 const mDataLoss = "idempotency_proxy_store_data_loss_total"
@@ -15,17 +17,15 @@ const mDataLoss = "idempotency_proxy_store_data_loss_total"
 // until p's background check has counted want losses: it must within 10 s.
 func waitDataLoss(t *testing.T, p *proxyProc, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := metricSum(t, mDataLoss, nil, p)
-		if got == want {
-			return
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		switch got := metricSum(t, mDataLoss, nil, p); {
+		case got > want:
+			t.Fatalf("%s = %v, want %v", mDataLoss, got, want)
+		case got < want:
+			return fmt.Errorf("%s = %v, want %v", mDataLoss, got, want)
 		}
-		if got > want || time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v within 10s", mDataLoss, got, want)
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }
 
 // TestRedisThatForgetsIsNoticed runs two proxies on one Redis: a FLUSHALL

@@ -224,17 +224,12 @@ func runStuckKeyRunbook(t *testing.T, storeYAML string) {
 
 func waitForValue(t *testing.T, what string, get func() string, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := get()
-		if got == want {
-			return
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if got := get(); got != want {
+			return fmt.Errorf("%s: %q, want %q", what, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q, want %q", what, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestStuckKeyRunbookOnMemoryStore(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -42,16 +43,15 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	return p
 }
 
-// waitFor polls cond every 10ms until it holds, failing after 15s.
+// waitFor fails the test unless cond holds within 15s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testbin.SucceedsSoon(t, 15*time.Second, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {

@@ -2,41 +2,44 @@ package testbin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 )
-
-// pollInterval is how often PollStatus asks again: a process listening is
-// observable only by connecting.
-const pollInterval = 25 * time.Millisecond
 
 // PollStatus polls url until it answers want, ctx expires, or exited closes
 // (nil: never).
 func PollStatus(ctx context.Context, url string, want int, exited <-chan struct{}) error {
 	c := &http.Client{Timeout: time.Second}
 	defer c.CloseIdleConnections()
-	var last string
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
 		select {
 		case <-exited:
-			return fmt.Errorf("process exited (last: %s)", last)
+			cancel(errExited)
 		case <-ctx.Done():
-			return fmt.Errorf("no %d within the deadline (last: %s)", want, last)
-		case <-time.After(pollInterval):
 		}
+	}()
+	err := Eventually(ctx, func() error {
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			return fmt.Errorf("%s, want %d", resp.Status, want)
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() != nil && context.Cause(ctx) != errExited {
+		return fmt.Errorf("no %d within the deadline: %w", want, err)
 	}
+	return err
 }
+
+var errExited = errors.New("process exited")
 
 // WaitReady waits up to timeout for p to answer 200 on every url in turn;
 // it fails early if p exits.

@@ -1,0 +1,54 @@
+package testbin
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Pauses between two tries of a condition: short at first, so a condition
+// that holds soon is seen soon, then backing off, so a slow one does not
+// load a busy machine.
+const (
+	firstPause = 5 * time.Millisecond
+	maxPause   = 100 * time.Millisecond
+)
+
+// Eventually calls cond until it returns nil, or until ctx is done: it then
+// returns cond's last error, after the context's cause. Use it where no
+// signal can be awaited (another process's state, a metric, a log line);
+// a channel or a returned call is always better.
+func Eventually(ctx context.Context, cond func() error) error {
+	pause := firstPause
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", context.Cause(ctx), err)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// SucceedsSoon fails t unless cond returns nil within the bound, giving
+// cond's last error: the one way a test waits for what it cannot be told.
+func SucceedsSoon(t testing.TB, within time.Duration, cond func() error) {
+	t.Helper()
+	if err := SoonError(within, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SoonError is SucceedsSoon for a caller that handles the failure itself
+// (a goroutine, a cleanup that reports rather than stops): the error names
+// the bound and cond's last error.
+func SoonError(within time.Duration, cond func() error) error {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), within, fmt.Errorf("not within %s", within))
+	defer cancel()
+	return Eventually(ctx, cond)
+}
