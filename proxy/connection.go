@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // isUpgrade reports whether r is a real protocol upgrade (a WebSocket
@@ -14,7 +16,7 @@ import (
 // may send a bare "Upgrade:" — is an ordinary request and must not dodge
 // the key rules.
 func isUpgrade(r *http.Request) bool {
-	if r.Method != http.MethodGet || !hasToken(r.Header["Connection"], "upgrade") {
+	if r.Method != http.MethodGet || !httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") {
 		return false
 	}
 	for _, v := range r.Header["Upgrade"] {
@@ -31,7 +33,7 @@ func isUpgrade(r *http.Request) bool {
 func dropUpgrade(h http.Header) {
 	_, up := h["Upgrade"]
 	_, settings := h["Http2-Settings"]
-	if !up && !settings && !hasToken(h["Connection"], "upgrade") && !hasToken(h["Connection"], "http2-settings") {
+	if !up && !settings && !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") && !httpguts.HeaderValuesContainsToken(h["Connection"], "http2-settings") {
 		return
 	}
 	delete(h, "Upgrade")
@@ -44,7 +46,7 @@ func dropUpgrade(h http.Header) {
 // forwarded upstream unchanged (docs/request-handling.md), so upstreams
 // that deduplicate too can rely on it.
 func keepKeyHeader(h http.Header, name string) {
-	if hasToken(h["Connection"], name) {
+	if httpguts.HeaderValuesContainsToken(h["Connection"], name) {
 		removeTokens(h, name)
 	}
 }
@@ -60,21 +62,6 @@ func keepKeyHeaders(h http.Header, sources []KeySource) {
 			keepKeyHeader(h, k.Name)
 		}
 	}
-}
-
-// hasToken reports whether the comma-separated lists in values hold token,
-// compared case-insensitively.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for v != "" {
-			var t string
-			t, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(textproto.TrimString(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // removeTokens rewrites Connection without drop's tokens, deleting it when

@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // DefaultUpstreamControlHeader is the response header an upstream uses to
@@ -19,7 +21,7 @@ const ExpiresHeader = "Idempotency-Expires"
 // CheckUpstreamControlHeader reports why name cannot be a route's
 // upstream_control_header; "" (disabled) is valid.
 func CheckUpstreamControlHeader(name string) error {
-	if name != "" && !isToken(name) {
+	if name != "" && !httpguts.ValidHeaderFieldName(name) {
 		return fmt.Errorf("%q is not a valid header name", name)
 	}
 	return nil
@@ -69,15 +71,7 @@ func unannounceTrailer(h http.Header, name string) {
 	if !ok || name == "" {
 		return
 	}
-	found := false
-	for _, v := range values {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), name) {
-				found = true
-			}
-		}
-	}
-	if !found {
+	if !httpguts.HeaderValuesContainsToken(values, name) {
 		return
 	}
 	var kept []string

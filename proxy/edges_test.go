@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // raw sends one raw HTTP/1.1 request to the proxy, for what net/http's
@@ -72,7 +74,7 @@ func TestOnlyARealUpgradeIsPassedThrough(t *testing.T) {
 				t.Fatalf("executions = %d, retry replayed=%v; want one execution and its replay", e.up.calls.Load(), again.replayed())
 			}
 			seen := e.up.last().Header
-			if seen.Get("Upgrade") != "" || seen.Get("HTTP2-Settings") != "" || hasToken(seen["Connection"], "upgrade") {
+			if seen.Get("Upgrade") != "" || seen.Get("HTTP2-Settings") != "" || httpguts.HeaderValuesContainsToken(seen["Connection"], "upgrade") {
 				t.Fatalf("upstream saw the upgrade offer: %v", seen)
 			}
 		})

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -62,7 +64,7 @@ func ParseKeySource(s string) (KeySource, error) {
 		if arg == "" {
 			return KeySource{}, fmt.Errorf("key source %q: header: needs a header name, as in header:Idempotency-Key", s)
 		}
-		if !isToken(arg) {
+		if !httpguts.ValidHeaderFieldName(arg) {
 			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid header name", s, arg)
 		}
 		return HeaderKeySource(arg), nil
@@ -91,7 +93,7 @@ func ParseKeySource(s string) (KeySource, error) {
 func (k KeySource) check() error {
 	switch k.Kind {
 	case KeyFromHeader:
-		if !isToken(k.Name) {
+		if !httpguts.ValidHeaderFieldName(k.Name) {
 			return fmt.Errorf("invalid header name %q", k.Name)
 		}
 	case KeyFromQuery:
@@ -107,17 +109,6 @@ func (k KeySource) check() error {
 		return errors.New("empty key source: want " + keySourceForms)
 	}
 	return nil
-}
-
-// isToken reports whether s is an RFC 9110 token, the syntax of a header name.
-func isToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // String returns the configuration form of the source.

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
@@ -36,7 +37,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	switch {
 	case len(p.KeySources) > 0 && p.Header != "":
 		c.addWith("key_sources", []string{"header"}, "set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])")
-	case len(p.KeySources) == 0 && !validToken(p.Header):
+	case len(p.KeySources) == 0 && !httpguts.ValidHeaderFieldName(p.Header):
 		c.add("header", "invalid header name %q", p.Header)
 	}
 	for i, k := range p.KeySources {
@@ -45,7 +46,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 		}
 	}
 	for i, m := range p.Methods {
-		if !validToken(m) {
+		if !httpguts.ValidHeaderFieldName(m) {
 			c.addAt("methods", i, "invalid method %q", m)
 		}
 	}
@@ -88,10 +89,10 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	}
 	for i, h := range p.ScopeHeaders {
 		if name, ok := CookieScope(h); ok {
-			if !validToken(name) {
+			if !httpguts.ValidHeaderFieldName(name) {
 				c.addAt("scope_headers", i, "invalid cookie name %q in %q", name, h)
 			}
-		} else if !validToken(h) {
+		} else if !httpguts.ValidHeaderFieldName(h) {
 			c.addAt("scope_headers", i, "invalid header name %q (or Cookie:NAME for one cookie)", h)
 		}
 	}
@@ -171,7 +172,7 @@ func (c *policyCheck) addAt(key string, i int, format string, args ...any) {
 
 func (c *policyCheck) headers(key string, names []string) {
 	for i, h := range names {
-		if !validToken(h) {
+		if !httpguts.ValidHeaderFieldName(h) {
 			c.addAt(key, i, "invalid header name %q", h)
 		}
 	}
@@ -186,18 +187,4 @@ func (c *policyCheck) show(key string, v any) string {
 		}
 	}
 	return s
-}
-
-// validToken reports whether s is an RFC 9110 token, the syntax of header
-// names, methods and cookie names.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c >= math.MaxInt8 || c <= ' ' || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"path"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // target is how the proxy reads a request's method and path, for its
@@ -103,7 +105,7 @@ func (t *target) readOverride(h http.Header, sent string) {
 			fp.WriteString(v)
 			m := upperASCII(strings.TrimSpace(v))
 			switch {
-			case !validToken(m):
+			case !httpguts.ValidHeaderFieldName(m):
 				t.overrides = overrideConflict
 			case named == "":
 				named = m
