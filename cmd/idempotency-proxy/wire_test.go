@@ -85,6 +85,9 @@ func TestTranslationSetsEveryPolicyField(t *testing.T) {
 // for a field of the given kind.
 func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 	t.Helper()
+	if v.Type() == reflect.TypeFor[proxy.StatusTTL]() {
+		return map[string]any{"5xx": "1m"}
+	}
 	if u, ok := v.Interface().(encoding.TextMarshaler); ok {
 		// The other word of a two-word choice.
 		other := reflect.New(v.Type()).Elem()
