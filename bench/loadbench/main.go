@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command loadbench measures idempotency-proxy against a plain
+// Command loadbench measures idempotency-proxy against a stock
 // httputil.ReverseProxy in the same run, on loopback:
 //
 //	go run ./bench/loadbench                   # full run, a few minutes

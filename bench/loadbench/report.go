@@ -54,13 +54,17 @@ type goal struct {
 
 var none = math.NaN()
 
+// goals are set against the stock baseline (serve.go): a proxy doing more
+// than forwarding pays for it in throughput on the forwarded paths, and
+// earns it back on replays. The idempotency tax (writeTax) has no goal
+// here: it is read against the peers' in the same run.
 var goals = map[[2]string]goal{
-	{"memory", "miss"}:   {0.95, 1.10, none, none},
-	{"memory", "hit"}:    {5, none, none, none},
-	{"memory", "no-key"}: {0.99, none, none, none},
-	{"redis", "miss"}:    {0.70, 1.25, 3, 2},
-	{"redis", "hit"}:     {2.5, 0.45, 3, 1},
-	{"redis", "no-key"}:  {0.99, none, none, 0},
+	{"memory", "miss"}:   {0.90, none, none, none},
+	{"memory", "hit"}:    {4.8, none, none, none},
+	{"memory", "no-key"}: {1.00, none, none, none},
+	{"redis", "miss"}:    {0.70, none, 3, 2},
+	{"redis", "hit"}:     {3.2, none, 3, 1},
+	{"redis", "no-key"}:  {1.00, none, none, 0},
 }
 
 // met reports whether medians of a row meet g.
