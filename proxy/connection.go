@@ -58,8 +58,8 @@ func keepKeyHeaders(h http.Header, sources []KeySource) {
 		return
 	}
 	for _, k := range sources {
-		if k.Kind == KeyFromHeader {
-			keepKeyHeader(h, k.Name)
+		if name := k.header(); name != "" {
+			keepKeyHeader(h, name)
 		}
 	}
 }

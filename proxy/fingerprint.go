@@ -219,13 +219,8 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []scopePart, f
 		hs.values(r.Header[p.header])
 	}
 	hs.field(key)
-	switch from {
-	case KeyFromJSON:
-		hs.field("json")
-	case KeyFromBodySHA256:
-		hs.field("body_sha256")
-	}
-	if from == KeyFromJSON || from == KeyFromBodySHA256 {
+	if from.fromPayload() {
+		hs.field(from.word())
 		hs.field(at.method)
 		hs.field(host)
 		hs.field(at.path)

@@ -77,7 +77,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		}
 		// A header's key as a client would send it: raw or an RFC 8941
 		// string, surrounding spaces ignored, checked like the request path.
-		if src.Kind == KeyFromHeader {
+		if src.header() != "" {
 			if key, err = parseKey(http.Header{"K": {key}}, "K"); err != nil {
 				return "", err
 			}

@@ -25,6 +25,43 @@ const (
 	KeyFromBodySHA256
 )
 
+// The properties of a kind, each decided here once: what the other files
+// ask of a source (docs/architecture.md, "Adding a key source").
+
+// word is the kind's name in the configuration form, and, for a key
+// derived from the payload, its namespace in the storage key.
+func (k KeySourceKind) word() string {
+	switch k {
+	case KeyFromHeader:
+		return "header"
+	case KeyFromQuery:
+		return "query"
+	case KeyFromJSON:
+		return "json"
+	case KeyFromBodySHA256:
+		return "body_sha256"
+	}
+	return ""
+}
+
+// fromPayload reports whether the key is derived from the request body:
+// the body must be read before the key is known, and the key is the
+// payload's, not a client's choice, so its storage key is namespaced by
+// method, host and path (storageKeyFrom).
+func (k KeySourceKind) fromPayload() bool {
+	return k == KeyFromJSON || k == KeyFromBodySHA256
+}
+
+// header is the name of the header the source reads, "" when it reads
+// none: the header is kept when a client names it in Connection, and an
+// operator's key is read from it as a client would send it.
+func (k KeySource) header() string {
+	if k.Kind == KeyFromHeader {
+		return k.Name
+	}
+	return ""
+}
+
 // KeySource is one place an idempotency key may come from, written
 // "header:NAME", "query:NAME", "json:/pointer" or "body_sha256" in the
 // configuration (docs/request-handling.md, "Where the key comes from").
@@ -114,16 +151,12 @@ func (k KeySource) check() error {
 // String returns the configuration form of the source.
 func (k KeySource) String() string {
 	switch k.Kind {
-	case KeyFromHeader:
-		return "header:" + k.Name
-	case KeyFromQuery:
-		return "query:" + k.Name
+	case KeyFromHeader, KeyFromQuery:
+		return k.Kind.word() + ":" + k.Name
 	case KeyFromJSON:
-		return "json:" + k.Pointer.String()
-	case KeyFromBodySHA256:
-		return "body_sha256"
+		return k.Kind.word() + ":" + k.Pointer.String()
 	}
-	return ""
+	return k.Kind.word()
 }
 
 // MarshalText returns the configuration form of the source.
@@ -140,9 +173,7 @@ func (k *KeySource) UnmarshalText(text []byte) error {
 }
 
 // readsBody reports whether the source needs the request body.
-func (k KeySource) readsBody() bool {
-	return k.Kind == KeyFromJSON || k.Kind == KeyFromBodySHA256
-}
+func (k KeySource) readsBody() bool { return k.Kind.fromPayload() }
 
 // describe names the source for a client, in a problem's detail.
 func (k KeySource) describe() string {
