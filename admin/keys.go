@@ -16,11 +16,29 @@ import (
 // Key API limits.
 const (
 	defaultListLimit = 100
-	maxListLimit     = 1000
 	maxKeyHashLen    = 128     // hex digits; storage keys are far shorter
 	maxHashBody      = 1 << 20 // POST /admin/hash request body
 	opTimeout        = 10 * time.Second
 )
+
+// MaxListLimit is the most keys one page of a list returns; the keys
+// command checks its --limit against it.
+const MaxListLimit = 1000
+
+// ListState reads the state filter of a list: "in_flight", "completed", or
+// "all" (or nothing) for 0, every state. The keys command reads its --state
+// with it.
+func ListState(s string) (state store.State, ok bool) {
+	switch s {
+	case "", "all":
+		return 0, true
+	case store.InFlight.String():
+		return store.InFlight, true
+	case store.Completed.String():
+		return store.Completed, true
+	}
+	return 0, false
+}
 
 // Operations, the values of the "operation" label.
 const (
@@ -110,20 +128,15 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 
 // listParams reads state, limit and cursor; detail says what is wrong.
 func listParams(q url.Values) (state store.State, limit int, cursor, detail string) {
-	switch q.Get("state") {
-	case "", "all":
-	case "in_flight":
-		state = store.InFlight
-	case "completed":
-		state = store.Completed
-	default:
+	state, ok := ListState(q.Get("state"))
+	if !ok {
 		return 0, 0, "", "state must be in_flight, completed or all."
 	}
 	limit = defaultListLimit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			return 0, 0, "", "limit must be an integer from 1 to " + strconv.Itoa(maxListLimit) + "."
+		if err != nil || n < 1 || n > MaxListLimit {
+			return 0, 0, "", "limit must be an integer from 1 to " + strconv.Itoa(MaxListLimit) + "."
 		}
 		limit = n
 	}

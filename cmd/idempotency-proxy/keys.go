@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/admin"
 )
 
 // adminTokenEnv carries the admin token to `keys`, as it does to the proxy
@@ -141,11 +143,11 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 			return b
 		}
 	case "list":
-		if state != "all" && state != "in_flight" && state != "completed" {
+		if _, ok := admin.ListState(state); !ok || state == "" {
 			return nil, fmt.Errorf("--state: want in_flight, completed or all, got %q", state)
 		}
-		if limit < 1 || limit > 1000 {
-			return nil, fmt.Errorf("--limit: want 1 to 1000, got %d", limit)
+		if limit < 1 || limit > admin.MaxListLimit {
+			return nil, fmt.Errorf("--limit: want 1 to %d, got %d", admin.MaxListLimit, limit)
 		}
 		q := url.Values{"state": {state}, "limit": {strconv.Itoa(limit)}}
 		if cursor != "" {
