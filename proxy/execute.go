@@ -143,6 +143,9 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 
 	if rec != nil {
 		rec.Request = q.described()
+		if pol.ExpiredKeys == ExpiredReject {
+			rec.Tombstone = pol.ExpiredKeyWindow
+		}
 	}
 	q.rec = rec
 	h.settleKey(ctx, q, leaseLost)

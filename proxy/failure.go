@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // failure is a reason the proxy answers a request itself instead of the
@@ -34,6 +35,7 @@ const (
 	failResponseCutShort // recorded under on_upstream_error: keep after a cut-short body
 	failAmbiguousPath    // a protected request's path can be read two ways
 	failAmbiguousMethod  // its method-override headers name more than one method
+	failKeyExpired       // the key's record expired, and the route rejects expired keys
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -46,6 +48,9 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probMissingKey, "This route requires " + DescribeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
 	case failWaitedTooLong:
 		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
+	case failKeyExpired:
+		return probKeyExpired, "This idempotency key's recorded response expired at " + q.expiredAt.UTC().Format(time.RFC3339) +
+			", so the request was not forwarded: a retry this late is refused rather than executed again. Use a new key for a new operation.", OutcomeExpiredKey
 	case failAmbiguousPath:
 		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
 	}

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -28,6 +29,7 @@ type Handler struct {
 	maxExecution    time.Duration
 	detachable      detachBudget
 	store           Store
+	forgetter       forgetter // the store's Delete, when it has one
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
 	metrics         *Metrics
@@ -74,6 +76,7 @@ func New(opts Options) (*Handler, error) {
 		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
 	}
 	h.store = meteredStore{opts.Store, h.metrics}
+	h.forgetter, _ = opts.Store.(forgetter)
 	transport := opts.Transport
 	if transport == nil {
 		transport = NewTransport()
@@ -263,6 +266,18 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			q.token = res.Token
 			h.execute(detached, w, q)
 			return
+		case res.State == store.Expired && pol.ExpiredKeys == ExpiredReject:
+			q.expiredAt = res.ExpiredAt
+			h.refuse(w, q, failKeyExpired, nil)
+			return
+		case res.State == store.Expired:
+			// A tombstone the route no longer asks for (a reload turned
+			// reject off): the key is new. Begin again, without looking.
+			if err := h.forgetExpired(detached, q); err != nil {
+				h.storeUnavailable(w, q, err)
+				return
+			}
+			continue
 		case res.Fingerprint != q.fp:
 			h.refuse(w, q, failMismatch, nil)
 			return
@@ -280,6 +295,24 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		}
 	}
+}
+
+// forgetter deletes a key, and the tombstone of its expired record.
+type forgetter interface {
+	Delete(ctx context.Context, key string) error
+}
+
+// forgetExpired deletes the tombstone of q's key, which a route that
+// forgets expired keys found (a reload turned expired_keys: reject off):
+// the key is then new.
+func (h *Handler) forgetExpired(ctx context.Context, q *request) error {
+	if h.forgetter == nil {
+		return fmt.Errorf("forget expired key: %w", store.ErrUnavailable)
+	}
+	if err := h.forgetter.Delete(ctx, q.keyHash); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // unreadable refuses a key whose record cannot be read: its encryption

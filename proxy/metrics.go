@@ -42,6 +42,9 @@ const (
 	// OutcomeUpstreamTimeout: 504, the upstream did not answer within
 	// upstream.timeout; the call goes on detached.
 	OutcomeUpstreamTimeout Outcome = "upstream_timeout"
+	// OutcomeExpiredKey: 410 key-expired, the key's record expired within
+	// expired_key_window under expired_keys: reject; not forwarded.
+	OutcomeExpiredKey Outcome = "expired_key"
 )
 
 // Outcomes returns every outcome, a copy the caller may keep.
@@ -52,7 +55,7 @@ var allOutcomes = []Outcome{
 	OutcomePassthrough, OutcomeNoKey, OutcomeMissingKey, OutcomeInvalidKey, OutcomeTooLarge,
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
-	OutcomeAmbiguous, OutcomeUpstreamTimeout,
+	OutcomeAmbiguous, OutcomeUpstreamTimeout, OutcomeExpiredKey,
 }
 
 // Store operations, the values of the "operation" label.

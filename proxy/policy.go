@@ -40,6 +40,13 @@ type Policy struct {
 	// time instead of TTL ("5xx": 1m, "404": 10m); the most specific key
 	// wins. A route that sets it replaces the inherited map whole.
 	StatusTTL StatusTTL `config:"status_ttl"`
+	// ExpiredKeys decides a key whose record expired: forget (it is new
+	// again) or reject (410 key-expired for ExpiredKeyWindow after).
+	ExpiredKeys ExpiredKeys `config:"expired_keys"`
+	// ExpiredKeyWindow is how long after its record expires a key is
+	// refused under ExpiredKeys reject; a tombstone of the key is kept
+	// that long.
+	ExpiredKeyWindow time.Duration `config:"expired_key_window"`
 	// LockTTL is the lease on an in-flight key, renewed while the upstream runs.
 	LockTTL time.Duration `config:"lock_ttl"`
 	// Concurrent decides what an in-flight duplicate gets.
@@ -113,6 +120,7 @@ func DefaultPolicy() Policy {
 		Methods:               []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete},
 		TTL:                   24 * time.Hour,
 		LockTTL:               30 * time.Second,
+		ExpiredKeyWindow:      DefaultExpiredKeyWindow,
 		Concurrent:            ConcurrentReject,
 		WaitTimeout:           10 * time.Second,
 		FailOpen:              FailClosed,
@@ -202,6 +210,28 @@ var ambiguousWords = []string{"reject", "allow"}
 func (a AmbiguousPaths) String() string                { return word(ambiguousWords, int(a)) }
 func (a AmbiguousPaths) MarshalText() ([]byte, error)  { return []byte(a.String()), nil }
 func (a *AmbiguousPaths) UnmarshalText(b []byte) error { return parseWord(a, ambiguousWords, b) }
+
+// ExpiredKeys is what a request gets whose key's record expired; in the
+// configuration, "forget" or "reject".
+type ExpiredKeys uint8
+
+const (
+	// ExpiredForget treats the key as new: the request executes again.
+	ExpiredForget ExpiredKeys = iota
+	// ExpiredReject answers 410 key-expired within the policy's
+	// ExpiredKeyWindow; the upstream is not called.
+	ExpiredReject
+)
+
+// DefaultExpiredKeyWindow is how long an expired key is refused by
+// default: a week.
+const DefaultExpiredKeyWindow = 168 * time.Hour
+
+var expiredWords = []string{"forget", "reject"}
+
+func (e ExpiredKeys) String() string                { return word(expiredWords, int(e)) }
+func (e ExpiredKeys) MarshalText() ([]byte, error)  { return []byte(e.String()), nil }
+func (e *ExpiredKeys) UnmarshalText(b []byte) error { return parseWord(e, expiredWords, b) }
 
 // PathCase says whether a route's pattern matches paths in its case only;
 // in the configuration, "sensitive" or "insensitive".

@@ -109,6 +109,12 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 			c.addAt("fingerprint_ignore", i, "%v", err)
 		}
 	}
+	if p.ExpiredKeys > ExpiredReject {
+		c.add("expired_keys", "%v", errWord(expiredWords, ""))
+	}
+	if p.ExpiredKeyWindow <= 0 && p.ExpiredKeys == ExpiredReject {
+		c.addWith("expired_key_window", []string{"expired_keys"}, "must be > 0 when expired_keys is reject, not %s", c.show("expired_key_window", p.ExpiredKeyWindow))
+	}
 	if p.AmbiguousPaths > AmbiguousAllow {
 		c.add("ambiguous_paths", "%v", errWord(ambiguousWords, ""))
 	}

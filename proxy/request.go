@@ -37,6 +37,8 @@ type request struct {
 	body    []byte // read in full once a source or the fingerprint needs it
 	fp      store.Fingerprint
 	keyHash string // the storage key: the key_hash of logs and the key API
+	// expiredAt is when the key's record expired, for 410 key-expired.
+	expiredAt time.Time
 
 	keyFrom KeySourceKind // the kind of source that gave the key
 

@@ -126,6 +126,10 @@ const (
 	InFlight
 	// Completed: a record is stored under the key.
 	Completed
+	// Expired: the key's record expired and a tombstone of it is kept
+	// (Record.Tombstone); BeginResult.ExpiredAt says when. No lease is
+	// taken.
+	Expired
 )
 
 func (s State) String() string {
@@ -136,6 +140,8 @@ func (s State) String() string {
 		return "in_flight"
 	case Completed:
 		return "completed"
+	case Expired:
+		return "expired"
 	}
 	return "unknown"
 }
@@ -150,6 +156,9 @@ type BeginResult struct {
 	Fingerprint Fingerprint
 	// Record is set when State is Completed.
 	Record *Record
+	// ExpiredAt is when the key's record expired, set when State is
+	// Expired.
+	ExpiredAt time.Time
 }
 
 // Record is a recorded upstream response.
@@ -171,6 +180,11 @@ type Record struct {
 	// Request is the request the record answered, for operators; zero in
 	// records written before it was kept.
 	Request Request
+	// Tombstone, when > 0, asks the store to remember the key for this
+	// long after the record expires: Begin then reports it Expired rather
+	// than taking a lease (see Tombstones). It is not part of the record's
+	// encoding.
+	Tombstone time.Duration
 	// Sealed, when set, holds the record's header and body encrypted
 	// (package store/seal), and Header and Body are empty. A store keeps
 	// and returns it as it does Header and Body, so with encryption on no

@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -72,6 +73,18 @@ func (s *tracedStore) Release(ctx context.Context, key, token string) error {
 }
 
 func (s *tracedStore) Ping(ctx context.Context) error { return s.next.Ping(ctx) }
+
+// Delete is the store's Delete, which the handler uses to forget the
+// tombstone of an expired key; not traced.
+func (s *tracedStore) Delete(ctx context.Context, key string) error {
+	d, ok := s.next.(interface {
+		Delete(ctx context.Context, key string) error
+	})
+	if !ok {
+		return fmt.Errorf("delete: %w", store.ErrUnavailable)
+	}
+	return d.Delete(ctx, key)
+}
 
 func endStoreSpan(span trace.Span, err error) {
 	if err != nil {

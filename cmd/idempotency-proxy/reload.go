@@ -15,6 +15,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
 
@@ -30,8 +31,9 @@ type reloader struct {
 	src     config.Source
 	file    string // the file in use, also when named by IDEMPOTENCY_PROXY_CONFIG
 	handler *proxy.Handler
-	token   *admin.Token // the admin API's, re-read from admin.token_file
-	sealer  *seal.Store  // its keyring re-read from store.encryption.keys_file
+	token   *admin.Token      // the admin API's, re-read from admin.token_file
+	sealer  *seal.Store       // its keyring re-read from store.encryption.keys_file
+	tombs   *store.Tombstones // looks for tombstones while a route rejects expired keys
 	level   *slog.LevelVar
 	log     *slog.Logger
 
@@ -144,6 +146,9 @@ func (r *reloader) reload(trigger string) {
 		r.log.Error("config reload rejected; the previous configuration stays in force",
 			"trigger", trigger, "file", r.file, "problems", err.Error())
 		return
+	}
+	if r.tombs != nil {
+		r.tombs.Check(rejectsExpired(next))
 	}
 	r.level.Set(next.LogLevel)
 	r.handler.SetAccessLog(next.AccessLog)

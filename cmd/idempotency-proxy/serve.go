@@ -16,6 +16,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/config"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/gctune"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
 
@@ -50,7 +51,9 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	// Everything above the store sees it through the seal layer, so no
 	// store holds a recorded header or body in clear; the size gauges are
 	// the store's own.
-	st := seal.New(raw, cfg.Store.Encryption.Keyring)
+	tombs := store.WithTombstones(raw, nil)
+	tombs.Check(rejectsExpired(cfg))
+	st := seal.New(tombs, cfg.Store.Encryption.Keyring)
 	defer st.Close()
 	if err := prepareStore(raw); err != nil {
 		return err
@@ -73,7 +76,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	if err != nil {
 		return err
 	}
-	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, sealer: st, level: level, log: log}
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, sealer: st, tombs: tombs, level: level, log: log}
 	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, r.view, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -69,4 +69,18 @@ func policies(cfg *config.Config) (proxy.Policy, []proxy.Route) {
 	return cfg.Defaults, routes
 }
 
+// rejectsExpired reports whether some route answers expired keys with 410
+// key-expired: only then does the store look for tombstones.
+func rejectsExpired(cfg *config.Config) bool {
+	if cfg.Defaults.ExpiredKeys == proxy.ExpiredReject {
+		return true
+	}
+	for _, r := range cfg.Routes {
+		if r.Enabled && r.ExpiredKeys == proxy.ExpiredReject {
+			return true
+		}
+	}
+	return false
+}
+
 const readyTimeout = time.Second

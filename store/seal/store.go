@@ -83,6 +83,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	if sealed == nil {
 		sealed = kr.seal(key, rec)
 	}
+	sealed.Tombstone = rec.Tombstone
 	err := s.next.Complete(ctx, key, token, sealed, ttl)
 	if err != nil && !errors.Is(err, store.ErrLockLost) && !errors.Is(err, store.ErrFull) {
 		s.remember(token, pendingSeal{key: key, clear: rec, sealed: sealed, at: time.Now()})

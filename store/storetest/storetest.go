@@ -66,6 +66,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ReleaseWrongTokenIsNoop", testReleaseWrongToken},
 		{"ReleaseThenBeginAcquires", testReleaseThenBegin},
 		{"RecordExpires", testRecordTTL},
+		{"ExpiredKeyIsRemembered", testExpiredKeyIsRemembered},
+		{"TombstonesOffTakeTheLease", testTombstonesOff},
 		{"ExtendKeepsLock", testExtend},
 		{"CompleteAfterReleaseLost", testCompleteAfterRelease},
 		{"ManyKeys", testManyKeys},

@@ -1,0 +1,110 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// nopCloser is a Store under test as a store.Store, for store.Tombstones.
+type nopCloser struct{ Store }
+
+func (nopCloser) Close() error { return nil }
+
+// testExpiredKeyIsRemembered: with tombstones kept over the store, a key
+// whose record expired is reported Expired, with its fingerprint and
+// without a lease, until the window after its record passes; then it is
+// new. A record completed without Tombstone leaves none.
+func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
+	ts := store.WithTombstones(nopCloser{h.Store}, nil)
+	ts.Check(true)
+	ctx := context.Background()
+	ttl := h.lease()
+	window := 2 * ttl
+	begin := func(key string) store.BeginResult {
+		t.Helper()
+		b, err := ts.Begin(ctx, key, fingerprint(2), time.Minute)
+		if err != nil {
+			t.Fatalf("Begin(%q): %v", key, err)
+		}
+		return b
+	}
+	key, forgotten := h.key("k"), h.key("forgotten")
+	started := time.Now()
+	for _, k := range []string{key, forgotten} {
+		b := begin(k)
+		if b.State != store.Acquired {
+			t.Fatalf("Begin(%q) = %v, want acquired", k, b.State)
+		}
+		rec := *records()["binary body"]
+		if k == key {
+			rec.Tombstone = window
+		}
+		if err := ts.Complete(ctx, k, b.Token, &rec, ttl); err != nil {
+			t.Fatalf("Complete(%q): %v", k, err)
+		}
+	}
+	if b := begin(key); b.State != store.Completed {
+		t.Fatalf("Begin before ttl = %v, want completed", b.State)
+	}
+	h.pass(ttl + ttl/2)
+	for range 2 { // the first refusal leaves no lease behind
+		b := begin(key)
+		if b.State != store.Expired || b.Token != "" || b.Fingerprint != fingerprint(9) {
+			t.Fatalf("Begin after ttl = %v token %q fp %x, want expired, no token, the record's fingerprint", b.State, b.Token, b.Fingerprint[:4])
+		}
+		if b.ExpiredAt.IsZero() || b.ExpiredAt.Before(started) || b.ExpiredAt.After(time.Now().Add(ttl)) {
+			t.Errorf("ExpiredAt %v, want when the record expired (about %v)", b.ExpiredAt, started.Add(ttl))
+		}
+	}
+	entries, _, err := ts.List(ctx, store.Completed, "", 1000)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	for _, e := range entries {
+		if e.Key == key+store.TombstoneSuffix {
+			t.Errorf("List shows the tombstone %q", e.Key)
+		}
+	}
+	if b := begin(forgotten); b.State != store.Acquired {
+		t.Errorf("Begin of a record completed without Tombstone = %v, want acquired", b.State)
+	}
+	h.pass(window)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b := begin(key)
+		if b.State == store.Acquired {
+			break
+		}
+		if h.Advance != nil || time.Now().After(deadline) {
+			t.Fatalf("Begin after the window = %v, want acquired: the key is new", b.State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testTombstonesOffCostNothing: with tombstones off, Begin of a key whose
+// tombstone is there takes the lease, as a store without them does.
+func testTombstonesOff(t *testing.T, h *harness) {
+	ts := store.WithTombstones(nopCloser{h.Store}, nil)
+	ts.Check(true)
+	ctx := context.Background()
+	ttl := h.lease()
+	key := h.key("k")
+	b, err := ts.Begin(ctx, key, fingerprint(1), time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %v, %v", b.State, err)
+	}
+	rec := *records()["binary body"]
+	rec.Tombstone = time.Hour
+	if err := ts.Complete(ctx, key, b.Token, &rec, ttl); err != nil {
+		t.Fatal(err)
+	}
+	h.pass(ttl + ttl/2)
+	ts.Check(false)
+	if b, err := ts.Begin(ctx, key, fingerprint(1), time.Minute); err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin with tombstones off = %v, %v, want acquired", b.State, err)
+	}
+}
