@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -71,14 +72,12 @@ func TestLeaseLostIsFenced(t *testing.T) {
 	fp.ResetAll()
 	// Once the lease has expired in Redis, the other replica takes the key.
 	var second reply
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		second = mustSend(t, c, other.URL(), request{Key: key})
-		if second.Status != http.StatusConflict || time.Now().After(deadline) {
-			break
+	_ = testbin.SoonError(3*time.Second, func() error {
+		if second = mustSend(t, c, other.URL(), request{Key: key}); second.Status == http.StatusConflict {
+			return errors.New("409: the lease has not expired yet")
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	}) // the status is checked below
 	fp.Refuse(false)
 	first := <-done
 	ex := up.Execs(key)

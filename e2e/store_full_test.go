@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // Metric names documented in docs/operating.md#metrics for a full or
@@ -177,17 +179,17 @@ func TestFullRedisKeepsTheRecordWithoutItsBody(t *testing.T) {
 // is in flight.
 func retryUntilSettled(t *testing.T, e fullEnv, rq request) reply {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		r := mustSend(t, e.c, e.ps[i%len(e.ps)].URL(), rq)
-		if r.Status != http.StatusConflict {
-			return r
+	var r reply
+	i := 0
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		r = mustSend(t, e.c, e.ps[i%len(e.ps)].URL(), rq)
+		i++
+		if r.Status == http.StatusConflict {
+			return fmt.Errorf("key %s still in flight (409) after %d retries: the record was never written", rq.Key, i)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s still in flight (409) after 10s of retries: the record was never written", rq.Key)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
+	return r
 }
 
 // checkReplayWithoutBody asserts that r replays ex's status and headers

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // The stuck-key runbook (docs/operating.md) goes from the key_hash of a
@@ -97,8 +100,8 @@ func newBlockingUpstream(t *testing.T, held, release chan struct{}) string {
 // client's answer — and returns its key_hash.
 func loggedKeyHash(t *testing.T, p *tracedProxy, outcome string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var hash string
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
 		for _, line := range strings.Split(p.proc.Stderr(), "\n") {
 			var l struct {
 				Msg     string `json:"msg"`
@@ -109,12 +112,11 @@ func loggedKeyHash(t *testing.T, p *tracedProxy, outcome string) string {
 				if len(l.KeyHash) != 32 {
 					t.Fatalf("key_hash %q in %s, want the full 32-digit hash", l.KeyHash, line)
 				}
-				return l.KeyHash
+				hash = l.KeyHash
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no request line with outcome %s in:\n%s", outcome, p.proc.Stderr())
-		}
-		time.Sleep(20 * time.Millisecond) // polling another process's log
-	}
+		return fmt.Errorf("no request line with outcome %s in:\n%s", outcome, p.proc.Stderr())
+	})
+	return hash
 }

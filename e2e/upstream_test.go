@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // Request headers that tell the test upstream how to behave. The proxy
@@ -104,13 +106,10 @@ func (u *upstream) Restart() {
 	var l net.Listener
 	var err error
 	// The port was ours a moment ago; the kernel may take a moment to let go.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if l, err = net.Listen("tcp", u.addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	err = testbin.SoonError(5*time.Second, func() (err error) {
+		l, err = net.Listen("tcp", u.addr)
+		return err
+	})
 	if err != nil {
 		u.t.Fatalf("upstream relisten on %s: %v", u.addr, err)
 	}
