@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 const masterName = "idem-master"
@@ -119,16 +122,13 @@ func (s *Sentinel) Failover(t testing.TB) string {
 // detail when ctx expires.
 func poll(ctx context.Context, t testing.TB, what string, check func() (done bool, detail string)) {
 	t.Helper()
-	var detail string
-	for ctx.Err() == nil {
-		var done bool
-		if done, detail = check(); done {
-			return
+	err := testbin.Eventually(ctx, func() error {
+		if done, detail := check(); !done {
+			return errors.New(detail)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
-	t.Fatalf("waiting for %s: %v (last: %s)", what, ctx.Err(), detail)
 }
