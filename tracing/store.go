@@ -23,8 +23,8 @@ const (
 )
 
 // Store returns st with a span around each Begin, Extend, Complete and
-// Release, a child of the span in the operation's context. Ping, which
-// only readiness probes call, is not traced.
+// Release, a child of the span in the operation's context. Readiness
+// pings the store itself, untraced.
 func (t *Tracer) Store(st proxy.Store) proxy.Store {
 	return &tracedStore{next: st, tracer: t.tracer}
 }
@@ -71,8 +71,6 @@ func (s *tracedStore) Release(ctx context.Context, key, token string) error {
 	endStoreSpan(span, err)
 	return err
 }
-
-func (s *tracedStore) Ping(ctx context.Context) error { return s.next.Ping(ctx) }
 
 // Delete is the store's Delete, which the handler uses to forget the
 // tombstone of an expired key; not traced.
