@@ -102,8 +102,8 @@ routes:
 		"IDEMPOTENCY_PROXY_DEFAULTS_CONCURRENT=wait",
 		"IDEMPOTENCY_PROXY_DEFAULTS_ON_UPSTREAM_ERROR=keep",
 	}})
-	if env.Admin.Token != "s3cret" || env.Defaults.Concurrent != proxy.ConcurrentWait || !env.Defaults.KeepOnUpstreamError {
-		t.Errorf("admin.token %q, concurrent %s, on_upstream_error %s", env.Admin.Token, env.Defaults.Concurrent, env.Defaults.KeepOnUpstreamError)
+	if env.Admin.Token != "s3cret" || env.Defaults.Concurrent != proxy.ConcurrentWait || !env.Defaults.OnUpstreamError {
+		t.Errorf("admin.token %q, concurrent %s, on_upstream_error %s", env.Admin.Token, env.Defaults.Concurrent, env.Defaults.OnUpstreamError)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestExampleFile(t *testing.T) {
 	charges := clonePolicy(want.Defaults)
 	charges.TTL, charges.RequireKey = 72*time.Hour, true
 	comments := clonePolicy(want.Defaults)
-	comments.TTL, comments.FailOpen = time.Hour, proxy.FailOpen
+	comments.TTL, comments.OnStoreError = time.Hour, proxy.FailOpen
 	wantRoutes := []Route{
 		{Match: "POST /v1/charges", Enabled: true, Policy: charges},
 		{Match: "/v1/comments/", Enabled: true, Policy: comments},

@@ -112,7 +112,7 @@ func TestExpiryIsNotAdvertisedOnProblemResponses(t *testing.T) {
 		if err == nil {
 			conn.Close()
 		}
-	}, withPolicy(func(p *Policy) { p.AdvertiseExpiry, p.KeepOnUpstreamError = true, UpstreamErrorKeep }))
+	}, withPolicy(func(p *Policy) { p.AdvertiseExpiry, p.OnUpstreamError = true, UpstreamErrorKeep }))
 	for i, want := range []bool{false, true} {
 		r := e.do(t, "POST", "/x", "k-1", `{}`)
 		if r.StatusCode != http.StatusBadGateway || r.replayed() != want {

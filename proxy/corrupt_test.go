@@ -63,7 +63,7 @@ func TestUnreadableRecordIsNeverExecutedAgain(t *testing.T) {
 			var logs lockedBuffer
 			e := newEnv(t, nil, withStore(tc.st(newFlaky(t))), withLog(&logs), withPolicy(func(p *Policy) {
 				if !tc.failClosed {
-					p.FailOpen = FailOpen
+					p.OnStoreError = FailOpen
 				}
 			}))
 			for range 2 {

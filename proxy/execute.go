@@ -127,7 +127,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
 		// at-most-once.
-		if pol.KeepOnUpstreamError {
+		if pol.OnUpstreamError == UpstreamErrorKeep {
 			rec = h.problemRecord(q, failResponseCutShort)
 		}
 	case !c.recording:

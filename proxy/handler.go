@@ -337,7 +337,7 @@ func (h *Handler) unreadable(w http.ResponseWriter, q *request, err error) {
 // the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
 	full := errors.Is(err, store.ErrFull)
-	if q.route.policy.FailOpen == FailOpen {
+	if q.route.policy.OnStoreError == FailOpen {
 		q.outcome = OutcomeStoreBypassed
 		h.log.Warn("store unavailable, forwarding without idempotency protection",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)

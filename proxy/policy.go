@@ -53,13 +53,14 @@ type Policy struct {
 	Concurrent Concurrency `config:"concurrent"`
 	// WaitTimeout bounds waiting under ConcurrentWait.
 	WaitTimeout time.Duration `config:"wait_timeout"`
-	// FailOpen forwards without protection when the store is unavailable;
-	// false answers 503 (fail closed).
-	FailOpen OnStoreError `config:"on_store_error"`
-	// KeepOnUpstreamError records the proxy's 502 when the upstream failed
-	// after the request was sent (at-most-once); false releases the key so a
-	// retry executes again (at-least-once).
-	KeepOnUpstreamError OnUpstreamError `config:"on_upstream_error"`
+	// OnStoreError is what a request does when the store is unavailable:
+	// FailOpen forwards it without protection, FailClosed answers 503.
+	OnStoreError OnStoreError `config:"on_store_error"`
+	// OnUpstreamError is what a key becomes when the upstream failed after
+	// the request was sent: UpstreamErrorKeep records the proxy's 502
+	// (at-most-once), UpstreamErrorRelease releases the key so a retry
+	// executes again (at-least-once).
+	OnUpstreamError OnUpstreamError `config:"on_upstream_error"`
 	// ReleaseStatuses are upstream statuses that mean "not processed": they
 	// are delivered but not recorded, and the key is released.
 	ReleaseStatuses []int `config:"release_statuses,status"`
@@ -123,8 +124,8 @@ func DefaultPolicy() Policy {
 		ExpiredKeyWindow:      DefaultExpiredKeyWindow,
 		Concurrent:            ConcurrentReject,
 		WaitTimeout:           10 * time.Second,
-		FailOpen:              FailClosed,
-		KeepOnUpstreamError:   UpstreamErrorRelease,
+		OnStoreError:          FailClosed,
+		OnUpstreamError:       UpstreamErrorRelease,
 		ReleaseStatuses:       []int{408, 425, 429, 503},
 		MaxRequestBody:        10 << 20,
 		MaxResponseBody:       1 << 20,

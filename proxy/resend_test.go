@@ -62,7 +62,7 @@ func TestTransportNeverResendsAfterWriting(t *testing.T) {
 					}
 				}, withStore(st), withPolicy(func(p *Policy) {
 					p.Methods = append(p.Methods, tt.method)
-					p.FailOpen = FailOpen
+					p.OnStoreError = FailOpen
 				}))
 				e.do(t, "POST", "/warm", "", "{}") // leaves an idle connection to reuse
 				st.down.Store(storeDown)

@@ -74,7 +74,7 @@ func TestFullStoreAnswersStoreFull(t *testing.T) {
 	t.Run("fail open", func(t *testing.T) {
 		st := newFullStore(t)
 		st.beginFull.Store(true)
-		e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.FailOpen = true }))
+		e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.OnStoreError = true }))
 		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
 			t.Fatalf("got %d, executions %d; want the request forwarded", r.StatusCode, e.up.calls.Load())
 		}

@@ -27,7 +27,7 @@ func TestRequestTrailersReachTheUpstream(t *testing.T) {
 					b, _ := io.ReadAll(r.Body)
 					gotBody, gotTrailer = string(b), r.Trailer.Get("X-Amount")
 					w.Write([]byte("ok"))
-				}, withStore(st), withPolicy(func(p *Policy) { p.FailOpen = FailOpen }))
+				}, withStore(st), withPolicy(func(p *Policy) { p.OnStoreError = FailOpen }))
 				st.down.Store(storeDown)
 				pr, pw := io.Pipe()
 				go func() { pw.Write([]byte(body)); pw.Close() }()

@@ -156,9 +156,9 @@ func newRig(t *testing.T, up *url.URL, opts ...rigOption) *rig {
 }
 
 func keepOnUpstreamError(o *proxy.Options) {
-	o.Default.KeepOnUpstreamError = true
+	o.Default.OnUpstreamError = true
 	for i := range o.Routes {
-		o.Routes[i].Policy.KeepOnUpstreamError = true
+		o.Routes[i].Policy.OnUpstreamError = true
 	}
 }
 
