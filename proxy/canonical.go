@@ -46,15 +46,15 @@ func (f *FingerprintJSON) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// MaxFingerprintIgnore is the most pointers one route's fingerprint_ignore
+// maxFingerprintIgnore is the most pointers one route's fingerprint_ignore
 // may list.
-const MaxFingerprintIgnore = jsonread.MaxIgnore
+const maxFingerprintIgnore = jsonread.MaxIgnore
 
-// CheckFingerprintIgnore reports why ptrs cannot be left out of a route's
+// checkFingerprintIgnore reports why ptrs cannot be left out of a route's
 // fingerprint.
-func CheckFingerprintIgnore(ptrs []jsonread.Pointer) error {
-	if len(ptrs) > MaxFingerprintIgnore {
-		return fmt.Errorf("%d pointers: at most %d", len(ptrs), MaxFingerprintIgnore)
+func checkFingerprintIgnore(ptrs []jsonread.Pointer) error {
+	if len(ptrs) > maxFingerprintIgnore {
+		return fmt.Errorf("%d pointers: at most %d", len(ptrs), maxFingerprintIgnore)
 	}
 	for _, p := range ptrs {
 		if p.IsRoot() {

@@ -54,13 +54,13 @@ func TestFingerprintJSONText(t *testing.T) {
 }
 
 func TestCheckFingerprintIgnore(t *testing.T) {
-	if err := CheckFingerprintIgnore([]jsonread.Pointer{mustPointer(t, "/ts"), mustPointer(t, "/a/0")}); err != nil {
+	if err := checkFingerprintIgnore([]jsonread.Pointer{mustPointer(t, "/ts"), mustPointer(t, "/a/0")}); err != nil {
 		t.Error(err)
 	}
-	if err := CheckFingerprintIgnore([]jsonread.Pointer{mustPointer(t, "")}); err == nil || !strings.Contains(err.Error(), "whole body") {
+	if err := checkFingerprintIgnore([]jsonread.Pointer{mustPointer(t, "")}); err == nil || !strings.Contains(err.Error(), "whole body") {
 		t.Errorf("empty pointer: %v", err)
 	}
-	if err := CheckFingerprintIgnore(make([]jsonread.Pointer, MaxFingerprintIgnore+1)); err == nil {
+	if err := checkFingerprintIgnore(make([]jsonread.Pointer, maxFingerprintIgnore+1)); err == nil {
 		t.Error("too many pointers accepted")
 	}
 }

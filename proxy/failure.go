@@ -45,7 +45,7 @@ const (
 func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	switch f {
 	case failMissingKey:
-		return probMissingKey, "This route requires " + DescribeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
+		return probMissingKey, "This route requires " + describeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
 	case failWaitedTooLong:
 		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
 	case failKeyExpired:

@@ -33,7 +33,7 @@ func FuzzHandlerKeyAndFingerprint(f *testing.F) {
 	}
 	pol := DefaultPolicy()
 	pol.Header = ""
-	pol.KeySources = []KeySource{HeaderKeySource("Idempotency-Key"), {Kind: KeyFromJSON, Pointer: mustPointer(f, "/id")}, {Kind: KeyFromBodySHA256}}
+	pol.KeySources = []KeySource{headerKeySource("Idempotency-Key"), {Kind: KeyFromJSON, Pointer: mustPointer(f, "/id")}, {Kind: KeyFromBodySHA256}}
 	pol.FingerprintIgnore = []jsonread.Pointer{mustPointer(f, "/ts")}
 	pol.MaxRequestBody = 1 << 16
 	rig := newPolicyBenchRig(f, pol)

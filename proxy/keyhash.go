@@ -9,9 +9,9 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
-// ErrNotProtected is returned by KeyHash for a request the live routes do
+// errNotProtected is returned by KeyHash for a request the live routes do
 // not protect: it would be proxied without touching the store.
-var ErrNotProtected = errors.New("this method and path are not protected by any route")
+var errNotProtected = errors.New("this method and path are not protected by any route")
 
 // errRefused is returned by KeyHashFrom for a request the proxy refuses
 // before it looks for a key (400 ambiguous-path).
@@ -46,7 +46,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, ProblemBase)+": "+detail)
 	}
 	if !rt.protectsTarget(&t) {
-		return "", ErrNotProtected
+		return "", errNotProtected
 	}
 	var from KeySourceKind
 	if key == "" {
@@ -59,7 +59,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		}
 		k, kind, err := requestKeyFrom(r, rt.sources, body, true)
 		if err == errNoKey {
-			return "", fmt.Errorf("%w: the route takes it from %s", errNoKey, DescribeKeySources(rt.sources))
+			return "", fmt.Errorf("%w: the route takes it from %s", errNoKey, describeKeySources(rt.sources))
 		}
 		if errors.Is(err, jsonread.ErrDuplicateName) {
 			// The request path refuses such a body before it has a key.
@@ -99,7 +99,7 @@ func routeSource(rt *route, source string) (KeySource, error) {
 	if source == "" {
 		return rt.sources[0], nil
 	}
-	want, err := ParseKeySource(source)
+	want, err := parseKeySource(source)
 	if err != nil {
 		return KeySource{}, err
 	}
@@ -108,5 +108,5 @@ func routeSource(rt *route, source string) (KeySource, error) {
 			return k, nil
 		}
 	}
-	return KeySource{}, fmt.Errorf("the route takes keys from %s, not %s", DescribeKeySources(rt.sources), source)
+	return KeySource{}, fmt.Errorf("the route takes keys from %s, not %s", describeKeySources(rt.sources), source)
 }

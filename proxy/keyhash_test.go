@@ -41,8 +41,8 @@ func TestKeyHashRefusesWhatTheProxyWouldRefuse(t *testing.T) {
 		method, target, key string
 		want                error
 	}{
-		"unprotected method": {"GET", "/v1/x", "k", ErrNotProtected},
-		"disabled route":     {"POST", "/internal/x", "k", ErrNotProtected},
+		"unprotected method": {"GET", "/v1/x", "k", errNotProtected},
+		"disabled route":     {"POST", "/internal/x", "k", errNotProtected},
 		"empty key":          {"POST", "/v1/x", "", errEmptyKey},
 		"key too long":       {"POST", "/v1/x", strings.Repeat("k", 256), errKeyTooLong},
 		"ambiguous path":     {"POST", "/v1%2Fx", "k", errRefused},

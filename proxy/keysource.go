@@ -76,15 +76,15 @@ type KeySource struct {
 	Pointer jsonread.Pointer
 }
 
-// HeaderKeySource is the source of the "header" shorthand: [header:NAME].
-func HeaderKeySource(name string) KeySource {
+// headerKeySource is the source of the "header" shorthand: [header:NAME].
+func headerKeySource(name string) KeySource {
 	return KeySource{Kind: KeyFromHeader, Name: http.CanonicalHeaderKey(name)}
 }
 
 const keySourceForms = "header:NAME, query:NAME, json:/pointer or body_sha256"
 
-// ParseKeySource parses the configuration form of a key source.
-func ParseKeySource(s string) (KeySource, error) {
+// parseKeySource parses the configuration form of a key source.
+func parseKeySource(s string) (KeySource, error) {
 	if s == "body_sha256" {
 		return KeySource{Kind: KeyFromBodySHA256}, nil
 	}
@@ -104,7 +104,7 @@ func ParseKeySource(s string) (KeySource, error) {
 		if !httpguts.ValidHeaderFieldName(arg) {
 			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid header name", s, arg)
 		}
-		return HeaderKeySource(arg), nil
+		return headerKeySource(arg), nil
 	case "query":
 		if arg == "" {
 			return KeySource{}, fmt.Errorf("key source %q: query: needs a parameter name, as in query:idempotency_key", s)
@@ -162,9 +162,9 @@ func (k KeySource) String() string {
 // MarshalText returns the configuration form of the source.
 func (k KeySource) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
-// UnmarshalText parses the configuration form, as ParseKeySource.
+// UnmarshalText parses the configuration form, as parseKeySource.
 func (k *KeySource) UnmarshalText(text []byte) error {
-	s, err := ParseKeySource(string(text))
+	s, err := parseKeySource(string(text))
 	if err != nil {
 		return err
 	}
@@ -190,10 +190,10 @@ func (k KeySource) describe() string {
 	return ""
 }
 
-// DescribeKeySources names what a request must carry for sources to find
+// describeKeySources names what a request must carry for sources to find
 // a key, for the detail of a missing-key problem: "the Idempotency-Key
 // header or a JSON string or integer at /id in the body".
-func DescribeKeySources(sources []KeySource) string {
+func describeKeySources(sources []KeySource) string {
 	var b strings.Builder
 	for i, k := range sources {
 		switch {

@@ -49,7 +49,7 @@ func BenchmarkKeySourceHeader(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			r := &http.Request{Header: http.Header{"Idempotency-Key": {tc.value}}, URL: &url.URL{}}
-			sources := []KeySource{HeaderKeySource("Idempotency-Key")}
+			sources := []KeySource{headerKeySource("Idempotency-Key")}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := requestKey(r, sources, nil, false); err != nil {
@@ -207,7 +207,7 @@ func TestKeySourceAndCanonicalAllocations(t *testing.T) {
 	bare := &http.Request{Header: http.Header{}, URL: &url.URL{RawQuery: "a=1&idempotency_key=k1"}}
 	ignore := []jsonread.Pointer{mustPointer(t, "/created")}
 	var scratch []byte
-	headerOnly := []KeySource{HeaderKeySource("Idempotency-Key")}
+	headerOnly := []KeySource{headerKeySource("Idempotency-Key")}
 	query := mustSources(t, "header:Idempotency-Key", "query:idempotency_key")
 	json := mustSources(t, "json:/a/b/order_id")
 	tests := []struct {

@@ -20,11 +20,11 @@ func FuzzKeySources(f *testing.F) {
 	f.Add("header:Idempotency-Key", `"a\"b"`, "", []byte(`{"id":"\u00e9"}`))
 	f.Add("body_sha256", "k", "", []byte("payload"))
 	f.Fuzz(func(t *testing.T, spec, header, rawQuery string, body []byte) {
-		src, err := ParseKeySource(spec)
+		src, err := parseKeySource(spec)
 		if err != nil {
 			return
 		}
-		if again, err := ParseKeySource(src.String()); err != nil || again.String() != src.String() {
+		if again, err := parseKeySource(src.String()); err != nil || again.String() != src.String() {
 			t.Fatalf("%q → %q does not parse back: %v", spec, src, err)
 		}
 		r := &http.Request{Header: http.Header{}, URL: &url.URL{RawQuery: rawQuery}}

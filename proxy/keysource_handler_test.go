@@ -19,7 +19,7 @@ func keySources(t testing.TB, forms ...string) func(*Policy) {
 	t.Helper()
 	srcs := make([]KeySource, len(forms))
 	for i, f := range forms {
-		s, err := ParseKeySource(f)
+		s, err := parseKeySource(f)
 		if err != nil {
 			t.Fatal(err)
 		}

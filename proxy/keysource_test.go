@@ -34,7 +34,7 @@ func TestParseKeySourceForms(t *testing.T) {
 		if k.Kind != tc.kind || k.String() != tc.want {
 			t.Errorf("%q parsed as %v %q, want %v %q", tc.in, k.Kind, k, tc.kind, tc.want)
 		}
-		again, err := ParseKeySource(k.String())
+		again, err := parseKeySource(k.String())
 		if err != nil || again.String() != k.String() {
 			t.Errorf("%q does not round-trip: %q, %v", k, again, err)
 		}
@@ -56,9 +56,9 @@ func TestParseKeySourceRejectsWithAReason(t *testing.T) {
 		"cookie:session":    `unknown kind "cookie"`,
 		"Header:X-Delivery": `unknown kind "Header"`,
 	} {
-		_, err := ParseKeySource(in)
+		_, err := parseKeySource(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseKeySource(%q) error = %v, want one containing %q", in, err, want)
+			t.Errorf("parseKeySource(%q) error = %v, want one containing %q", in, err, want)
 		}
 	}
 }
@@ -67,7 +67,7 @@ func mustSources(t testing.TB, specs ...string) []KeySource {
 	t.Helper()
 	out := make([]KeySource, len(specs))
 	for i, s := range specs {
-		k, err := ParseKeySource(s)
+		k, err := parseKeySource(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +322,7 @@ func TestDescribeKeySources(t *testing.T) {
 		{[]string{"header:Idempotency-Key", "json:/id"}, "the Idempotency-Key header or a JSON string or integer at /id in the body"},
 		{[]string{"query:k", "header:X-Key", "body_sha256"}, "the k query parameter, the X-Key header or a body"},
 	} {
-		if got := DescribeKeySources(mustSources(t, tc.specs...)); got != tc.want {
+		if got := describeKeySources(mustSources(t, tc.specs...)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
 		}
 	}

@@ -111,7 +111,7 @@ func (p *Policy) sources() []KeySource {
 	if len(p.KeySources) > 0 {
 		return p.KeySources
 	}
-	return []KeySource{HeaderKeySource(p.Header)}
+	return []KeySource{headerKeySource(p.Header)}
 }
 
 // DefaultPolicy returns the built-in policy (docs/configuration.md).

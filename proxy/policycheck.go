@@ -101,11 +101,11 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	if p.FingerprintJSON > FingerprintCanonical {
 		c.add("fingerprint_json", "%v", errWord([]string{"raw", "canonical"}, ""))
 	}
-	if len(p.FingerprintIgnore) > MaxFingerprintIgnore {
-		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), MaxFingerprintIgnore)
+	if len(p.FingerprintIgnore) > maxFingerprintIgnore {
+		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), maxFingerprintIgnore)
 	}
 	for i, ptr := range p.FingerprintIgnore {
-		if err := CheckFingerprintIgnore([]jsonread.Pointer{ptr}); err != nil {
+		if err := checkFingerprintIgnore([]jsonread.Pointer{ptr}); err != nil {
 			c.addAt("fingerprint_ignore", i, "%v", err)
 		}
 	}
