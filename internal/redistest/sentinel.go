@@ -31,14 +31,9 @@ type Sentinel struct {
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	s := &Sentinel{Master: Start(t)}
-	s.Replica = Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port()))
+	s.Replica = StartReplica(t, s.Master)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	rc := s.Replica.Client(t)
-	poll(ctx, t, "replica link up", func() (bool, string) {
-		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(err)
-	})
 
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	body := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
@@ -116,6 +111,21 @@ func (s *Sentinel) Failover(t testing.TB) string {
 		return role[0] == "master", fmt.Sprint(role[0])
 	})
 	return addr
+}
+
+// StartReplica runs a redis-server replicating master (--replicaof) and
+// returns once its link to the master is up.
+func StartReplica(t testing.TB, master *Server) *Server {
+	t.Helper()
+	r := Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc := r.Client(t)
+	poll(ctx, t, "replica link up", func() (bool, string) {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(err)
+	})
+	return r
 }
 
 // poll calls check until it reports done, failing the test with the last

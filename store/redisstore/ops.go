@@ -37,8 +37,13 @@ var (
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
--- A retry whose first attempt stored this very record succeeded.
-if v == ARGV[2] then return 1 end
+-- A retry whose first attempt stored this very record succeeded. It writes
+-- the record again (same value, same expiry): a wait for replicas after it
+-- then covers the record on whichever node is master now.
+if v == ARGV[2] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return 1
+end
 return 0`)
 
 	// extendScript may run while Redis is out of memory (Redis 7+): it only
@@ -69,10 +74,23 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 	hex.Encode(val[leaseHeader:], raw[:])
 	token := string(val[leaseHeader:])
 
-	cmd := redis.NewStringCmd(ctx, "set", s.redisKey(key), val, "px", millis(lease), "nx", "get")
-	err := s.do(ctx, cmd, false)
+	rkey := s.redisKey(key)
+	cmd := redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
+	var acked int64
+	var waitErr, err error
+	if s.acks.n > 0 {
+		acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+	} else {
+		err = s.do(ctx, cmd, false)
+	}
 	switch {
 	case errors.Is(err, redis.Nil):
+		if s.acks.n > 0 && (waitErr != nil || acked < int64(s.acks.n)) {
+			// The lease could be lost in a failover: give it back, so
+			// that the key is free for the retry on_store_error invites.
+			_ = s.Release(ctx, key, token)
+			return store.BeginResult{}, s.shortfall(ackBegin, "lease", acked, waitErr)
+		}
 		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 	case isOOM(err):
 		// SET is refused when Redis is out of memory, even on a key that
@@ -146,12 +164,28 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	val := make([]byte, 1, 1+store.EncodedSize(rec))
 	val[0] = kindRecord
 	val = store.AppendRecord(val, rec)
-	n, err := s.run(ctx, completeScript, len(val) > maxPipelined, s.redisKey(key), token, val, millis(ttl))
+	rkey := s.redisKey(key)
+	var n, acked int64
+	var waitErr, err error
+	if s.acks.n > 0 {
+		n, err = s.runWith(ctx, completeScript, rkey, []any{token, val, millis(ttl)}, func(cmd redis.Cmder) error {
+			var err error
+			acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+			return err
+		})
+	} else {
+		n, err = s.run(ctx, completeScript, len(val) > maxPipelined, rkey, token, val, millis(ttl))
+	}
 	if err != nil {
 		return s.translate("complete", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("redis complete: %w", store.ErrLockLost)
+	}
+	if s.acks.n > 0 && (waitErr != nil || acked < int64(s.acks.n)) {
+		// The record stays written; the caller retries, and the retry
+		// writes it again (completeScript) and waits anew.
+		return s.shortfall(ackComplete, "record", acked, waitErr)
 	}
 	return nil
 }
@@ -217,11 +251,16 @@ func newScript(src string) script {
 
 // run runs sc on key and returns its integer result.
 func (s *Store) run(ctx context.Context, sc script, direct bool, key string, args ...any) (int64, error) {
+	return s.runWith(ctx, sc, key, args, func(cmd redis.Cmder) error { return s.do(ctx, cmd, direct) })
+}
+
+// runWith is run with the command sent by send.
+func (s *Store) runWith(ctx context.Context, sc script, key string, args []any, send func(redis.Cmder) error) (int64, error) {
 	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sc.sha, 1, key}, args...)...)
-	err := s.do(ctx, cmd, direct)
+	err := send(cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = redis.NewCmd(ctx, append([]any{"eval", sc.src, 1, key}, args...)...)
-		err = s.do(ctx, cmd, direct)
+		err = send(cmd)
 	}
 	if err != nil {
 		return 0, err

@@ -26,6 +26,9 @@ func (o Options) Defaults() store.Options {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
+	if o.ReplicaAckTimeout == 0 {
+		o.ReplicaAckTimeout = DefaultReplicaAckTimeout
+	}
 	return o
 }
 
@@ -65,6 +68,17 @@ func (o Options) Check(section string) []store.Problem {
 	}
 	if o.Timeout <= 0 {
 		add("timeout", "must be > 0, not %s", o.Timeout)
+	}
+	if o.ReplicaAck < 0 {
+		add("replica_ack", "must be >= 0 (0 waits for no replica), not %d", o.ReplicaAck)
+	}
+	switch {
+	case o.ReplicaAckTimeout < 0:
+		add("replica_ack_timeout", "must be > 0, not %s", o.ReplicaAckTimeout)
+	case o.ReplicaAck > 0 && o.Timeout > 0 && o.ReplicaAckTimeout >= o.Timeout:
+		// The write and the wait share one operation's timeout: a wait
+		// as long would always end as a timeout instead of a count.
+		add("replica_ack_timeout", "must be shorter than %s.timeout (%s), not %s", section, o.Timeout, o.ReplicaAckTimeout)
 	}
 	return out
 }

@@ -68,6 +68,8 @@ const (
 	DefaultKeyPrefix = "idem:"
 	// DefaultTimeout bounds each store operation.
 	DefaultTimeout = 250 * time.Millisecond
+	// DefaultReplicaAckTimeout bounds each wait for replicas (ReplicaAck).
+	DefaultReplicaAckTimeout = 50 * time.Millisecond
 )
 
 // Options select and tune the Redis deployment. Set URL for a single node,
@@ -92,6 +94,14 @@ type Options struct {
 	// Batches use go-redis's pipeline pool, at most maxConcurrentBatches
 	// of its connections at a time.
 	PoolSize int
+	// ReplicaAck is how many replicas must acknowledge a lease before its
+	// request is forwarded, and a record before the proxy lets go of it
+	// (Redis WAIT; replicaack.go). 0 waits for none and costs nothing.
+	ReplicaAck int `config:"replica_ack"`
+	// ReplicaAckTimeout bounds each wait for ReplicaAck replicas; 0 means
+	// DefaultReplicaAckTimeout. It must be shorter than Timeout, which
+	// bounds the write and the wait together.
+	ReplicaAckTimeout time.Duration `config:"replica_ack_timeout"`
 }
 
 // Store is the Redis store. It is safe for concurrent use.
@@ -106,6 +116,8 @@ type Store struct {
 	// lastFull is when Redis last refused a write for lack of memory, in
 	// Unix nanoseconds; 0 if never.
 	lastFull atomic.Int64
+
+	acks acks // replica acknowledgement (replicaack.go); off when acks.n == 0
 
 	epochs   epochs    // memory-loss markers (epoch.go)
 	sentinel *sentinel // nil unless the deployment is Sentinel's
@@ -141,10 +153,18 @@ func New(opts Options) (*Store, error) {
 		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
 	}
 	s, err := NewFromClient(c, opts.KeyPrefix, opts.Timeout)
-	if err == nil && opts.MasterName != "" {
+	if err != nil {
+		return nil, err
+	}
+	if opts.MasterName != "" {
 		s.sentinel = newSentinel(opts)
 	}
-	return s, err
+	s.acks.n = opts.ReplicaAck
+	s.acks.timeout = opts.ReplicaAckTimeout
+	if s.acks.timeout <= 0 {
+		s.acks.timeout = DefaultReplicaAckTimeout
+	}
+	return s, nil
 }
 
 // NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,

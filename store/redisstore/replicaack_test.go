@@ -1,0 +1,142 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// replicated starts a master with one replica and a store on the master
+// that waits for one replica.
+func replicated(t *testing.T) (s *Store, master, replica *redistest.Server) {
+	t.Helper()
+	master = redistest.Start(t)
+	replica = redistest.StartReplica(t, master)
+	return newStore(t, Options{URL: master.URL(), ReplicaAck: 1}), master, replica
+}
+
+func TestReplicaAckLeaseAndRecordAreOnTheReplica(t *testing.T) {
+	s, _, replica := replicated(t)
+	ctx := context.Background()
+	rc := replica.Client(t)
+	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %+v, %v; want acquired", b, err)
+	}
+	// WAIT answered: the replica holds the write without further delay.
+	v, err := rc.Get(ctx, s.redisKey("k")).Bytes()
+	if err != nil || v[0] != kindLease {
+		t.Fatalf("replica's value after Begin = %q, %v; want the lease", v, err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 201, Fingerprint: store.Fingerprint{1}}, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	v, err = rc.Get(ctx, s.redisKey("k")).Bytes()
+	if err != nil || v[0] != kindRecord {
+		t.Fatalf("replica's value after Complete = %q, %v; want the record", v, err)
+	}
+	if begin, complete := s.ReplicaAckFailures(); begin != 0 || complete != 0 {
+		t.Errorf("ReplicaAckFailures = %d, %d; want 0, 0", begin, complete)
+	}
+}
+
+func TestReplicaAckShortfallReleasesTheLease(t *testing.T) {
+	s, master, replica := replicated(t)
+	ctx := context.Background()
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	_, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin with the replica paused: %v; want ErrUnavailable", err)
+	}
+	t.Logf("Begin: %v", err)
+	if n := master.Client(t).Exists(ctx, s.redisKey("k")).Val(); n != 0 {
+		t.Errorf("key exists on the master after the shortfall (%d): the lease was not released", n)
+	}
+	if begin, complete := s.ReplicaAckFailures(); begin != 1 || complete != 0 {
+		t.Errorf("ReplicaAckFailures = %d, %d; want 1, 0", begin, complete)
+	}
+}
+
+func TestReplicaAckShortfallOnCompleteIsRetryable(t *testing.T) {
+	s, _, replica := replicated(t)
+	ctx := context.Background()
+	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	rec := &store.Record{Status: 201, Fingerprint: store.Fingerprint{1}}
+	replica.Pause()
+	err = s.Complete(ctx, "k", b.Token, rec, time.Hour)
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLockLost) {
+		t.Fatalf("Complete with the replica paused: %v; want ErrUnavailable (retried), not ErrLockLost", err)
+	}
+	if begin, complete := s.ReplicaAckFailures(); begin != 0 || complete != 1 {
+		t.Errorf("ReplicaAckFailures = %d, %d; want 0, 1", begin, complete)
+	}
+	replica.Resume()
+	// The retry finds its record written and writes it again: the WAIT
+	// after it covers the record.
+	if err := s.Complete(ctx, "k", b.Token, rec, time.Hour); err != nil {
+		t.Fatalf("retried Complete with the replica back: %v", err)
+	}
+	v, err := replica.Client(t).Get(ctx, s.redisKey("k")).Bytes()
+	if err != nil || v[0] != kindRecord {
+		t.Fatalf("replica's value after the retried Complete = %q, %v; want the record", v, err)
+	}
+}
+
+func TestReplicaAckOffSendsNoWait(t *testing.T) {
+	master := redistest.Start(t)
+	_ = redistest.StartReplica(t, master)
+	s := newStore(t, Options{URL: master.URL()})
+	ctx := context.Background()
+	b, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 200}, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	info := master.Client(t).Info(ctx, "commandstats").Val()
+	if strings.Contains(info, "cmdstat_wait:") {
+		t.Errorf("replica_ack 0 sent WAIT:\n%s", info)
+	}
+}
+
+func BenchmarkBeginComplete(b *testing.B) {
+	for _, ack := range []int{0, 1} {
+		b.Run(map[int]string{0: "replica_ack=0", 1: "replica_ack=1"}[ack], func(b *testing.B) {
+			master := redistest.Start(b)
+			_ = redistest.StartReplica(b, master)
+			s, err := New(Options{URL: master.URL(), ReplicaAck: ack})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			ctx := context.Background()
+			rec := &store.Record{Status: 200, Body: []byte("ok")}
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = "bench-" + strconv.Itoa(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r, err := s.Begin(ctx, keys[i], store.Fingerprint{}, time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Complete(ctx, keys[i], r.Token, rec, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
