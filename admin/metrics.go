@@ -107,3 +107,23 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(s.Records))
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(s.Evictions))
 }
+
+var descReplicaAckFailures = prometheus.NewDesc("idempotency_proxy_store_replica_ack_failures_total",
+	"Leases (begin) and records (complete) fewer than store.redis.replica_ack replicas acknowledged in time.",
+	[]string{"operation"}, nil)
+
+// RegisterReplicaAck exposes the Redis store's replica acknowledgement
+// failures on reg, read from failures at every scrape.
+func RegisterReplicaAck(reg prometheus.Registerer, failures func() (begin, complete uint64)) {
+	reg.MustRegister(replicaAckCollector(failures))
+}
+
+type replicaAckCollector func() (begin, complete uint64)
+
+func (c replicaAckCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descReplicaAckFailures }
+
+func (c replicaAckCollector) Collect(ch chan<- prometheus.Metric) {
+	begin, complete := c()
+	ch <- prometheus.MustNewConstMetric(descReplicaAckFailures, prometheus.CounterValue, float64(begin), "begin")
+	ch <- prometheus.MustNewConstMetric(descReplicaAckFailures, prometheus.CounterValue, float64(complete), "complete")
+}

@@ -28,6 +28,7 @@ type proxyConfig struct {
 	RedisAddrs   []string
 	MasterName   string
 	RedisTimeout time.Duration
+	ReplicaAck   int // store.redis.replica_ack
 
 	// Defaults are raw YAML values under defaults:, e.g. "lock_ttl": "2s".
 	Defaults map[string]string
@@ -80,6 +81,9 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	}
 	if c.RedisTimeout > 0 {
 		fmt.Fprintf(&b, "    timeout: %s\n", c.RedisTimeout)
+	}
+	if c.ReplicaAck > 0 {
+		fmt.Fprintf(&b, "    replica_ack: %d\n", c.ReplicaAck)
 	}
 	if len(c.Defaults) > 0 {
 		b.WriteString("defaults:\n")

@@ -20,7 +20,7 @@ import (
 // newRegistry is the registry every metric of the process is registered
 // on: the Go runtime's and the process's, the proxy's, and the admin
 // listener's (admin operations, store health and, for the memory store,
-// its size).
+// its size; for Redis, its replica acknowledgement failures).
 func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -29,7 +29,16 @@ func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) 
 	if stats := storeStats(st); stats != nil {
 		admin.RegisterStoreStats(reg, stats)
 	}
+	if r, ok := st.(replicaAcker); ok {
+		admin.RegisterReplicaAck(reg, r.ReplicaAckFailures)
+	}
 	return reg, pm, am
+}
+
+// replicaAcker is a store that waits for replicas (the Redis store's
+// replica_ack) and counts the waits that fell short.
+type replicaAcker interface {
+	ReplicaAckFailures() (begin, complete uint64)
 }
 
 // newAdmin builds the admin listener's handler and checks the store once,

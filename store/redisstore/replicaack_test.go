@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,33 +112,49 @@ func TestReplicaAckOffSendsNoWait(t *testing.T) {
 	}
 }
 
+// BenchmarkBeginComplete measures a key's Begin and Complete against a
+// master with a local replica, without and with replica_ack: 1, for one
+// caller and for 32 concurrent ones (whose commands the batcher batches
+// when replica_ack is 0).
 func BenchmarkBeginComplete(b *testing.B) {
 	for _, ack := range []int{0, 1} {
-		b.Run(map[int]string{0: "replica_ack=0", 1: "replica_ack=1"}[ack], func(b *testing.B) {
-			master := redistest.Start(b)
-			_ = redistest.StartReplica(b, master)
-			s, err := New(Options{URL: master.URL(), ReplicaAck: ack})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = s.Close() })
-			ctx := context.Background()
-			rec := &store.Record{Status: 200, Body: []byte("ok")}
-			keys := make([]string, b.N)
-			for i := range keys {
-				keys[i] = "bench-" + strconv.Itoa(i)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				r, err := s.Begin(ctx, keys[i], store.Fingerprint{}, time.Minute)
+		for _, clients := range []int{1, 32} {
+			b.Run("replica_ack="+strconv.Itoa(ack)+"/clients="+strconv.Itoa(clients), func(b *testing.B) {
+				master := redistest.Start(b)
+				_ = redistest.StartReplica(b, master)
+				s, err := New(Options{URL: master.URL(), ReplicaAck: ack})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := s.Complete(ctx, keys[i], r.Token, rec, time.Minute); err != nil {
-					b.Fatal(err)
+				b.Cleanup(func() { _ = s.Close() })
+				ctx := context.Background()
+				rec := &store.Record{Status: 200, Body: []byte("ok")}
+				var next atomic.Int64
+				b.ReportAllocs()
+				op := func() bool {
+					key := "bench-" + strconv.FormatInt(next.Add(1), 10)
+					r, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+					if err == nil {
+						err = s.Complete(ctx, key, r.Token, rec, time.Minute)
+					}
+					if err != nil {
+						b.Error(err)
+					}
+					return err == nil
 				}
-			}
-		})
+				b.ResetTimer()
+				if clients == 1 {
+					for i := 0; i < b.N && op(); i++ {
+					}
+					return
+				}
+				// RunParallel starts parallelism × GOMAXPROCS goroutines.
+				b.SetParallelism(max(clients/runtime.GOMAXPROCS(0), 1))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() && op() {
+					}
+				})
+			})
+		}
 	}
 }
