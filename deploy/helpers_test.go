@@ -44,6 +44,7 @@ func exposedFamilies(t *testing.T) map[string]dto.MetricType {
 	proxy.NewMetrics(reg, "test")
 	admin.NewMetrics(reg)
 	admin.RegisterStoreStats(reg, func() admin.StoreStats { return admin.StoreStats{} })
+	admin.RegisterReplicaAck(reg, func() (uint64, uint64) { return 0, 0 }) // a Redis store's
 	reg.MustRegister(collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mfs, err := reg.Gather()
