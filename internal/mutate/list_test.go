@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,5 +51,26 @@ func TestParseListRefusesIncompleteOrAmbiguousEntries(t *testing.T) {
 				t.Error("parseList accepted it")
 			}
 		})
+	}
+}
+
+// TestEveryListedMutationStillApplies reads the repository's own list: a
+// change to the product that moves or rewrites a line a mutation needs
+// fails here, in the ordinary test run, rather than only in the slower
+// mutation run.
+func TestEveryListedMutationStillApplies(t *testing.T) {
+	muts, err := load("../../e2e/mutations.txt", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range muts {
+		b, err := os.ReadFile(filepath.Join("../..", filepath.FromSlash(m.File)))
+		if err != nil {
+			t.Errorf("%s: %v", m.ID, err)
+			continue
+		}
+		if n := strings.Count(string(b), m.Find); n != 1 {
+			t.Errorf("%s: %s holds the text to find %d times, want exactly once", m.ID, m.File, n)
+		}
 	}
 }
