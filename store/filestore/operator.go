@@ -16,18 +16,7 @@ import (
 
 // Inspect returns the lease or record under key, or store.ErrNotFound.
 func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
-	var (
-		e     entry
-		found bool
-	)
-	err := s.view("inspect", func(tx *bolt.Tx) error {
-		var err error
-		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
-		if found {
-			e.copyEnc()
-		}
-		return err
-	})
+	e, found, err := s.live("inspect", key)
 	if err != nil {
 		return store.Entry{}, err
 	}

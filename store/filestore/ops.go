@@ -17,18 +17,7 @@ import (
 // a live entry is answered from a read transaction; only a key that needs
 // a lease waits for a commit.
 func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	var (
-		e     entry
-		found bool
-	)
-	err := s.view("begin", func(tx *bolt.Tx) error {
-		var err error
-		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
-		if found {
-			e.copyEnc()
-		}
-		return err
-	})
+	e, found, err := s.live("begin", key)
 	if err != nil {
 		return store.BeginResult{}, err
 	}
@@ -228,4 +217,18 @@ func newToken() string {
 	var b [tokenLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
+}
+
+// live reads key's unexpired entry in a read transaction named op, its
+// encoding copied out of bbolt's pages (which the transaction's end frees).
+func (s *Store) live(op, key string) (e entry, found bool, err error) {
+	err = s.view(op, func(tx *bolt.Tx) error {
+		var err error
+		e, found, err = lookup(tx.Bucket(bucketKeys), key, s.now().UnixNano())
+		if found {
+			e.copyEnc()
+		}
+		return err
+	})
+	return e, found, err
 }
