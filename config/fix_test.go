@@ -93,7 +93,7 @@ routes:
 		t.Errorf("fingerprint_host: defaults %t, route %t", cfg.Defaults.FingerprintHost, cfg.Routes[0].FingerprintHost)
 	}
 	// The cookie's name keeps its case: cookie names are case-sensitive.
-	if got, want := cfg.Defaults.ScopeHeaders, []string{"Authorization", "Cookie:sid"}; !slices.Equal(got, want) {
+	if got, want := cfg.Defaults.ScopeHeaders, []proxy.ScopeHeader{{Header: "Authorization"}, {Cookie: "sid"}}; !slices.Equal(got, want) {
 		t.Errorf("scope_headers = %q, want %q", got, want)
 	}
 	env := mustLoad(t, Source{Env: []string{

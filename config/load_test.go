@@ -106,7 +106,7 @@ routes:
 	if got := cfg.Routes[0].Policy; !reflect.DeepEqual(got, onlyTTL) {
 		t.Errorf("route setting only ttl =\n%+v\nwant defaults with ttl 1h\n%+v", got, onlyTTL)
 	}
-	if got, want := cfg.Routes[0].ScopeHeaders, []string{"X-Api-Key"}; !slices.Equal(got, want) {
+	if got, want := cfg.Routes[0].ScopeHeaders, []proxy.ScopeHeader{{Header: "X-Api-Key"}}; !slices.Equal(got, want) {
 		t.Errorf("inherited scope_headers = %q, want canonical %q", got, want)
 	}
 	if got, want := cfg.Routes[1].Methods, []string{"POST"}; !slices.Equal(got, want) {

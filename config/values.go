@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 // The decoders of single values. Each sets v only when raw is valid: a
@@ -33,15 +31,11 @@ func str(d *decoder, path string, raw any, v reflect.Value, option string) {
 
 // normalize writes a name the way the handler compares it: header names
 // canonical ("content-type" and "Content-Type" are one header everywhere
-// downstream, "cookie:sid" is "Cookie:sid"), methods upper case.
+// downstream), methods upper case.
 func normalize(s, option string) string {
 	switch option {
 	case "header":
-		s = strings.TrimSpace(s)
-		if name, ok := proxy.CookieScope(s); ok {
-			return "Cookie:" + name
-		}
-		return textproto.CanonicalMIMEHeaderKey(s)
+		return textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(s))
 	case "method":
 		return strings.ToUpper(strings.TrimSpace(s))
 	}

@@ -18,7 +18,7 @@ func TestCookieScopeSeesTheCookieTheUpstreamReads(t *testing.T) {
 			return
 		}
 		w.Write([]byte("account of " + c.Value))
-	}, withPolicy(func(p *Policy) { p.ScopeHeaders = []string{"Cookie:session"} }))
+	}, withPolicy(func(p *Policy) { p.ScopeHeaders = []ScopeHeader{{Cookie: "session"}} }))
 	alice := e.do(t, "POST", "/x", "shared", "{}", "Cookie", "session =alice")
 	if alice.body != "account of alice" {
 		t.Fatalf("alice got %q", alice.body)

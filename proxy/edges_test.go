@@ -206,7 +206,7 @@ func TestRequestTrailersArePartOfTheFingerprint(t *testing.T) {
 // scope_headers "Cookie:NAME" scopes keys by that one cookie: two sessions
 // sending the same key never get each other's response.
 func TestCookieScopeSeparatesSessions(t *testing.T) {
-	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.ScopeHeaders = []string{"Cookie:session"} }))
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.ScopeHeaders = []ScopeHeader{{Cookie: "session"}} }))
 	alice := e.do(t, "POST", "/x", "shared", "{}", "Cookie", "session=alice; theme=dark")
 	bob := e.do(t, "POST", "/x", "shared", "{}", "Cookie", "theme=dark; session=bob")
 	if bob.replayed() || e.up.calls.Load() != 2 {

@@ -163,39 +163,11 @@ func normalHost(host string) string {
 	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
-// scopePart is one scope_headers entry, parsed when the route table is
-// built: a header whose values scope the key, or one cookie ("Cookie:NAME")
-// whose value does.
-type scopePart struct {
-	header string // canonical header name; "Cookie" for a cookie
-	cookie string // the cookie's name, "" for a whole header
-}
-
-// parseScope parses scope_headers entries.
-func parseScope(entries []string) []scopePart {
-	parts := make([]scopePart, 0, len(entries))
-	for _, e := range entries {
-		if name, ok := cutPrefixFold(e, "Cookie:"); ok {
-			parts = append(parts, scopePart{header: "Cookie", cookie: strings.TrimSpace(name)})
-			continue
-		}
-		parts = append(parts, scopePart{header: http.CanonicalHeaderKey(e)})
-	}
-	return parts
-}
-
-func cutPrefixFold(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
-		return s[len(prefix):], true
-	}
-	return s, false
-}
-
 // storageKey names a key in the store: a hash of the scope values and the
 // idempotency key, so one client can never be replayed another's response
 // and neither Authorization values, cookies nor raw keys are stored. It is
 // the key_hash of logs and the key API.
-func storageKey(r *http.Request, key string, scope []scopePart) string {
+func storageKey(r *http.Request, key string, scope []ScopeHeader) string {
 	return storageKeyFrom(r, readAs{}, key, scope, KeyFromHeader, "")
 }
 
@@ -209,14 +181,14 @@ func storageKey(r *http.Request, key string, scope []scopePart) string {
 // query:) is not: reused elsewhere it is a mismatch (422). The namespace
 // is hashed after the key, so the storage keys of client-chosen keys are
 // those of earlier versions.
-func storageKeyFrom(r *http.Request, at readAs, key string, scope []scopePart, from KeySourceKind, host string) string {
+func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader, from KeySourceKind, host string) string {
 	hs := getHasher()
 	for _, p := range scope {
-		if p.cookie != "" {
-			hs.cookie(r.Header["Cookie"], p.cookie)
+		if p.Cookie != "" {
+			hs.cookie(r.Header["Cookie"], p.Cookie)
 			continue
 		}
-		hs.values(r.Header[p.header])
+		hs.values(r.Header[p.Header])
 	}
 	hs.field(key)
 	if from.fromPayload() {

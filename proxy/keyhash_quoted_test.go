@@ -14,7 +14,7 @@ func TestKeyHashOfAQuotedKeyIsTheStorageKeyOfTheRequest(t *testing.T) {
 	h := newKeyHashHandler(t, nil)
 	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer client-a")
-	want := storageKey(req, "k-1", parseScope([]string{"Authorization"}))
+	want := storageKey(req, "k-1", DefaultPolicy().ScopeHeaders)
 	for _, sent := range []string{`"k-1"`, ` k-1 `} {
 		got, err := h.KeyHash(req, sent)
 		if err != nil || got != want {

@@ -16,7 +16,7 @@ func TestKeyHashIsTheStorageKeyOfTheRequest(t *testing.T) {
 	h := newKeyHashHandler(t, []Route{{Pattern: "/open/", Policy: withScope(nil)}})
 	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer client-a")
-	want := storageKey(req, "k-1", parseScope([]string{"Authorization"}))
+	want := storageKey(req, "k-1", DefaultPolicy().ScopeHeaders)
 
 	got, err := h.KeyHash(req, "k-1")
 	if err != nil || got != want {
@@ -56,7 +56,7 @@ func TestKeyHashRefusesWhatTheProxyWouldRefuse(t *testing.T) {
 	}
 }
 
-func withScope(scope []string) Policy {
+func withScope(scope []ScopeHeader) Policy {
 	p := DefaultPolicy()
 	p.ScopeHeaders = scope
 	return p

@@ -70,9 +70,9 @@ type Policy struct {
 	// larger bodies are delivered but recorded without the body.
 	MaxResponseBody int64 `config:"max_response_body,size"`
 	// ScopeHeaders namespace keys: the same key under different values of
-	// these headers names different operations. "Cookie:NAME" stands for the
-	// value of one cookie.
-	ScopeHeaders []string `config:"scope_headers,header"`
+	// these headers names different operations; an entry may name one
+	// cookie instead ("Cookie:NAME").
+	ScopeHeaders []ScopeHeader `config:"scope_headers"`
 	// FingerprintHeaders join method, path, query and body in the payload fingerprint.
 	FingerprintHeaders []string `config:"fingerprint_headers,header"`
 	// FingerprintHost makes the request host part of the fingerprint.
@@ -129,7 +129,7 @@ func DefaultPolicy() Policy {
 		ReleaseStatuses:       []int{408, 425, 429, 503},
 		MaxRequestBody:        10 << 20,
 		MaxResponseBody:       1 << 20,
-		ScopeHeaders:          []string{"Authorization"},
+		ScopeHeaders:          []ScopeHeader{{Header: "Authorization"}},
 		FingerprintHeaders:    []string{"Content-Type"},
 		FingerprintHost:       true,
 		FingerprintIgnore:     []jsonread.Pointer{},

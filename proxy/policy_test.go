@@ -61,7 +61,7 @@ func TestCheckNamesConfigurationKeys(t *testing.T) {
 		ReleaseStatuses:      []int{99},
 		MaxRequestBody:       0,
 		MaxResponseBody:      -1,
-		ScopeHeaders:         []string{"Cookie:a b", "a b"},
+		ScopeHeaders:         []ScopeHeader{{Cookie: "a b"}, {Header: "a b"}},
 		FingerprintHeaders:   []string{"a b"},
 		ReplayExcludeHeaders: []string{"a b"},
 	}
@@ -120,7 +120,7 @@ func TestNewRefusesInvalidRoutes(t *testing.T) {
 	st := newFlaky(t)
 	up := newUpstream(t, nil)
 	bad := DefaultPolicy()
-	bad.ScopeHeaders = []string{"Cookie:"}
+	bad.ScopeHeaders = []ScopeHeader{{Cookie: "a b"}}
 	for name, routes := range map[string][]Route{
 		"duplicate pattern":   {{Pattern: "/a/", Policy: DefaultPolicy()}, {Pattern: "/a/", Policy: DefaultPolicy()}},
 		"conflicting pattern": {{Pattern: "/a/{x}", Policy: DefaultPolicy()}, {Pattern: "/a/{y}", Policy: DefaultPolicy()}},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -87,13 +86,9 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	if p.MaxResponseBody < 0 {
 		c.add("max_response_body", "must not be negative")
 	}
-	for i, h := range p.ScopeHeaders {
-		if name, ok := CookieScope(h); ok {
-			if !httpguts.ValidHeaderFieldName(name) {
-				c.addAt("scope_headers", i, "invalid cookie name %q in %q", name, h)
-			}
-		} else if !httpguts.ValidHeaderFieldName(h) {
-			c.addAt("scope_headers", i, "invalid header name %q (or Cookie:NAME for one cookie)", h)
+	for i, s := range p.ScopeHeaders {
+		if err := s.check(); err != nil {
+			c.addAt("scope_headers", i, "%v", err)
 		}
 	}
 	c.headers("fingerprint_headers", p.FingerprintHeaders)
@@ -138,16 +133,6 @@ func (p Policy) checkErr(label string) error {
 		errs[i] = fmt.Errorf("route %s: %w", label, pr)
 	}
 	return errors.Join(errs...)
-}
-
-// CookieScope reports whether a scope_headers entry names one cookie
-// ("Cookie:NAME", "Cookie" in any case) and returns the cookie's name.
-func CookieScope(entry string) (name string, ok bool) {
-	const prefix = "Cookie:"
-	if len(entry) >= len(prefix) && strings.EqualFold(entry[:len(prefix)], prefix) {
-		return strings.TrimSpace(entry[len(prefix):]), true
-	}
-	return "", false
 }
 
 type policyCheck struct {

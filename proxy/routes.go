@@ -19,14 +19,18 @@ type route struct {
 	// folded is the pattern with its path lower-cased, for path_case:
 	// insensitive ("" for the defaults).
 	folded string
-	// scope is policy.ScopeHeaders parsed once ("Cookie:NAME" entries).
-	scope []scopePart
+	// scope is policy.ScopeHeaders with canonical header names.
+	scope []ScopeHeader
 	// sources are the key sources in force: key_sources or [header:NAME].
 	sources []KeySource
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
-	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), scope: parseScope(p.ScopeHeaders), sources: p.sources()}
+	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), sources: p.sources()}
+	rt.scope = make([]ScopeHeader, len(p.ScopeHeaders))
+	for i, s := range p.ScopeHeaders {
+		rt.scope[i] = s.canonical()
+	}
 	rt.methods = make([]string, len(p.Methods))
 	for i, m := range p.Methods {
 		rt.methods[i] = upperASCII(m)

@@ -101,7 +101,7 @@ func TestAbortBeforeSendReleasesKeyUnderKeep(t *testing.T) {
 
 func storageKeyFor(key string) string {
 	r := httptest.NewRequest("POST", "/x", nil)
-	return storageKey(r, key, parseScope(DefaultPolicy().ScopeHeaders))
+	return storageKey(r, key, DefaultPolicy().ScopeHeaders)
 }
 
 // Outside an http.Server (no http.ServerContextKey in the request context,

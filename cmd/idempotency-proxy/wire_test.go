@@ -120,6 +120,8 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 		return []int{418}
 	case v.Type() == reflect.TypeFor[[]proxy.KeySource]():
 		return []string{"json:/id", "header:X-Delivery"}
+	case v.Type() == reflect.TypeFor[[]proxy.ScopeHeader]():
+		return []string{"X-Tenant", "Cookie:sid"}
 	case v.Type() == reflect.TypeFor[[]jsonread.Pointer]():
 		return []string{"/sent_at"}
 	}
