@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -25,19 +26,46 @@ const (
 // command checks its --limit against it.
 const MaxListLimit = 1000
 
-// ListState reads the state filter of a list: "in_flight", "completed", or
-// "all" (or nothing) for 0, every state. The keys command reads its --state
-// with it.
-func ListState(s string) (state store.State, ok bool) {
-	switch s {
-	case "", "all":
-		return 0, true
-	case store.InFlight.String():
-		return store.InFlight, true
-	case store.Completed.String():
-		return store.Completed, true
+// StateFilter is the state filter of a list: the state parameter of GET
+// /admin/keys and the keys command's --state.
+type StateFilter uint8
+
+const (
+	// FilterAll keeps every state; it is also the filter of no state
+	// parameter.
+	FilterAll StateFilter = iota
+	// FilterInFlight keeps leases.
+	FilterInFlight
+	// FilterCompleted keeps records.
+	FilterCompleted
+)
+
+var stateFilterWords = enum.Words{"all", store.InFlight.String(), store.Completed.String()}
+
+func (f StateFilter) String() string { return stateFilterWords.Name(int(f)) }
+
+// MarshalText gives the filter's word.
+func (f StateFilter) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// UnmarshalText reads "all", "in_flight" or "completed".
+func (f *StateFilter) UnmarshalText(b []byte) error {
+	i, err := stateFilterWords.Parse(string(b))
+	if err != nil {
+		return err
 	}
-	return 0, false
+	*f = StateFilter(i)
+	return nil
+}
+
+// State is the state the filter keeps, 0 for every state.
+func (f StateFilter) State() store.State {
+	switch f {
+	case FilterInFlight:
+		return store.InFlight
+	case FilterCompleted:
+		return store.Completed
+	}
+	return 0
 }
 
 // Operations, the values of the "operation" label.
@@ -128,10 +156,13 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 
 // listParams reads state, limit and cursor; detail says what is wrong.
 func listParams(q url.Values) (state store.State, limit int, cursor, detail string) {
-	state, ok := ListState(q.Get("state"))
-	if !ok {
-		return 0, 0, "", "state must be in_flight, completed or all."
+	var filter StateFilter
+	if s := q.Get("state"); s != "" {
+		if err := filter.UnmarshalText([]byte(s)); err != nil {
+			return 0, 0, "", "state " + err.Error() + "."
+		}
 	}
+	state = filter.State()
 	limit = defaultListLimit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

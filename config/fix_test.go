@@ -157,7 +157,7 @@ func TestDecodeFollowsTheStruct(t *testing.T) {
 	}
 	d = newDecoder()
 	d.mapping("p", map[string]any{"words": []any{"wait", "later"}}, reflect.ValueOf(&got).Elem())
-	if len(d.problems) != 1 || d.problems[0].Error() != `p.words[1]: must be one of reject, wait, not "later"` {
+	if len(d.problems) != 1 || d.problems[0].Error() != `p.words[1]: must be one of reject, wait; got "later"` {
 		t.Errorf("problems = %v", d.problems)
 	}
 }

@@ -64,28 +64,28 @@ var invalidFiles = []invalidCase{
 	// Policy words are decoded by the handler's own parsers, so they come
 	// with the other decoding problems, before the semantic ones.
 	{"invalid-policy-word.yaml", []string{
-		`log_level: must be one of debug, info, warn, error, not "verbose"`,
-		`defaults.concurrent: must be one of reject, wait, not "queue"`,
-		`defaults.on_store_error: must be one of fail_closed, fail_open, not "ignore"`,
-		`routes[0].on_upstream_error: must be one of release, keep, not "retry"`,
-		`store.kind: must be one of memory, redis, postgres, file, not "etcd"`,
+		`log_level: must be one of debug, info, warn, error; got "verbose"`,
+		`defaults.concurrent: must be one of reject, wait; got "queue"`,
+		`defaults.on_store_error: must be one of fail_closed, fail_open; got "ignore"`,
+		`routes[0].on_upstream_error: must be one of release, keep; got "retry"`,
+		`store.kind: must be one of memory, redis, postgres, file; got "etcd"`,
 	}},
 	// A near miss of a word, a URL without its scheme and a "- header:"
 	// mapping each say the fix, and only once.
 	{"invalid-hints.yaml", []string{
-		`log_level: must be one of debug, info, warn, error, not "warning"; did you mean warn?`,
+		`log_level: must be one of debug, info, warn, error; got "warning" (did you mean warn?)`,
 		`upstream.url: invalid URL "127.0.0.1:3200": first path segment in URL cannot contain colon; add the scheme: "http://127.0.0.1:3200"`,
-		`store.memory.when_full: must be one of reject, evict_oldest, not "evict-oldest"; did you mean evict_oldest?`,
-		`defaults.on_store_error: must be one of fail_closed, fail_open, not "fail-open"; did you mean fail_open?`,
+		`store.memory.when_full: must be one of reject, evict_oldest; got "evict-oldest" (did you mean evict_oldest?)`,
+		`defaults.on_store_error: must be one of fail_closed, fail_open; got "fail-open" (did you mean fail_open?)`,
 		`routes[2].key_sources[0]: must be a string, not a mapping; in YAML "- header: X-Cart-Id" is a mapping: write "header:X-Cart-Id" without the space, or quote it`,
-		`store.kind: must be one of memory, redis, postgres, file, not "reddis"; did you mean redis?`,
+		`store.kind: must be one of memory, redis, postgres, file; got "reddis" (did you mean redis?)`,
 	}},
 	{"invalid-url-scheme-missing.yaml", []string{
 		`upstream.url: scheme must be http or https, not "localhost"; add the scheme: "http://localhost:3200/v1"`,
 	}},
 	// A kind is never guessed: a near miss says which one it is close to.
 	{"invalid-store-kind.yaml", []string{
-		`store.kind: must be one of memory, redis, postgres, file, not "rediss"; did you mean redis?`,
+		`store.kind: must be one of memory, redis, postgres, file; got "rediss" (did you mean redis?)`,
 	}},
 	// Two stores' addresses and no kind: the proxy does not pick one.
 	{"invalid-store-ambiguous.yaml", []string{
@@ -169,7 +169,7 @@ var invalidFiles = []invalidCase{
 		"admin_listen: same address as listen (:8080)",
 	}},
 	{"invalid-when-full.yaml", []string{
-		`store.memory.when_full: must be one of reject, evict_oldest, not "evict_newest"; did you mean evict_oldest?`,
+		`store.memory.when_full: must be one of reject, evict_oldest; got "evict_newest" (did you mean evict_oldest?)`,
 	}},
 	{"invalid-keys-file.yaml", []string{
 		`store.encryption.keys_file: testdata/keys-short.txt:2: key "2026-01" is 24 bytes after decoding, want 32 (openssl rand -base64 32)`,
@@ -183,8 +183,8 @@ var invalidFiles = []invalidCase{
 	// Two patterns that differ only in case are one route to a
 	// case-insensitive match.
 	{"invalid-paths.yaml", []string{
-		`defaults.ambiguous_paths: must be one of reject, allow, not "sometimes"`,
-		`defaults.path_case: must be one of sensitive, insensitive, not "ignore"`,
+		`defaults.ambiguous_paths: must be one of reject, allow; got "sometimes"`,
+		`defaults.path_case: must be one of sensitive, insensitive; got "ignore"`,
 	}},
 	{"invalid-status-ttl.yaml", []string{
 		`defaults.status_ttl.404: must be > 0, not 0s`,
@@ -240,7 +240,7 @@ var invalidFiles = []invalidCase{
 		"routes[2].key_sources: set header or key_sources, not both (header: NAME is the shorthand for key_sources: [header:NAME])",
 	}},
 	{"invalid-fingerprint.yaml", []string{
-		`defaults.fingerprint_json: must be one of raw, canonical, not "sorted"`,
+		`defaults.fingerprint_json: must be one of raw, canonical; got "sorted"`,
 		`routes[0].fingerprint_ignore[2]: JSON pointer "sent_at" must start with "/" (RFC 6901), as in /id`,
 		`routes[0].fingerprint_ignore[3]: JSON pointer "/a~x": "~" must be followed by 0 (for "~") or 1 (for "/")`,
 		`routes[2].advertise_expiry: must be true or false, not "sometimes"`,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -131,7 +132,7 @@ func checkStore(v *validation, s Store) {
 		}
 		v.add("store.kind", "%s are both set: set store.kind to the one to use", strings.Join(set, " and "))
 	case !known:
-		v.add("store.kind", "%s", oneOf(kindNames(), kind))
+		v.add("store.kind", "%v", &enum.Error{Given: kind, Words: kindNames()})
 	case len(k.addresses) > 0 && len(s.addressed(k)) == 0:
 		keys := make([]string, len(k.addresses))
 		for i, a := range k.addresses {

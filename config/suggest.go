@@ -1,6 +1,10 @@
 package config
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
+)
 
 // didYouMean returns "; did you mean X?" for the known name closest to
 // name, or "" when none is close.
@@ -11,50 +15,18 @@ func didYouMean(name string, known []string, sep string) string {
 	return ""
 }
 
-// suggest returns the known name closest to name, or "" when none is close. A name that is a prefix of known names
-// up to sep (a mapping given where one of its keys was meant, as in
-// IDEMPOTENCY_PROXY_UPSTREAM) suggests the first of them.
+// suggest returns the known name closest to name, or "" when none is
+// close: a typo of it (enum.Nearest), or else the first known name that
+// name is a prefix of up to sep (a mapping given where one of its keys was
+// meant, as in IDEMPOTENCY_PROXY_UPSTREAM).
 func suggest(name string, known []string, sep string) string {
-	// Up to one edit in four characters, and at least one, is a typo.
-	best, bestDist := "", len(name)/4+2
+	if best := enum.Nearest(name, known); best != "" {
+		return best
+	}
 	for _, k := range known {
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
-			best, bestDist = k, d
+		if strings.HasPrefix(k, name+sep) {
+			return k
 		}
 	}
-	if best == "" {
-		for _, k := range known {
-			if strings.HasPrefix(k, name+sep) {
-				best = k
-				break
-			}
-		}
-	}
-	return best
-}
-
-// distance is the optimal string alignment distance of a and b: edits,
-// with a swap of two neighbours counted as one ("tiemout", "timeout").
-func distance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range cur {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
+	return ""
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
 
 // The decoders of single values. Each sets v only when raw is valid: a
@@ -83,40 +85,8 @@ func text(d *decoder, path string, raw any, u encoding.TextUnmarshaler) {
 		return
 	}
 	if err := u.UnmarshalText([]byte(s)); err != nil {
-		d.add(path, raw, "%v%s", err, choiceHint(err, s))
+		d.add(path, raw, "%v", err)
 	}
-}
-
-// choiceHint suggests the word closest to s when err is a word that is none
-// of its choices: "fail-open" → "; did you mean fail_open?".
-func choiceHint(err error, s string) string {
-	var ce interface{ Choices() []string }
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	return wordHint(s, ce.Choices())
-}
-
-// wordHint is "; did you mean W?" for the word closest to s, or for a word
-// s starts with ("warning" → warn), or "".
-func wordHint(s string, words []string) string {
-	if s == "" {
-		return ""
-	}
-	if h := didYouMean(s, words, ""); h != "" {
-		return h
-	}
-	for _, w := range words {
-		if strings.HasPrefix(strings.ToLower(s), w) {
-			return "; did you mean " + w + "?"
-		}
-	}
-	return ""
-}
-
-// oneOf is the message for a word s that is none of words.
-func oneOf(words []string, s string) string {
-	return fmt.Sprintf("must be one of %s, not %q%s", strings.Join(words, ", "), s, wordHint(s, words))
 }
 
 // duration accepts Go duration strings only: a bare number would be
@@ -185,17 +155,22 @@ func size(d *decoder, path string, raw any, v reflect.Value) {
 	v.SetInt(int64(n))
 }
 
-var logLevels = []string{"debug", "info", "warn", "error"}
+// logLevels are log_level's words, in the order of levels. slog also
+// accepts "warn+2" and the like, and any case; the configuration has four
+// words, in any case.
+var (
+	logLevels = enum.Words{"debug", "info", "warn", "error"}
+	levels    = []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}
+)
 
 func logLevel(d *decoder, path string, raw any, v reflect.Value) {
 	s, _ := scalar(raw)
-	var l slog.Level
-	// slog also accepts "warn+2" and the like; the configuration has four words.
-	if !slices.Contains(logLevels, strings.ToLower(s)) || l.UnmarshalText([]byte(s)) != nil {
-		d.add(path, raw, "%s", oneOf(logLevels, s))
+	i, err := logLevels.Parse(strings.ToLower(s))
+	if err != nil {
+		d.add(path, raw, "%v", &enum.Error{Given: s, Words: logLevels})
 		return
 	}
-	v.Set(reflect.ValueOf(l))
+	v.Set(reflect.ValueOf(levels[i]))
 }
 
 func urlValue(d *decoder, path string, raw any, v reflect.Value) {

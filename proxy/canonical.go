@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -22,28 +23,17 @@ const (
 	FingerprintCanonical
 )
 
+var fingerprintJSONWords = enum.Words{"raw", "canonical"}
+
 // String returns the configuration form: "raw" or "canonical".
-func (f FingerprintJSON) String() string {
-	if f == FingerprintCanonical {
-		return "canonical"
-	}
-	return "raw"
-}
+func (f FingerprintJSON) String() string { return fingerprintJSONWords.Name(int(f)) }
 
 // MarshalText returns the configuration form.
 func (f FingerprintJSON) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
 
 // UnmarshalText parses "raw" or "canonical".
-func (f *FingerprintJSON) UnmarshalText(text []byte) error {
-	switch string(text) {
-	case "raw":
-		*f = FingerprintRaw
-	case "canonical":
-		*f = FingerprintCanonical
-	default:
-		return errWord([]string{"raw", "canonical"}, string(text))
-	}
-	return nil
+func (f *FingerprintJSON) UnmarshalText(b []byte) error {
+	return parseWord(f, fingerprintJSONWords, b)
 }
 
 // maxFingerprintIgnore is the most pointers one route's fingerprint_ignore

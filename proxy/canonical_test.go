@@ -48,7 +48,7 @@ func TestFingerprintJSONText(t *testing.T) {
 		}
 	}
 	var f FingerprintJSON
-	if err := f.UnmarshalText([]byte("sorted")); err == nil || err.Error() != `must be one of raw, canonical, not "sorted"` {
+	if err := f.UnmarshalText([]byte("sorted")); err == nil || err.Error() != `must be one of raw, canonical; got "sorted"` {
 		t.Errorf("sorted: %v", err)
 	}
 }

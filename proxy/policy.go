@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -150,9 +148,9 @@ const (
 	ConcurrentWait
 )
 
-var concurrencyWords = []string{"reject", "wait"}
+var concurrencyWords = enum.Words{"reject", "wait"}
 
-func (c Concurrency) String() string                { return word(concurrencyWords, int(c)) }
+func (c Concurrency) String() string                { return concurrencyWords.Name(int(c)) }
 func (c Concurrency) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
 func (c *Concurrency) UnmarshalText(b []byte) error { return parseWord(c, concurrencyWords, b) }
 
@@ -167,9 +165,9 @@ const (
 	FailOpen OnStoreError = true
 )
 
-var storeErrorWords = []string{"fail_closed", "fail_open"}
+var storeErrorWords = enum.Words{"fail_closed", "fail_open"}
 
-func (o OnStoreError) String() string                { return word(storeErrorWords, boolIndex(bool(o))) }
+func (o OnStoreError) String() string                { return storeErrorWords.Name(boolIndex(bool(o))) }
 func (o OnStoreError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
 func (o *OnStoreError) UnmarshalText(b []byte) error { return parseBool(o, storeErrorWords, b) }
 
@@ -187,9 +185,9 @@ const (
 	UpstreamErrorKeep OnUpstreamError = true
 )
 
-var upstreamErrorWords = []string{"release", "keep"}
+var upstreamErrorWords = enum.Words{"release", "keep"}
 
-func (o OnUpstreamError) String() string                { return word(upstreamErrorWords, boolIndex(bool(o))) }
+func (o OnUpstreamError) String() string                { return upstreamErrorWords.Name(boolIndex(bool(o))) }
 func (o OnUpstreamError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
 func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseBool(o, upstreamErrorWords, b) }
 
@@ -206,9 +204,9 @@ const (
 	AmbiguousAllow
 )
 
-var ambiguousWords = []string{"reject", "allow"}
+var ambiguousWords = enum.Words{"reject", "allow"}
 
-func (a AmbiguousPaths) String() string                { return word(ambiguousWords, int(a)) }
+func (a AmbiguousPaths) String() string                { return ambiguousWords.Name(int(a)) }
 func (a AmbiguousPaths) MarshalText() ([]byte, error)  { return []byte(a.String()), nil }
 func (a *AmbiguousPaths) UnmarshalText(b []byte) error { return parseWord(a, ambiguousWords, b) }
 
@@ -228,9 +226,9 @@ const (
 // default: a week.
 const DefaultExpiredKeyWindow = 168 * time.Hour
 
-var expiredWords = []string{"forget", "reject"}
+var expiredWords = enum.Words{"forget", "reject"}
 
-func (e ExpiredKeys) String() string                { return word(expiredWords, int(e)) }
+func (e ExpiredKeys) String() string                { return expiredWords.Name(int(e)) }
 func (e ExpiredKeys) MarshalText() ([]byte, error)  { return []byte(e.String()), nil }
 func (e *ExpiredKeys) UnmarshalText(b []byte) error { return parseWord(e, expiredWords, b) }
 
@@ -245,18 +243,11 @@ const (
 	PathCaseInsensitive
 )
 
-var pathCaseWords = []string{"sensitive", "insensitive"}
+var pathCaseWords = enum.Words{"sensitive", "insensitive"}
 
-func (c PathCase) String() string                { return word(pathCaseWords, int(c)) }
+func (c PathCase) String() string                { return pathCaseWords.Name(int(c)) }
 func (c PathCase) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
 func (c *PathCase) UnmarshalText(b []byte) error { return parseWord(c, pathCaseWords, b) }
-
-func word(words []string, i int) string {
-	if i < 0 || i >= len(words) {
-		return fmt.Sprintf("invalid(%d)", i)
-	}
-	return words[i]
-}
 
 func boolIndex(b bool) int {
 	if b {
@@ -265,42 +256,22 @@ func boolIndex(b bool) int {
 	return 0
 }
 
-// WordError is the one error for a word that is not one of its choices; the
-// configuration puts the key path in front of it and suggests the choice
-// closest to the word given.
-type WordError struct {
-	Given string
-	Words []string
-}
-
-func (e *WordError) Error() string {
-	msg := "must be one of " + strings.Join(e.Words, ", ")
-	if e.Given != "" {
-		msg += fmt.Sprintf(", not %q", e.Given)
-	}
-	return msg
-}
-
-// Choices are the words the value may be.
-func (e *WordError) Choices() []string { return e.Words }
-
-func errWord(words []string, given string) error {
-	return &WordError{Given: given, Words: words}
-}
-
-func parseWord[T ~uint8](dst *T, words []string, b []byte) error {
-	i := slices.Index(words, string(b))
-	if i < 0 {
-		return errWord(words, string(b))
+// parseWord sets dst to the value of word b.
+func parseWord[T ~uint8](dst *T, words enum.Words, b []byte) error {
+	i, err := words.Parse(string(b))
+	if err != nil {
+		return err
 	}
 	*dst = T(i)
 	return nil
 }
 
-func parseBool[T ~bool](dst *T, words []string, b []byte) error {
-	i := slices.Index(words, string(b))
-	if i < 0 {
-		return errWord(words, string(b))
+// parseBool sets dst to the value of word b, of a two-word choice whose
+// second word is true.
+func parseBool[T ~bool](dst *T, words enum.Words, b []byte) error {
+	i, err := words.Parse(string(b))
+	if err != nil {
+		return err
 	}
 	*dst = i == 1
 	return nil

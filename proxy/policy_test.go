@@ -21,6 +21,10 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 		{[]string{"reject", "wait"}, func() text { return new(Concurrency) }},
 		{[]string{"fail_closed", "fail_open"}, func() text { return new(OnStoreError) }},
 		{[]string{"release", "keep"}, func() text { return new(OnUpstreamError) }},
+		{[]string{"reject", "allow"}, func() text { return new(AmbiguousPaths) }},
+		{[]string{"forget", "reject"}, func() text { return new(ExpiredKeys) }},
+		{[]string{"sensitive", "insensitive"}, func() text { return new(PathCase) }},
+		{[]string{"raw", "canonical"}, func() text { return new(FingerprintJSON) }},
 	}
 	for _, tt := range tests {
 		for _, w := range tt.words {
@@ -33,7 +37,7 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 			}
 		}
 		err := tt.value().UnmarshalText([]byte("Sometimes"))
-		if want := "must be one of " + strings.Join(tt.words, ", ") + `, not "Sometimes"`; err == nil || err.Error() != want {
+		if want := "must be one of " + strings.Join(tt.words, ", ") + `; got "Sometimes"`; err == nil || err.Error() != want {
 			t.Errorf("UnmarshalText(Sometimes) = %v, want %q", err, want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -66,9 +67,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	case p.TTL > 0 && p.LockTTL > p.TTL:
 		c.addWith("lock_ttl", []string{"ttl"}, "%s exceeds ttl %s", c.show("lock_ttl", p.LockTTL), c.show("ttl", p.TTL))
 	}
-	if p.Concurrent > ConcurrentWait {
-		c.add("concurrent", "%v", errWord(concurrencyWords, ""))
-	}
+	c.word("concurrent", concurrencyWords, int(p.Concurrent))
 	switch {
 	case p.WaitTimeout < 0:
 		c.add("wait_timeout", "must not be negative (%s)", c.show("wait_timeout", p.WaitTimeout))
@@ -93,9 +92,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	}
 	c.headers("fingerprint_headers", p.FingerprintHeaders)
 	c.headers("replay_exclude_headers", p.ReplayExcludeHeaders)
-	if p.FingerprintJSON > FingerprintCanonical {
-		c.add("fingerprint_json", "%v", errWord([]string{"raw", "canonical"}, ""))
-	}
+	c.word("fingerprint_json", fingerprintJSONWords, int(p.FingerprintJSON))
 	if len(p.FingerprintIgnore) > maxFingerprintIgnore {
 		c.add("fingerprint_ignore", "%d pointers: at most %d", len(p.FingerprintIgnore), maxFingerprintIgnore)
 	}
@@ -104,18 +101,12 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 			c.addAt("fingerprint_ignore", i, "%v", err)
 		}
 	}
-	if p.ExpiredKeys > ExpiredReject {
-		c.add("expired_keys", "%v", errWord(expiredWords, ""))
-	}
+	c.word("expired_keys", expiredWords, int(p.ExpiredKeys))
 	if p.ExpiredKeyWindow <= 0 && p.ExpiredKeys == ExpiredReject {
 		c.addWith("expired_key_window", []string{"expired_keys"}, "must be > 0 when expired_keys is reject, not %s", c.show("expired_key_window", p.ExpiredKeyWindow))
 	}
-	if p.AmbiguousPaths > AmbiguousAllow {
-		c.add("ambiguous_paths", "%v", errWord(ambiguousWords, ""))
-	}
-	if p.PathCase > PathCaseInsensitive {
-		c.add("path_case", "%v", errWord(pathCaseWords, ""))
-	}
+	c.word("ambiguous_paths", ambiguousWords, int(p.AmbiguousPaths))
+	c.word("path_case", pathCaseWords, int(p.PathCase))
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}
@@ -138,6 +129,13 @@ func (p Policy) checkErr(label string) error {
 type policyCheck struct {
 	from func(key string) string
 	out  []PolicyProblem
+}
+
+// word reports a value of an enumeration, built in code, that has no word.
+func (c *policyCheck) word(key string, words enum.Words, v int) {
+	if err := words.Check(v); err != nil {
+		c.add(key, "%v", err)
+	}
 }
 
 func (c *policyCheck) add(key, format string, args ...any) {

@@ -95,7 +95,8 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	fs.SetOutput(io.Discard)
 	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
 	tokenFile := fs.String("token-file", "", "")
-	var state, cursor, key, source, bodyFile, method, path, host string
+	var state admin.StateFilter
+	var cursor, key, source, bodyFile, method, path, host string
 	var limit int
 	headers := headerList{}
 	var positional int // HASH arguments wanted
@@ -103,7 +104,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	case "get", "delete":
 		positional = 1
 	case "list":
-		fs.StringVar(&state, "state", "all", "")
+		fs.TextVar(&state, "state", admin.FilterAll, "")
 		fs.IntVar(&limit, "limit", 100, "")
 		fs.StringVar(&cursor, "cursor", "", "")
 	case "hash":
@@ -143,13 +144,10 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 			return b
 		}
 	case "list":
-		if _, ok := admin.ListState(state); !ok || state == "" {
-			return nil, fmt.Errorf("--state: want in_flight, completed or all, got %q", state)
-		}
 		if limit < 1 || limit > admin.MaxListLimit {
 			return nil, fmt.Errorf("--limit: want 1 to %d, got %d", admin.MaxListLimit, limit)
 		}
-		q := url.Values{"state": {state}, "limit": {strconv.Itoa(limit)}}
+		q := url.Values{"state": {state.String()}, "limit": {strconv.Itoa(limit)}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}

@@ -1,10 +1,10 @@
 package filestore
 
 import (
-	"fmt"
 	"log/slog"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 var _ store.Options = Options{}
@@ -19,12 +19,7 @@ func (o Options) Defaults() store.Options {
 
 // Check requires a positive bound. The directory is not looked at: the
 // configuration is checked without touching the store.
-func (o Options) Check(string) []store.Problem {
-	if o.MaxBytes <= 0 {
-		return []store.Problem{{Key: "max_bytes", Reason: fmt.Sprintf("must be > 0, not %d", o.MaxBytes)}}
-	}
-	return nil
-}
+func (o Options) Check(string) []store.Problem { return memory.CheckBound(o.MaxBytes, o.WhenFull) }
 
 // Open opens the directory, failing when another process holds it, and
 // logs what survives what with these options.

@@ -3,10 +3,9 @@ package memory
 import (
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -21,38 +20,22 @@ const (
 	EvictOldest
 )
 
-var whenFullWords = []string{"reject", "evict_oldest"}
+var whenFullWords = enum.Words{"reject", "evict_oldest"}
 
-func (w WhenFull) String() string {
-	if int(w) < len(whenFullWords) {
-		return whenFullWords[w]
-	}
-	return "unknown"
-}
+func (w WhenFull) String() string { return whenFullWords.Name(int(w)) }
+
+// MarshalText gives the configuration's word.
+func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
 
 // UnmarshalText parses the configuration's words, "reject" and "evict_oldest".
 func (w *WhenFull) UnmarshalText(b []byte) error {
-	i := slices.Index(whenFullWords, string(b))
-	if i < 0 {
-		return wordError(string(b))
+	i, err := whenFullWords.Parse(string(b))
+	if err != nil {
+		return err
 	}
 	*w = WhenFull(i)
 	return nil
 }
-
-// wordError is a when_full that is none of its words; Choices lets the
-// configuration suggest the closest.
-type wordError string
-
-func (e wordError) Error() string {
-	return fmt.Sprintf("must be one of %s, not %q", strings.Join(whenFullWords, ", "), string(e))
-}
-
-// Choices are the words when_full may be.
-func (wordError) Choices() []string { return whenFullWords }
-
-// MarshalText gives the configuration's word.
-func (w WhenFull) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
 
 // Options configure a Store. The zero value is an unbounded store on the
 // wall clock.
@@ -86,11 +69,20 @@ func (o Options) Defaults() store.Options {
 
 // Check requires a bound: an unbounded store in a proxy's process grows
 // until the kernel kills it, which forgets every key at once.
-func (o Options) Check(string) []store.Problem {
-	if o.MaxBytes <= 0 {
-		return []store.Problem{{Key: "max_bytes", Reason: fmt.Sprintf("must be > 0, not %d", o.MaxBytes)}}
+func (o Options) Check(string) []store.Problem { return CheckBound(o.MaxBytes, o.WhenFull) }
+
+// CheckBound reports a max_bytes that is no bound and a when_full built in
+// code that has no word. The file store, which is full by the memory
+// store's rules, checks its own max_bytes and when_full with it.
+func CheckBound(maxBytes int64, whenFull WhenFull) []store.Problem {
+	var out []store.Problem
+	if maxBytes <= 0 {
+		out = append(out, store.Problem{Key: "max_bytes", Reason: fmt.Sprintf("must be > 0, not %d", maxBytes)})
 	}
-	return nil
+	if err := whenFullWords.Check(int(whenFull)); err != nil {
+		out = append(out, store.Problem{Key: "when_full", Reason: err.Error()})
+	}
+	return out
 }
 
 // Open returns a new store and says, at info level, that it forgets
