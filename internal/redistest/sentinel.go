@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,49 +21,146 @@ import (
 const masterName = "idem-master"
 
 // Sentinel is a master with one replica, watched by one sentinel with a
-// quorum of 1 and short timeouts so that failovers take about a second.
+// quorum of 1 (or by several, WithSentinels) and short timeouts so that
+// failovers take about a second.
 type Sentinel struct {
-	Master, Replica, Sentinel *Server
+	Master, Replica *Server
+	// Sentinel is the first of Sentinels.
+	Sentinel  *Server
+	Sentinels []*Server
+}
+
+// SentinelOption tunes StartSentinel.
+type SentinelOption func(*sentinelConfig)
+
+type sentinelConfig struct {
+	sentinels int
+	downAfter time.Duration
+}
+
+// WithSentinels runs n sentinels with a quorum of a majority of them, as a
+// production deployment does (three, quorum 2), instead of one.
+func WithSentinels(n int) SentinelOption {
+	return func(c *sentinelConfig) { c.sentinels = n }
+}
+
+// WithDownAfter sets down-after-milliseconds: how long the master must be
+// unreachable before the sentinels fail it over (default 1 s).
+func WithDownAfter(d time.Duration) SentinelOption {
+	return func(c *sentinelConfig) { c.downAfter = d }
 }
 
 // StartSentinel starts the master, the replica (waiting for its link to be
-// up), then the sentinel, and returns once the sentinel knows the replica, so
-// that a failover can be forced right away.
-func StartSentinel(t testing.TB) *Sentinel {
+// up), then the sentinels, and returns once every sentinel knows the replica
+// and the other sentinels, so that a failover can be forced, or the master
+// killed, right away.
+func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	t.Helper()
+	cfg := sentinelConfig{sentinels: 1, downAfter: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.sentinels < 1 {
+		t.Fatalf("StartSentinel: need at least one sentinel, got %d", cfg.sentinels)
+	}
 	s := &Sentinel{Master: Start(t)}
 	s.Replica = StartReplica(t, s.Master)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	body := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
-		"sentinel down-after-milliseconds %[1]s 1000\n"+
+	quorum := cfg.sentinels/2 + 1
+	body := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
+		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 		"sentinel failover-timeout %[1]s 5000\n"+
-		"sentinel parallel-syncs %[1]s 1\n", masterName, s.Master.Port())
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatalf("write sentinel.conf: %v", err)
-	}
-	s.Sentinel = startServer(t, []string{conf, "--sentinel"}, nil)
-
-	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = sc.Close() })
-	poll(ctx, t, "sentinel sees replica", func() (bool, string) {
-		reps, err := sc.Replicas(ctx, masterName).Result()
-		if err != nil || len(reps) == 0 {
-			return false, fmt.Sprint(reps, err)
+		"sentinel parallel-syncs %[1]s 1\n", masterName, s.Master.Port(), quorum, cfg.downAfter.Milliseconds())
+	for range cfg.sentinels {
+		// Each sentinel rewrites its own configuration file.
+		conf := filepath.Join(t.TempDir(), "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatalf("write sentinel.conf: %v", err)
 		}
-		flags := reps[0]["flags"]
-		return flags == "slave", flags
-	})
+		s.Sentinels = append(s.Sentinels, startServer(t, []string{conf, "--sentinel"}, nil))
+	}
+	s.Sentinel = s.Sentinels[0]
+
+	for _, sn := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = sc.Close() })
+		poll(ctx, t, "sentinel "+sn.Addr()+" sees the replica", func() (bool, string) {
+			reps, err := sc.Replicas(ctx, masterName).Result()
+			if err != nil || len(reps) == 0 {
+				return false, fmt.Sprint(reps, err)
+			}
+			flags := reps[0]["flags"]
+			return flags == "slave", flags
+		})
+		// Sentinels find each other through the master's hello channel,
+		// every 2 s: a kill before that could not reach a quorum.
+		poll(ctx, t, "sentinel "+sn.Addr()+" sees the others", func() (bool, string) {
+			others, err := sc.Sentinels(ctx, masterName).Result()
+			return err == nil && len(others) == cfg.sentinels-1, fmt.Sprint(len(others), " others ", err)
+		})
+	}
 	return s
 }
 
-// MasterName is the name the sentinel monitors the master under.
+// MasterName is the name the sentinels monitor the master under.
 func (s *Sentinel) MasterName() string { return masterName }
 
 // SentinelAddrs are the host:port addresses of the sentinels.
-func (s *Sentinel) SentinelAddrs() []string { return []string{s.Sentinel.Addr()} }
+func (s *Sentinel) SentinelAddrs() []string {
+	addrs := make([]string, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		addrs[i] = sn.Addr()
+	}
+	return addrs
+}
+
+// Switch is a +switch-master announcement: the new master's address and
+// when the first sentinel announced it.
+type Switch struct {
+	Addr string
+	At   time.Time
+}
+
+// WatchSwitches subscribes to +switch-master on every sentinel and returns
+// once the subscriptions are active. Each new master is sent once, when the
+// first sentinel announces it.
+func (s *Sentinel) WatchSwitches(t testing.TB) <-chan Switch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan Switch, 16)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	for _, sn := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), MaxRetries: -1})
+		ps := sc.Subscribe(ctx, "+switch-master")
+		if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+			t.Fatalf("SUBSCRIBE +switch-master on %s: %v", sn.Addr(), err)
+		}
+		t.Cleanup(func() { _ = ps.Close(); _ = sc.Close() })
+		go func() {
+			for msg := range ps.Channel() {
+				at := time.Now()
+				// "<name> <old-ip> <old-port> <new-ip> <new-port>"
+				f := strings.Fields(msg.Payload)
+				if len(f) != 5 || f[0] != masterName {
+					continue
+				}
+				addr := net.JoinHostPort(f[3], f[4])
+				mu.Lock()
+				first := !seen[addr]
+				seen[addr] = true
+				mu.Unlock()
+				if first {
+					out <- Switch{Addr: addr, At: at}
+				}
+			}
+		}()
+	}
+	t.Cleanup(cancel)
+	return out
+}
 
 // MasterAddr asks the sentinel for the current master's address.
 func (s *Sentinel) MasterAddr(t testing.TB) string {

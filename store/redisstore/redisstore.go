@@ -130,6 +130,7 @@ func New(opts Options) (*Store, error) {
 		opts.Timeout = DefaultTimeout
 	}
 	var c redis.UniversalClient
+	var sn *sentinel
 	switch {
 	case opts.URL != "":
 		o, err := redis.ParseURL(opts.URL)
@@ -148,6 +149,10 @@ func New(opts Options) (*Store, error) {
 			IsClusterMode: opts.MasterName == "" && len(opts.Addrs) > 1,
 		}
 		tuneUniversal(u, opts)
+		if opts.MasterName != "" {
+			sn = newSentinel(opts)
+			u.Dialer, u.DialTimeout = sn.dial, dialWait
+		}
 		c = redis.NewUniversalClient(u)
 	default:
 		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
@@ -156,9 +161,7 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.MasterName != "" {
-		s.sentinel = newSentinel(opts)
-	}
+	s.sentinel = sn
 	s.acks.n = opts.ReplicaAck
 	s.acks.timeout = opts.ReplicaAckTimeout
 	if s.acks.timeout <= 0 {
@@ -279,6 +282,13 @@ func (s *Store) translate(op string, err error) error {
 	if isOOM(err) {
 		s.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("redis %s: %w: %w", op, store.ErrFull, err)
+	}
+	if s.sentinel != nil && errors.Is(err, context.DeadlineExceeded) {
+		// The command waited for a connection to a master that is gone:
+		// say why, rather than only that time ran out.
+		if cause := s.sentinel.noMaster(); cause != nil {
+			err = fmt.Errorf("%w (waiting for a new master: %v)", err, cause)
+		}
 	}
 	return fmt.Errorf("redis %s: %w: %w", op, store.ErrUnavailable, err)
 }
