@@ -24,7 +24,7 @@ func TestAccessLogHasOneLinePerRequest(t *testing.T) {
 	e.do(t, "POST", "/v1/charges?token=secret", "k", "{}")
 	e.do(t, "POST", "/v1/charges", "k", `{"other":1}`)
 	e.do(t, "GET", "/v1/charges", "", "")
-	hash := storageKeyFor("k")
+	hash := e.keyHash(t, "k")
 	want := []string{
 		"POST /v1/charges POST /v1/charges 201 executed 7 " + hash,
 		"POST /v1/charges POST /v1/charges 201 replayed 7 " + hash,

@@ -284,7 +284,7 @@ func TestLogLinesCarryTheFullKeyHash(t *testing.T) {
 	e.do(t, "POST", "/x", "k", "{}")
 	st.down.Store(false)
 	e.do(t, "POST", "/x", "k", "{}")
-	want := storageKeyFor("k")
+	want := e.keyHash(t, "k")
 	for _, msg := range []string{"store unavailable", "request"} {
 		lines := logs.lines(t, msg)
 		if len(lines) == 0 {

@@ -116,6 +116,17 @@ func newEnv(t *testing.T, h http.HandlerFunc, opts ...envOption) *env {
 }
 
 // do sends a request to the proxy; header pairs follow the body.
+// keyHash is the storage key of key on a POST to /x, as the key API
+// computes it.
+func (e *env) keyHash(t *testing.T, key string) string {
+	t.Helper()
+	h, err := e.handler.KeyHashFrom(httptest.NewRequest("POST", "/x", nil), key, "")
+	if err != nil {
+		t.Fatalf("KeyHashFrom(%q): %v", key, err)
+	}
+	return h
+}
+
 func (e *env) do(t *testing.T, method, path, key, body string, header ...string) *response {
 	t.Helper()
 	return e.doCtx(t, context.Background(), method, path, key, body, header...)

@@ -163,15 +163,12 @@ func normalHost(host string) string {
 	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
-// storageKey names a key in the store: a hash of the scope values and the
-// idempotency key, so one client can never be replayed another's response
-// and neither Authorization values, cookies nor raw keys are stored. It is
-// the key_hash of logs and the key API.
-func storageKey(r *http.Request, key string, scope []ScopeHeader) string {
-	return storageKeyFrom(r, readAs{}, key, scope, KeyFromHeader, "")
-}
-
-// storageKeyFrom is storageKey for a key found by a source of kind from.
+// storageKeyFrom names a key in the store: a hash of the scope values and
+// the idempotency key, found by a source of kind from, so one client can
+// never be replayed another's response and neither Authorization values,
+// cookies nor raw keys are stored. It is the key_hash of logs and the key
+// API.
+//
 // A key derived from the payload (json:, body_sha256) names an operation
 // only together with where it was sent: order 42 posted to /orders and to
 // /orders/cancel are two operations, not one key reused with another

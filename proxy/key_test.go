@@ -129,15 +129,15 @@ func FuzzFingerprint(f *testing.F) {
 func TestStorageKeyScopes(t *testing.T) {
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header.Set("Authorization", "Bearer a")
-	a := storageKey(r, "k", DefaultPolicy().ScopeHeaders)
+	a := storageKeyFrom(r, readAs{}, "k", DefaultPolicy().ScopeHeaders, KeyFromHeader, "")
 	if strings.Contains(a, "Bearer") || strings.Contains(a, "k") && len(a) != 32 {
 		t.Fatalf("storage key %q leaks its inputs", a)
 	}
 	r.Header.Set("Authorization", "Bearer b")
-	if b := storageKey(r, "k", DefaultPolicy().ScopeHeaders); a == b {
+	if b := storageKeyFrom(r, readAs{}, "k", DefaultPolicy().ScopeHeaders, KeyFromHeader, ""); a == b {
 		t.Fatal("two Authorization values share a storage key")
 	}
-	if b := storageKey(r, "k", nil); b == storageKey(r, "k2", nil) {
+	if b := storageKeyFrom(r, readAs{}, "k", nil, KeyFromHeader, ""); b == storageKeyFrom(r, readAs{}, "k2", nil, KeyFromHeader, "") {
 		t.Fatal("two keys share a storage key")
 	}
 }

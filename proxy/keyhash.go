@@ -9,7 +9,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
-// errNotProtected is returned by KeyHash for a request the live routes do
+// errNotProtected is returned by KeyHashFrom for a request the live routes do
 // not protect: it would be proxied without touching the store.
 var errNotProtected = errors.New("this method and path are not protected by any route")
 
@@ -17,19 +17,9 @@ var errNotProtected = errors.New("this method and path are not protected by any 
 // before it looks for a key (400 ambiguous-path).
 var errRefused = errors.New("the proxy refuses this request")
 
-// KeyHash returns the storage key (the key_hash in logs and in the admin
-// API) that a request like r carrying the idempotency key would use under
-// the live configuration, the key found by its route's first key source.
-// See KeyHashFrom.
-func (h *Handler) KeyHash(r *http.Request, key string) (string, error) {
-	if key == "" {
-		return "", errEmptyKey
-	}
-	return h.KeyHashFrom(r, key, "")
-}
-
-// KeyHashFrom returns the storage key a request like r would use under the
-// live configuration, computed as the request path computes it: its
+// KeyHashFrom returns the storage key (the key_hash in logs and in the
+// admin API) a request like r would use under the live configuration,
+// computed as the request path computes it: its
 // route's scope headers namespace the key, and a key derived from the
 // payload (json:, body_sha256) is namespaced by method, host and path too.
 //

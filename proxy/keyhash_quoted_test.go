@@ -14,11 +14,11 @@ func TestKeyHashOfAQuotedKeyIsTheStorageKeyOfTheRequest(t *testing.T) {
 	h := newKeyHashHandler(t, nil)
 	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer client-a")
-	want := storageKey(req, "k-1", DefaultPolicy().ScopeHeaders)
+	want := storageKeyFrom(req, readAs{}, "k-1", DefaultPolicy().ScopeHeaders, KeyFromHeader, "")
 	for _, sent := range []string{`"k-1"`, ` k-1 `} {
-		got, err := h.KeyHash(req, sent)
+		got, err := h.KeyHashFrom(req, sent, "")
 		if err != nil || got != want {
-			t.Errorf("KeyHash(%q) = %q, %v; want %q, the storage key the request path uses", sent, got, err, want)
+			t.Errorf("KeyHashFrom(%q) = %q, %v; want %q, the storage key the request path uses", sent, got, err, want)
 		}
 	}
 }

@@ -16,21 +16,21 @@ func TestKeyHashIsTheStorageKeyOfTheRequest(t *testing.T) {
 	h := newKeyHashHandler(t, []Route{{Pattern: "/open/", Policy: withScope(nil)}})
 	req := httptest.NewRequest("POST", "http://api.example/v1/charges", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer client-a")
-	want := storageKey(req, "k-1", DefaultPolicy().ScopeHeaders)
+	want := storageKeyFrom(req, readAs{}, "k-1", DefaultPolicy().ScopeHeaders, KeyFromHeader, "")
 
-	got, err := h.KeyHash(req, "k-1")
+	got, err := h.KeyHashFrom(req, "k-1", "")
 	if err != nil || got != want {
-		t.Fatalf("KeyHash = %q, %v; want %q", got, err, want)
+		t.Fatalf("KeyHashFrom = %q, %v; want %q", got, err, want)
 	}
 	other := req.Clone(req.Context())
 	other.Header.Set("Authorization", "Bearer client-b")
-	if h2, _ := h.KeyHash(other, "k-1"); h2 == got {
+	if h2, _ := h.KeyHashFrom(other, "k-1", ""); h2 == got {
 		t.Error("two clients' keys hash the same: scope headers ignored")
 	}
 	// A route without scope headers shares one namespace.
 	open := httptest.NewRequest("POST", "http://api.example/open/x", nil)
 	open.Header.Set("Authorization", "Bearer client-a")
-	if got, _ := h.KeyHash(open, "k-1"); got != storageKey(open, "k-1", nil) {
+	if got, _ := h.KeyHashFrom(open, "k-1", ""); got != storageKeyFrom(open, readAs{}, "k-1", nil, KeyFromHeader, "") {
 		t.Error("the matched route's scope headers were not used")
 	}
 }
@@ -43,12 +43,12 @@ func TestKeyHashRefusesWhatTheProxyWouldRefuse(t *testing.T) {
 	}{
 		"unprotected method": {"GET", "/v1/x", "k", errNotProtected},
 		"disabled route":     {"POST", "/internal/x", "k", errNotProtected},
-		"empty key":          {"POST", "/v1/x", "", errEmptyKey},
+		"no key":             {"POST", "/v1/x", "", errNoKey},
 		"key too long":       {"POST", "/v1/x", strings.Repeat("k", 256), errKeyTooLong},
 		"ambiguous path":     {"POST", "/v1%2Fx", "k", errRefused},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := h.KeyHash(httptest.NewRequest(tc.method, tc.target, nil), tc.key)
+			_, err := h.KeyHashFrom(httptest.NewRequest(tc.method, tc.target, nil), tc.key, "")
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}

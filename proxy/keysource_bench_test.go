@@ -52,7 +52,7 @@ func BenchmarkKeySourceHeader(b *testing.B) {
 			sources := []KeySource{headerKeySource("Idempotency-Key")}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := requestKey(r, sources, nil, false); err != nil {
+				if _, _, err := requestKeyFrom(r, sources, nil, false); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -65,7 +65,7 @@ func BenchmarkKeySourceQuery(b *testing.B) {
 	sources := mustSources(b, "header:Idempotency-Key", "query:idempotency_key")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := requestKey(r, sources, nil, false); err != nil {
+		if _, _, err := requestKeyFrom(r, sources, nil, false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func BenchmarkKeySourceJSON(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(body)))
 				for b.Loop() {
-					if _, err := requestKey(r, sources, body, true); err != nil {
+					if _, _, err := requestKeyFrom(r, sources, body, true); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -102,7 +102,7 @@ func BenchmarkKeySourceBodySHA256(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := requestKey(r, sources, body, true); err != nil {
+		if _, _, err := requestKeyFrom(r, sources, body, true); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -215,9 +215,9 @@ func TestKeySourceAndCanonicalAllocations(t *testing.T) {
 		max  float64
 		run  func()
 	}{
-		{"header", 0, func() { requestKey(header, headerOnly, nil, false) }},
-		{"query", 0, func() { requestKey(bare, query, nil, false) }},
-		{"json", 1, func() { requestKey(bare, json, bodies["order_id/last"], true) }},
+		{"header", 0, func() { requestKeyFrom(header, headerOnly, nil, false) }},
+		{"query", 0, func() { requestKeyFrom(bare, query, nil, false) }},
+		{"json", 1, func() { requestKeyFrom(bare, json, bodies["order_id/last"], true) }},
 		{"canonical", 0, func() {
 			_, scratch, _ = fingerprintBody(scratch, bodies["id/last"], FingerprintCanonical, ignore)
 		}},

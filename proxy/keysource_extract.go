@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	// errNeedBody means requestKey reached a source that reads the body
+	// errNeedBody means requestKeyFrom reached a source that reads the body
 	// before the caller read it: read it (bounded) and ask again.
 	errNeedBody = errors.New("the idempotency key may be in the request body")
 
@@ -29,8 +29,8 @@ type keySourceError struct {
 func (e *keySourceError) Error() string { return e.err.Error() + " (" + e.source.String() + ")" }
 func (e *keySourceError) Unwrap() error { return e.err }
 
-// requestKey returns the idempotency key from the first of sources present
-// in r. It returns errNoKey when none is, errNeedBody when it reached a
+// requestKeyFrom returns the idempotency key from the first of sources
+// present in r, and the kind of the source that gave it. It returns errNoKey when none is, errNeedBody when it reached a
 // source that reads the body and haveBody is false, and any other error
 // (a *keySourceError) for a key that is present but invalid: 400
 // invalid-key. A present but invalid key never falls through to the next
@@ -38,13 +38,6 @@ func (e *keySourceError) Unwrap() error { return e.err }
 //
 // body is the whole request body, already read; it is neither copied nor
 // kept.
-func requestKey(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, error) {
-	key, _, err := requestKeyFrom(r, sources, body, haveBody)
-	return key, err
-}
-
-// requestKeyFrom is requestKey, also returning the kind of source that
-// gave the key.
 func requestKeyFrom(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, KeySourceKind, error) {
 	for i := range sources {
 		k := &sources[i]

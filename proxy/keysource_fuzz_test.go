@@ -31,7 +31,7 @@ func FuzzKeySources(f *testing.F) {
 		if src.Kind == KeyFromHeader {
 			r.Header[src.Name] = []string{header}
 		}
-		key, err := requestKey(r, []KeySource{src}, body, true)
+		key, _, err := requestKeyFrom(r, []KeySource{src}, body, true)
 		if err == nil {
 			if checkKey(key) != nil {
 				t.Fatalf("%s accepted an invalid key %q", src, key)

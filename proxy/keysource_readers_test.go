@@ -141,7 +141,7 @@ func TestJSONKeyIsReadAlikeByPythonAndNode(t *testing.T) {
 		sources := mustSources(t, "json:"+pointer)
 		var keyed, refused, compared int
 		for i, body := range corpus {
-			key, err := requestKey(keyRequest("/", nil), sources, body, true)
+			key, _, err := requestKeyFrom(keyRequest("/", nil), sources, body, true)
 			switch {
 			case errors.Is(err, jsonread.ErrDuplicateName):
 				refused++

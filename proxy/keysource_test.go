@@ -103,7 +103,7 @@ func TestFirstKeySourcePresentGivesTheKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := requestKey(keyRequest(tc.target, tc.header), sources, tc.body, true)
+			got, _, err := requestKeyFrom(keyRequest(tc.target, tc.header), sources, tc.body, true)
 			if err != nil || got != tc.want {
 				t.Errorf("key = %q, %v; want %q", got, err, tc.want)
 			}
@@ -119,17 +119,17 @@ func bodyHex(b []byte) string {
 func TestKeyFromBodyAsksForTheBodyOnlyWhenReached(t *testing.T) {
 	sources := mustSources(t, "header:Idempotency-Key", "json:/id")
 	r := keyRequest("/", http.Header{"Idempotency-Key": {"k"}})
-	if got, err := requestKey(r, sources, nil, false); err != nil || got != "k" {
+	if got, _, err := requestKeyFrom(r, sources, nil, false); err != nil || got != "k" {
 		t.Fatalf("with the header: %q, %v; want the header's key without the body", got, err)
 	}
 	r = keyRequest("/", nil)
-	if _, err := requestKey(r, sources, nil, false); err != errNeedBody {
+	if _, _, err := requestKeyFrom(r, sources, nil, false); err != errNeedBody {
 		t.Fatalf("without the header: %v, want errNeedBody", err)
 	}
-	if got, err := requestKey(r, sources, []byte(`{"id":7}`), true); err != nil || got != "7" {
+	if got, _, err := requestKeyFrom(r, sources, []byte(`{"id":7}`), true); err != nil || got != "7" {
 		t.Fatalf("with the body: %q, %v; want 7", got, err)
 	}
-	if _, err := requestKey(r, sources, nil, true); err != errNoKey {
+	if _, _, err := requestKeyFrom(r, sources, nil, true); err != errNoKey {
 		t.Fatalf("empty body: %v, want errNoKey", err)
 	}
 }
@@ -161,7 +161,7 @@ func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := requestKey(keyRequest(tc.target, tc.header), sources, []byte(tc.body), true)
+			got, _, err := requestKeyFrom(keyRequest(tc.target, tc.header), sources, []byte(tc.body), true)
 			var kerr *keySourceError
 			if !errors.Is(err, tc.want) || !errors.As(err, &kerr) {
 				t.Fatalf("key = %q, %v; want a *keySourceError wrapping %v", got, err, tc.want)
@@ -183,13 +183,13 @@ func TestQueryKeyIsDecoded(t *testing.T) {
 		"/?idempotency_key=x=y":                         "x=y",
 		"/?idempotency_key=" + strings.Repeat("k", 255): strings.Repeat("k", 255),
 	} {
-		got, err := requestKey(keyRequest(target, nil), sources, nil, true)
+		got, _, err := requestKeyFrom(keyRequest(target, nil), sources, nil, true)
 		if err != nil || got != want {
 			t.Errorf("%s: key %q, %v; want %q", target, got, err, want)
 		}
 	}
 	for _, target := range []string{"/", "/?other=1", "/?Idempotency_key=x", "/?idempotency_keyx=1"} {
-		if got, err := requestKey(keyRequest(target, nil), sources, nil, true); err != errNoKey {
+		if got, _, err := requestKeyFrom(keyRequest(target, nil), sources, nil, true); err != errNoKey {
 			t.Errorf("%s: key %q, %v; want absent", target, got, err)
 		}
 	}
@@ -212,7 +212,7 @@ func TestJSONKeyIsAStringOrAnInteger(t *testing.T) {
 		{"/id", "\xef\xbb\xbf{\"id\":\"evt_1\"}", "evt_1"},
 	}
 	for _, tc := range tests {
-		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+tc.ptr), []byte(tc.body), true)
+		got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:"+tc.ptr), []byte(tc.body), true)
 		if err != nil || got != tc.want {
 			t.Errorf("%s in %s: %q, %v; want %q", tc.ptr, tc.body, got, err, tc.want)
 		}
@@ -244,7 +244,7 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 		"control in name":  "{\"a\x01\":1,\"id\":\"x\"}",
 		"deep":             deep,
 	} {
-		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
+		got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
 		if err != errNoKey {
 			t.Errorf("%s: %q, %v; want absent", name, got, err)
 		}
@@ -253,18 +253,18 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 	pad := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	for n, want := range map[int]error{jsonread.MaxDepth - 1: nil, jsonread.MaxDepth: errNoKey} {
 		body := `{"pad":` + pad(n) + `,"id":"x"}`
-		if _, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != want {
+		if _, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != want {
 			t.Errorf("%d nested arrays before the key: %v, want %v", n, err, want)
 		}
 	}
 	// Nesting within the bound is followed.
 	ptr := strings.Repeat("/id", jsonread.MaxDepth)
 	ok := strings.Repeat(`{"id":`, jsonread.MaxDepth) + `"x"` + strings.Repeat("}", jsonread.MaxDepth)
-	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+ptr), []byte(ok), true); err != nil || got != "x" {
+	if got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:"+ptr), []byte(ok), true); err != nil || got != "x" {
 		t.Errorf("%d levels: %q, %v; want x", jsonread.MaxDepth, got, err)
 	}
 	deepPtr := strings.Repeat("/id", jsonread.MaxDepth+1)
-	if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:"+deepPtr), []byte(deep), true); err != errNoKey {
+	if got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:"+deepPtr), []byte(deep), true); err != errNoKey {
 		t.Errorf("%d levels: %q, %v; want absent", jsonread.MaxDepth+1, got, err)
 	}
 }
@@ -273,7 +273,7 @@ func TestJSONKeyIsAbsentFromBodiesItCannotUse(t *testing.T) {
 // upstream refuses the rest, or reads it some other way.
 func TestJSONKeyNeedsTheWholeBodyToBeJSON(t *testing.T) {
 	for _, body := range []string{`{"id":"evt_1", this is not JSON`, `{"id":"evt_1"} {"id":"evt_2"}`, `{"id":01}`, "{\"id\":\"evt_1\",\"n\":\"\xff\"}"} {
-		if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != errNoKey {
+		if got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != errNoKey {
 			t.Errorf("%.30q: %q, %v; want absent", body, got, err)
 		}
 	}
@@ -283,7 +283,7 @@ func TestJSONKeyNeedsTheWholeBodyToBeJSON(t *testing.T) {
 // number to every reader, so one key.
 func TestJSONIntegerKeyIsItsShortestForm(t *testing.T) {
 	for body, want := range map[string]string{`{"id":-0}`: "0", `{"id":0}`: "0", `{"id":-12}`: "-12"} {
-		if got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != nil || got != want {
+		if got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true); err != nil || got != want {
 			t.Errorf("%s: %q, %v; want %q", body, got, err, want)
 		}
 	}
@@ -294,7 +294,7 @@ func TestJSONIntegerKeyIsItsShortestForm(t *testing.T) {
 // JavaScript, {"id":"ord_5","ID":"ord_7"} ord_7 to a Go upstream.
 func TestJSONKeyFromARepeatedNameIsRefused(t *testing.T) {
 	for _, body := range []string{`{"id":"ord_1","id":"ord_9"}`, `{"id":"ord_5","ID":"ord_7"}`, `{"id":"ord_1","items":[{"sku":"a","SKU":"b"}]}`} {
-		got, err := requestKey(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
+		got, _, err := requestKeyFrom(keyRequest("/", nil), mustSources(t, "json:/id"), []byte(body), true)
 		if !errors.Is(err, jsonread.ErrDuplicateName) {
 			t.Errorf("%s: %q, %v; want ErrDuplicateName", body, got, err)
 		}
@@ -304,11 +304,11 @@ func TestJSONKeyFromARepeatedNameIsRefused(t *testing.T) {
 func TestBodySHA256KeyIsTheHexDigestOfANonEmptyBody(t *testing.T) {
 	sources := mustSources(t, "body_sha256")
 	body := []byte("payload=1")
-	got, err := requestKey(keyRequest("/", nil), sources, body, true)
+	got, _, err := requestKeyFrom(keyRequest("/", nil), sources, body, true)
 	if want := bodyHex(body); err != nil || got != want {
 		t.Fatalf("%q, %v; want %q", got, err, want)
 	}
-	if got, err := requestKey(keyRequest("/", nil), sources, nil, true); err != errNoKey {
+	if got, _, err := requestKeyFrom(keyRequest("/", nil), sources, nil, true); err != errNoKey {
 		t.Fatalf("empty body: %q, %v; want absent", got, err)
 	}
 }

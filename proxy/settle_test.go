@@ -134,7 +134,7 @@ func TestLostLeaseWarningSaysWhenItWasFound(t *testing.T) {
 		first := make(chan *response)
 		go func() { first <- e.do(t, "POST", "/x", "k", "{}") }()
 		<-arrived
-		if err := st.Delete(context.Background(), storageKeyFor("k")); err != nil {
+		if err := st.Delete(context.Background(), e.keyHash(t, "k")); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(lockTTL / 3)

@@ -90,18 +90,13 @@ func TestAbortBeforeSendReleasesKeyUnderKeep(t *testing.T) {
 	if e.up.calls.Load() != 0 {
 		t.Fatal("upstream was reached after Abort")
 	}
-	res, err := e.store.Begin(context.Background(), storageKeyFor("k"), [32]byte{}, time.Second)
+	res, err := e.store.Begin(context.Background(), e.keyHash(t, "k"), [32]byte{}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.State != store.Acquired {
 		t.Fatalf("after a request never sent upstream the key is %s, want it free (released)", res.State)
 	}
-}
-
-func storageKeyFor(key string) string {
-	r := httptest.NewRequest("POST", "/x", nil)
-	return storageKey(r, key, DefaultPolicy().ScopeHeaders)
 }
 
 // Outside an http.Server (no http.ServerContextKey in the request context,
