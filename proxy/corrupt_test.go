@@ -19,7 +19,7 @@ type unreadableStore struct {
 	err error
 }
 
-func (s unreadableStore) Begin(context.Context, string, store.Fingerprint, time.Duration) (store.BeginResult, error) {
+func (s unreadableStore) Begin(context.Context, string, store.Lease, time.Duration) (store.BeginResult, error) {
 	return store.BeginResult{}, s.err
 }
 
@@ -27,7 +27,8 @@ func (s unreadableStore) Begin(context.Context, string, store.Fingerprint, time.
 // opened: what a store holds when encryption was turned off.
 type sealedStore struct{ *flakyStore }
 
-func (sealedStore) Begin(_ context.Context, _ string, fp store.Fingerprint, _ time.Duration) (store.BeginResult, error) {
+func (sealedStore) Begin(_ context.Context, _ string, l store.Lease, _ time.Duration) (store.BeginResult, error) {
+	fp := l.Fingerprint
 	rec := &store.Record{Status: 201, Fingerprint: fp, Sealed: &store.Sealed{KeyID: "2026-01", Data: []byte{1}}}
 	return store.BeginResult{State: store.Completed, Fingerprint: fp, Record: rec}, nil
 }

@@ -275,7 +275,7 @@ func TestAbortKeepsLeaseOfRunningRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, key := range []string{"attached", "detached"} {
-				res, err := e.store.Begin(context.Background(), e.keyHash(t, key), [32]byte{}, time.Second)
+				res, err := e.store.Begin(context.Background(), e.keyHash(t, key), store.Lease{}, time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -142,7 +142,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	}
 
 	if rec != nil {
-		rec.Request = q.described()
+		rec.Request = q.desc
 		if pol.ExpiredKeys == ExpiredReject {
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}

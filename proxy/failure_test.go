@@ -38,11 +38,11 @@ func (f *flakyStore) Release(ctx context.Context, key, token string) error {
 	return f.Store.Release(ctx, key, token)
 }
 
-func (f *flakyStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+func (f *flakyStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	if f.down.Load() {
 		return store.BeginResult{}, store.ErrUnavailable
 	}
-	return f.Store.Begin(ctx, key, fp, lease)
+	return f.Store.Begin(ctx, key, l, ttl)
 }
 
 func (f *flakyStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {

@@ -34,6 +34,7 @@ type Handler struct {
 	log             *slog.Logger
 	metrics         *Metrics
 	observe         func(*http.Request, Observation)
+	instance        string // names this process in its leases
 	owners          owners
 	clock           clock
 	// aborted is set by Abort: upstream calls are detached from their
@@ -61,6 +62,7 @@ func New(opts Options) (*Handler, error) {
 		log:             opts.Logger,
 		metrics:         opts.Metrics,
 		observe:         opts.Observe,
+		instance:        cmp.Or(opts.Instance, DefaultInstance()),
 		clock:           realClock{},
 	}
 	if h.upstreamTimeout <= 0 {
@@ -245,10 +247,12 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	// client that gives up must not cancel the work (docs/guarantees.md).
 	// The store bounds each call with its own timeout.
 	detached := context.WithoutCancel(r.Context())
+	q.desc = q.described()
+	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	var pace waiter
 	for {
 		q.began = h.clock.Now()
-		res, err := h.store.Begin(detached, q.keyHash, q.fp, pol.LockTTL)
+		res, err := h.store.Begin(detached, q.keyHash, lease, pol.LockTTL)
 		if err == nil && res.State == store.Completed && res.Record.Sealed != nil {
 			// Sealed, and no keyring opened it (store/seal).
 			err = &store.SealError{KeyID: res.Record.Sealed.KeyID, Err: store.ErrKeyUnknown}

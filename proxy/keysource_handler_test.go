@@ -216,7 +216,7 @@ func TestKeyHashIsTheStorageKeyForEverySource(t *testing.T) {
 
 func assertCompleted(t *testing.T, st Store, keyHash string) {
 	t.Helper()
-	res, err := st.Begin(context.Background(), keyHash, store.Fingerprint{}, 1e9)
+	res, err := st.Begin(context.Background(), keyHash, store.Lease{}, 1e9)
 	if err != nil {
 		t.Fatal(err)
 	}

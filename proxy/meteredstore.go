@@ -20,9 +20,9 @@ type meteredStore struct {
 
 var _ Store = meteredStore{}
 
-func (s meteredStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+func (s meteredStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	t := time.Now()
-	res, err := s.Store.Begin(ctx, key, fp, lease)
+	res, err := s.Store.Begin(ctx, key, l, ttl)
 	s.m.observeStore(opBegin, time.Since(t), failed(err))
 	return res, err
 }

@@ -4,6 +4,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -64,9 +67,25 @@ type Options struct {
 	// AccessLog logs one line per request at info level (see accesslog.go);
 	// SetAccessLog changes it while the handler runs.
 	AccessLog bool
+	// Instance names this process in the leases it takes (store.Lease),
+	// so an operator can tell which proxy holds a key; "" means
+	// DefaultInstance.
+	Instance string
 	// Metrics receives the handler's metrics; nil means a private registry.
 	Metrics *Metrics
 	// Observe, when set, is called with every answered request (see
 	// Observation); tracing annotates the request's span with it.
 	Observe func(*http.Request, Observation)
 }
+
+// DefaultInstance is the instance name of a process that was given none:
+// its host name and process id, "HOST/PID" (docs/operating.md,
+// "Instance"). In a container the host name is the container's (a
+// Kubernetes pod's name).
+var DefaultInstance = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+})

@@ -37,6 +37,8 @@ type request struct {
 	body    []byte // read in full once a source or the fingerprint needs it
 	fp      store.Fingerprint
 	keyHash string // the storage key: the key_hash of logs and the key API
+	// desc is what the key's lease and record say of the request.
+	desc store.Request
 	// expiredAt is when the key's record expired, for 410 key-expired.
 	expiredAt time.Time
 
@@ -103,8 +105,8 @@ func (q *request) free() {
 	}
 }
 
-// described is what the request's record says of it, for operators: never
-// its query or body.
+// described is what the request's lease and record say of it, for
+// operators: never its query or body.
 func (q *request) described() store.Request {
 	return store.Request{
 		Method:    q.in.Method,

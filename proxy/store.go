@@ -11,7 +11,7 @@ import (
 // store.Store implements it (see store.BeginResult for the states). Its
 // health (Ping) is the admin listener's concern, not the handler's.
 type Store interface {
-	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error)
+	Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error

@@ -33,11 +33,11 @@ func newFullStore(t *testing.T) *fullStore {
 
 func errFull(op string) error { return fmt.Errorf("%s: store at its bound: %w", op, store.ErrFull) }
 
-func (f *fullStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+func (f *fullStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	if f.beginFull.Load() {
 		return store.BeginResult{}, errFull("begin")
 	}
-	return f.Store.Begin(ctx, key, fp, lease)
+	return f.Store.Begin(ctx, key, l, ttl)
 }
 
 func (f *fullStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {

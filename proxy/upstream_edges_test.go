@@ -90,7 +90,7 @@ func TestAbortBeforeSendReleasesKeyUnderKeep(t *testing.T) {
 	if e.up.calls.Load() != 0 {
 		t.Fatal("upstream was reached after Abort")
 	}
-	res, err := e.store.Begin(context.Background(), e.keyHash(t, "k"), [32]byte{}, time.Second)
+	res, err := e.store.Begin(context.Background(), e.keyHash(t, "k"), store.Lease{}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,9 @@ type Entry struct {
 	// Fingerprint is the fingerprint of the request that owns the key or
 	// produced the record.
 	Fingerprint Fingerprint
+	// Lease is the holder's lease, as its Begin described it, when State
+	// is InFlight.
+	Lease Lease
 	// Record is the recorded response when State is Completed. Listings may
 	// leave its Body nil; BodyBytes always gives the recorded body's size.
 	Record *Record

@@ -41,7 +41,7 @@ type Problem struct {
 // Store is what every kind offers once open: the proxy's operations, the
 // operator's view, and Close.
 type Store interface {
-	Begin(ctx context.Context, key string, fp Fingerprint, lease time.Duration) (BeginResult, error)
+	Begin(ctx context.Context, key string, l Lease, ttl time.Duration) (BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error

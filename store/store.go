@@ -5,8 +5,9 @@
 // suite in store/storetest:
 //
 //   - Begin atomically either acquires a fresh lease on a key (returning a
-//     random owner token) or reports what is already there: an in-flight
-//     lease with its request fingerprint, or a completed record.
+//     random owner token) and stores the lease's description with it, or
+//     reports what is already there: an in-flight lease with its
+//     description, or a completed record.
 //   - Extend, Complete and Release act only while the caller's token still
 //     owns the key (fencing). A lease that expired and was taken by someone
 //     else yields ErrLockLost; a newer owner is never overwritten.
@@ -156,6 +157,9 @@ type BeginResult struct {
 	Fingerprint Fingerprint
 	// Record is set when State is Completed.
 	Record *Record
+	// Lease is the holder's lease, as its Begin described it, when State
+	// is InFlight; its Fingerprint is Fingerprint.
+	Lease Lease
 	// ExpiredAt is when the key's record expired, set when State is
 	// Expired.
 	ExpiredAt time.Time

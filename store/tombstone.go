@@ -44,8 +44,8 @@ func (s *Tombstones) Check(on bool) { s.on.Store(on) }
 
 // Begin is the store's Begin; with tombstones on, a key it found free is
 // reported Expired when its tombstone is there, and its lease released.
-func (s *Tombstones) Begin(ctx context.Context, key string, fp Fingerprint, lease time.Duration) (BeginResult, error) {
-	res, err := s.Store.Begin(ctx, key, fp, lease)
+func (s *Tombstones) Begin(ctx context.Context, key string, l Lease, ttl time.Duration) (BeginResult, error) {
+	res, err := s.Store.Begin(ctx, key, l, ttl)
 	if err != nil || res.State != Acquired || !s.on.Load() {
 		return res, err
 	}
@@ -82,7 +82,7 @@ func (s *Tombstones) Complete(ctx context.Context, key, token string, rec *Recor
 	tomb := &Record{Status: 410, Fingerprint: rec.Fingerprint, CreatedAt: s.now().Add(ttl).Truncate(time.Millisecond)}
 	tk := key + TombstoneSuffix
 	for range 2 {
-		res, err := s.Store.Begin(ctx, tk, rec.Fingerprint, time.Minute)
+		res, err := s.Store.Begin(ctx, tk, Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 		if err != nil {
 			return tombErr(err)
 		}

@@ -41,9 +41,14 @@ func (s *tracedStore) start(ctx context.Context, name, key string) (context.Cont
 		trace.WithAttributes(AttrKeyHash.String(key)))
 }
 
-func (s *tracedStore) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+// Begin is the store's Begin, in a span; the lease it takes names the
+// request's trace (store.Lease.TraceID), which its span belongs to.
+func (s *tracedStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	ctx, span := s.start(ctx, SpanStoreBegin, key)
-	res, err := s.next.Begin(ctx, key, fp, lease)
+	if sc := span.SpanContext(); l.TraceID == "" && sc.HasTraceID() {
+		l.TraceID = sc.TraceID().String()
+	}
+	res, err := s.next.Begin(ctx, key, l, ttl)
 	if err == nil {
 		span.SetAttributes(AttrStoreState.String(res.State.String()))
 	}

@@ -78,7 +78,7 @@ func fill(n int) (footprint, error) {
 	for i := range n {
 		rec := typicalRecord(i)
 		key := storeKey(i)
-		b, err := s.Begin(ctx, key, rec.Fingerprint, 30*time.Second)
+		b, err := s.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, 30*time.Second)
 		if err != nil {
 			return fp, fmt.Errorf("record %d: begin: %w", i, err)
 		}

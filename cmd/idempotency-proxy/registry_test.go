@@ -33,7 +33,7 @@ func TestMemoryStoreSizeIsExposed(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	reg, _, _ := newRegistry(st)
 	ctx := context.Background()
-	res, err := st.Begin(ctx, "k1", store.Fingerprint{}, time.Minute)
+	res, err := st.Begin(ctx, "k1", store.Lease{}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestFullDiskIsAFullStore(t *testing.T) {
 	var fullErr error
 	for i := 0; i < 10_000; i++ {
 		key := "k" + strconv.Itoa(i)
-		b, err := s.Begin(ctx, key, store.Fingerprint{}, time.Hour)
+		b, err := s.Begin(ctx, key, store.Lease{}, time.Hour)
 		if err == nil {
 			err = s.Complete(ctx, key, b.Token, testRecord(body), time.Hour)
 			if err == nil {
@@ -68,11 +68,11 @@ func TestFullDiskIsAFullStore(t *testing.T) {
 		t.Errorf("Health on a full disk = %+v, want full", h)
 	}
 	for _, key := range []string{keys[0], keys[len(keys)-1]} {
-		if b, err := s.Begin(ctx, key, store.Fingerprint{}, time.Hour); err != nil || b.State != store.Completed {
+		if b, err := s.Begin(ctx, key, store.Lease{}, time.Hour); err != nil || b.State != store.Completed {
 			t.Errorf("record %s on a full disk: %v, %v; want it replayed", key, b.State, err)
 		}
 	}
-	if _, err := s.Begin(ctx, "new", store.Fingerprint{}, time.Hour); !errors.Is(err, store.ErrFull) {
+	if _, err := s.Begin(ctx, "new", store.Lease{}, time.Hour); !errors.Is(err, store.ErrFull) {
 		t.Errorf("Begin of a new key on a full disk: %v, want ErrFull", err)
 	}
 	rec := testRecord(`{"done":true}`)

@@ -22,7 +22,7 @@ func testRecord(body string) *store.Record {
 
 func mustAcquire(t *testing.T, s *Store, key string, lease time.Duration) string {
 	t.Helper()
-	b, err := s.Begin(ctx, key, store.Fingerprint{}, lease)
+	b, err := s.Begin(ctx, key, store.Lease{}, lease)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin(%q) = %v, %v; want acquired", key, b.State, err)
 	}
@@ -56,13 +56,13 @@ func TestReopenedStoreHasEveryLeaseAndRecord(t *testing.T) {
 	if got := s.Stats(); got != stats || got.Records != 1 {
 		t.Errorf("Stats after reopening = %+v, want %+v with 1 record", got, stats)
 	}
-	if b, err := s.Begin(ctx, "leased", store.Fingerprint{}, time.Hour); err != nil || b.State != store.InFlight {
+	if b, err := s.Begin(ctx, "leased", store.Lease{}, time.Hour); err != nil || b.State != store.InFlight {
 		t.Errorf("Begin on the lease after reopening = %v, %v; want in flight", b.State, err)
 	}
 	if err := s.Extend(ctx, "leased", leaseTok, time.Hour); err != nil {
 		t.Errorf("Extend by the lease's owner after reopening: %v", err)
 	}
-	b, err := s.Begin(ctx, "done", store.Fingerprint{}, time.Hour)
+	b, err := s.Begin(ctx, "done", store.Lease{}, time.Hour)
 	if err != nil || b.State != store.Completed || string(b.Record.Body) != `{"ok":true}` {
 		t.Errorf("Begin on the record after reopening = %+v, %v; want the record", b, err)
 	}
@@ -92,7 +92,7 @@ func TestFullStoreRefusesNewKeysAndKeepsLeases(t *testing.T) {
 	s, _ := open(t, t.TempDir(), Options{MaxBytes: 2000})
 	tok := mustAcquire(t, s, "big", time.Minute)
 	for i := 0; ; i++ {
-		_, err := s.Begin(ctx, "k"+strconv.Itoa(i), store.Fingerprint{}, time.Minute)
+		_, err := s.Begin(ctx, "k"+strconv.Itoa(i), store.Lease{}, time.Minute)
 		if errors.Is(err, store.ErrFull) {
 			break
 		}
@@ -113,7 +113,7 @@ func TestFullStoreRefusesNewKeysAndKeepsLeases(t *testing.T) {
 	if err := s.Release(ctx, "k0", ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute); b.State != store.InFlight {
+	if b, _ := s.Begin(ctx, "k0", store.Lease{}, time.Minute); b.State != store.InFlight {
 		t.Errorf("a lease of the full store: %v, want still in flight", b.State)
 	}
 	if st := s.Stats(); st.Evictions != 0 || st.Bytes > 2000 {
@@ -209,7 +209,7 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, beginErr := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	_, beginErr := s.Begin(ctx, "k", store.Lease{}, time.Minute)
 	_, inspectErr := s.Inspect(ctx, "k")
 	_, _, listErr := s.List(ctx, 0, "", 10)
 	for name, err := range map[string]error{

@@ -47,7 +47,9 @@ const (
 //
 // Encoded layout: kind (1 byte), token (32), fingerprint (32), expires
 // (8, big-endian Unix nanoseconds), indexed (8, the time of its index
-// entry, never after expires), then the encoded record (store.AppendRecord).
+// entry, never after expires), then the encoded record (store.AppendRecord)
+// or the lease's description (store.AppendLease; none in a lease written
+// before leases were described).
 type entry struct {
 	kind    byte
 	token   [tokenLen]byte
@@ -94,13 +96,12 @@ func unmarshal(b []byte) (entry, error) {
 	copy(e.fp[:], b[1+tokenLen:])
 	e.expires = int64(binary.BigEndian.Uint64(b[1+tokenLen+32:]))
 	e.indexed = int64(binary.BigEndian.Uint64(b[1+tokenLen+40:]))
-	if e.kind == kindRecord {
-		e.enc = b[headerLen:]
-	}
+	e.enc = b[headerLen:]
 	return e, nil
 }
 
-// copyEnc detaches e's record from the transaction's memory.
+// copyEnc detaches e's record or lease description from the
+// transaction's memory.
 func (e *entry) copyEnc() { e.enc = append([]byte(nil), e.enc...) }
 
 // indexKey is the expiry index's key for key indexed at t.
@@ -132,6 +133,15 @@ func writeMeta(b *bolt.Bucket, m meta) error {
 	binary.BigEndian.PutUint64(v[:], uint64(m.used))
 	binary.BigEndian.PutUint64(v[8:], uint64(m.records))
 	return b.Put(metaKey, v[:])
+}
+
+// decodeLease decodes the description of a lease on fp.
+func decodeLease(enc []byte, fp store.Fingerprint) (store.Lease, error) {
+	l, err := store.DecodeLease(enc, fp)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("file store: %w", err)
+	}
+	return l, nil
 }
 
 // decode decodes a record's encoding; its body aliases enc.

@@ -105,6 +105,11 @@ func matches(state store.State, e *entry) bool {
 func toEntry(key string, e *entry, withBody bool) (store.Entry, error) {
 	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp, ExpiresAt: unixNano(e.expires)}
 	if !e.isRecord() {
+		l, err := decodeLease(e.enc, e.fp)
+		if err != nil {
+			return store.Entry{}, err
+		}
+		ent.Lease = l
 		return ent, nil
 	}
 	rec, err := decode(e.enc)

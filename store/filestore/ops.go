@@ -13,10 +13,11 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// Begin acquires a lease on key or reports what is there. A key that holds
+// Begin acquires a lease on key, described by l, or reports what is
+// there. A key that holds
 // a live entry is answered from a read transaction; only a key that needs
 // a lease waits for a commit.
-func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	e, found, err := s.live("begin", key)
 	if err != nil {
 		return store.BeginResult{}, err
@@ -38,19 +39,20 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 			res, err = result(&e)
 			return err
 		}
-		size := entrySize(key, 0)
+		enc := store.AppendLease(nil, &l)
+		size := entrySize(key, len(enc))
 		if err := t.makeRoom(size); err != nil {
 			return err
 		}
 		token := newToken()
-		ne := entry{kind: kindLease, fp: fp, expires: t.now + int64(lease)}
+		ne := entry{kind: kindLease, fp: l.Fingerprint, expires: t.now + int64(ttl), enc: enc}
 		ne.indexed = ne.expires
 		copy(ne.token[:], token)
 		if err := t.put(key, &ne); err != nil {
 			return err
 		}
 		t.used += size
-		res = store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}
+		res = store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}
 		return nil
 	})
 	return res, err
@@ -59,7 +61,11 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 // result reports the live entry e that Begin found.
 func result(e *entry) (store.BeginResult, error) {
 	if !e.isRecord() {
-		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
+		l, err := decodeLease(e.enc, e.fp)
+		if err != nil {
+			return store.BeginResult{}, err
+		}
+		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp, Lease: l}, nil
 	}
 	rec, err := decode(e.enc)
 	if err != nil {

@@ -9,13 +9,14 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// entryOverhead approximates an entry's slot (112 bytes) and its share of
+// entryOverhead approximates an entry's slot (120 bytes) and its share of
 // the index, so that many tiny entries still count against MaxBytes.
 const entryOverhead = 128
 
-// entry is a lease when encLen is 0, a completed record otherwise. Its key
-// and encoded record lie in its table's slabs, at off. A record keeps the
-// token of the lease it replaced, so that a completion retried by that
+// entry is a lease or a completed record. Its key and its encoding — the
+// lease's description (store.AppendLease) or the record
+// (store.AppendRecord) — lie in its table's slabs, at off. A record keeps
+// the token of the lease it replaced, so that a completion retried by that
 // owner is recognised.
 type entry struct {
 	token   [tokenLen]byte
@@ -26,9 +27,10 @@ type entry struct {
 	off     uint32
 	keyLen  uint32
 	encLen  uint32
+	record  bool
 }
 
-func (e *entry) isRecord() bool { return e.encLen > 0 }
+func (e *entry) isRecord() bool { return e.record }
 
 // size is what e counts against MaxBytes.
 func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }
@@ -47,11 +49,28 @@ func encode(rec *store.Record) *[]byte {
 	return buf
 }
 
+// encodeLease returns l's description encoded, in a buffer to give back
+// with putEncoding.
+func encodeLease(l *store.Lease) *[]byte {
+	buf := encodings.Get().(*[]byte)
+	*buf = store.AppendLease((*buf)[:0], l)
+	return buf
+}
+
 // putEncoding recycles buf, unless it grew too large to keep.
 func putEncoding(buf *[]byte) {
 	if cap(*buf) <= slabSize {
 		encodings.Put(buf)
 	}
+}
+
+// decodeLease decodes a stored lease description of a lease on fp.
+func decodeLease(enc []byte, fp store.Fingerprint) (store.Lease, error) {
+	l, err := store.DecodeLease(enc, fp)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("memory store: %w", err)
+	}
+	return l, nil
 }
 
 // decode decodes a stored record; the record's body aliases enc.

@@ -18,13 +18,13 @@ func TestEvictOldestDropsOldestRecordsNeverLeases(t *testing.T) {
 	per := recordSize("k00", rec)
 	s, c := newTestStore(t, Options{MaxBytes: 5*per + entryOverhead + 10, WhenFull: EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
-	lease, err := s.Begin(ctx, "lease", store.Fingerprint{}, time.Hour)
+	lease, err := s.Begin(ctx, "lease", store.Lease{}, time.Hour)
 	if err != nil {
 		t.Fatalf("Begin lease: %v", err)
 	}
 	for i := range 8 {
 		key := fmt.Sprintf("k%02d", i)
-		b, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+		b, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
 		if err != nil {
 			t.Fatalf("Begin %s: %v", key, err)
 		}
@@ -57,11 +57,11 @@ func TestEvictOldestNeverEvictsLeases(t *testing.T) {
 	s, _ := newTestStore(t, Options{MaxBytes: 2 * (entryOverhead + 2), WhenFull: EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	for _, k := range []string{"k0", "k1"} {
-		if _, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute); err != nil {
+		if _, err := s.Begin(ctx, k, store.Lease{}, time.Minute); err != nil {
 			t.Fatalf("Begin %s: %v", k, err)
 		}
 	}
-	if _, err := s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrFull) {
+	if _, err := s.Begin(ctx, "k2", store.Lease{}, time.Minute); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("Begin when full of leases = %v, want ErrFull", err)
 	}
 	if h, _ := s.Health(ctx); !h.Full {
@@ -76,11 +76,11 @@ func TestRejectDoesNotEvict(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
 	s, _ := newTestStore(t, Options{MaxBytes: recordSize("k0", rec) + 10, SweepInterval: -1})
 	ctx := context.Background()
-	b, _ := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	b, _ := s.Begin(ctx, "k0", store.Lease{}, time.Minute)
 	if err := s.Complete(ctx, "k0", b.Token, rec, time.Hour); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if _, err := s.Begin(ctx, "k1", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrFull) {
+	if _, err := s.Begin(ctx, "k1", store.Lease{}, time.Minute); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("Begin of a new key when full = %v, want ErrFull", err)
 	}
 	if _, err := s.Inspect(ctx, "k0"); err != nil {
@@ -109,7 +109,7 @@ func TestEvictOldestKeepsTheRecordBeingReplayed(t *testing.T) {
 	s, _ := newTestStore(t, Options{MaxBytes: 2 * per, WhenFull: EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	for _, k := range []string{"k0", "k1"} {
-		b, err := s.Begin(ctx, k, store.Fingerprint{}, time.Minute)
+		b, err := s.Begin(ctx, k, store.Lease{}, time.Minute)
 		if err == nil {
 			err = s.Complete(ctx, k, b.Token, rec, time.Hour)
 		}
@@ -117,7 +117,7 @@ func TestEvictOldestKeepsTheRecordBeingReplayed(t *testing.T) {
 			t.Fatalf("%s: %v", k, err)
 		}
 	}
-	b, err := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	b, err := s.Begin(ctx, "k0", store.Lease{}, time.Minute)
 	if err != nil || b.State != store.Completed {
 		t.Fatalf("Begin on the oldest record of a full store = %+v, %v; want completed", b, err)
 	}

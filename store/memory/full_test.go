@@ -14,15 +14,15 @@ func TestFullRefusesNewKeysOnly(t *testing.T) {
 	s, _ := newTestStore(t, Options{MaxBytes: 3 * (entryOverhead + 2), SweepInterval: -1})
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Fingerprint{1}, time.Minute); err != nil {
+		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute); err != nil {
 			t.Fatalf("Begin k%d: %v", i, err)
 		}
 	}
-	_, err := s.Begin(ctx, "k3", store.Fingerprint{}, time.Minute)
+	_, err := s.Begin(ctx, "k3", store.Lease{}, time.Minute)
 	if !errors.Is(err, store.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Begin on a new key when full = %v, want ErrFull (and ErrUnavailable)", err)
 	}
-	b, err := s.Begin(ctx, "k0", store.Fingerprint{}, time.Minute)
+	b, err := s.Begin(ctx, "k0", store.Lease{}, time.Minute)
 	if err != nil || b.State != store.InFlight || b.Fingerprint != (store.Fingerprint{1}) {
 		t.Fatalf("Begin on an existing key when full = %+v, %v; want in_flight", b, err)
 	}
@@ -35,7 +35,7 @@ func TestFullCompleteKeepsLease(t *testing.T) {
 	rec := &store.Record{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: make([]byte, 4096)}
 	s, _ := newTestStore(t, Options{MaxBytes: 1024, SweepInterval: -1})
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -45,7 +45,7 @@ func TestFullCompleteKeepsLease(t *testing.T) {
 	if err := s.Extend(ctx, "k", b.Token, time.Minute); err != nil {
 		t.Fatalf("Extend after a refused Complete: %v", err)
 	}
-	if got, _ := s.Begin(ctx, "k", store.Fingerprint{2}, time.Minute); got.State != store.InFlight {
+	if got, _ := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute); got.State != store.InFlight {
 		t.Fatalf("Begin after a refused Complete = %v, want in_flight", got.State)
 	}
 	small := &store.Record{Status: 200, Header: rec.Header, BodyOmitted: true}
@@ -64,7 +64,7 @@ func TestFullCompleteKeepsLease(t *testing.T) {
 func TestFullReclaimsExpiredBeforeRefusing(t *testing.T) {
 	s, c := newTestStore(t, Options{MaxBytes: entryOverhead + 1, SweepInterval: -1})
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "a", store.Fingerprint{}, time.Second); err != nil {
+	if _, err := s.Begin(ctx, "a", store.Lease{}, time.Second); err != nil {
 		t.Fatalf("Begin a: %v", err)
 	}
 	c.Advance(2 * time.Second)
@@ -76,7 +76,7 @@ func TestFullReclaimsExpiredBeforeRefusing(t *testing.T) {
 	if got := s.UsedBytes(); got != 0 {
 		t.Fatalf("UsedBytes after sweeping expired entries = %d, want 0", got)
 	}
-	if _, err := s.Begin(ctx, "b", store.Fingerprint{}, time.Second); err != nil {
+	if _, err := s.Begin(ctx, "b", store.Lease{}, time.Second); err != nil {
 		t.Fatalf("Begin b after expiry: %v", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestSweeperReclaims(t *testing.T) {
 	s, c := newTestStore(t, Options{SweepInterval: time.Millisecond})
 	ctx := context.Background()
 	for i := range 100 {
-		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Fingerprint{}, time.Second); err != nil {
+		if _, err := s.Begin(ctx, fmt.Sprint("k", i), store.Lease{}, time.Second); err != nil {
 			t.Fatalf("Begin: %v", err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestSweeperReclaims(t *testing.T) {
 func TestUsedBytesAccounting(t *testing.T) {
 	s, _ := newTestStore(t, Options{SweepInterval: -1})
 	ctx := context.Background()
-	b, _ := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	b, _ := s.Begin(ctx, "k", store.Lease{}, time.Minute)
 	if got, want := s.UsedBytes(), int64(len("k")+entryOverhead); got != want {
 		t.Fatalf("UsedBytes with a lease = %d, want %d", got, want)
 	}
@@ -113,7 +113,7 @@ func TestUsedBytesAccounting(t *testing.T) {
 	if got, want := s.UsedBytes(), recordSize("k", rec); got != want {
 		t.Fatalf("UsedBytes with a record = %d, want %d", got, want)
 	}
-	b2, _ := s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute)
+	b2, _ := s.Begin(ctx, "k2", store.Lease{}, time.Minute)
 	if err := s.Release(ctx, "k2", b2.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}

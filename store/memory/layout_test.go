@@ -30,7 +30,7 @@ func TestCompletedEntriesAreNotObjectsOfTheirOwn(t *testing.T) {
 		// A key of a storage key's length, made here and kept by nothing
 		// but the store.
 		key := fmt.Sprintf("idem:%064d", i)
-		res, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+		res, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
 		if err != nil || res.State != store.Acquired {
 			t.Fatalf("Begin %s: %+v, %v", key, res, err)
 		}
@@ -74,7 +74,7 @@ func TestDroppedRecordsFreeTheirMemoryWhenEvictingOldest(t *testing.T) {
 		rec := &store.Record{Status: http.StatusOK, Body: body}
 		for i := range n {
 			key := fmt.Sprintf("%s-%d", prefix, i)
-			res, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+			res, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
 			if err != nil || res.State != store.Acquired {
 				t.Fatalf("Begin %s: %+v, %v", key, res, err)
 			}

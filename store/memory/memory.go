@@ -3,7 +3,7 @@
 //
 // Keys are spread over 64 shards, each with its own mutex, so unrelated keys
 // do not contend. An entry is either an in-flight lease (owner token,
-// request fingerprint, expiry) or a completed record (with its expiry).
+// request fingerprint, expiry, description) or a completed record (with its expiry).
 // Expired entries count as absent as soon as their time has passed; a
 // background sweeper reclaims their memory, visiting one shard per tick and a
 // bounded number of entries per visit, so no request ever pays for a full
@@ -114,11 +114,15 @@ func New(opts Options) *Store {
 	return s
 }
 
-// Begin acquires a lease on key or reports what is there.
-func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+// Begin acquires a lease on key, described by l, or reports what is there.
+func (s *Store) Begin(_ context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	encLen := store.EncodedLeaseSize(&l)
+	if !fits(len(key), encLen) {
+		return store.BeginResult{}, fmt.Errorf("memory begin: a lease of %d bytes is too large for the memory store", encLen)
+	}
 	h, sh := s.locate(key)
 	now := s.now()
-	size := int64(len(key)) + entryOverhead
+	size := int64(len(key)+encLen) + entryOverhead
 	sh.mu.Lock()
 	i := s.live(sh, h, key, now)
 	if i < 0 && s.evict != nil && s.wouldOverflow(size) {
@@ -145,17 +149,23 @@ func (s *Store) Begin(_ context.Context, key string, fp store.Fingerprint, lease
 		}
 	}
 	token := newToken()
-	ne := entry{fp: fp, expires: now.Add(lease).UnixNano()}
+	ne := entry{fp: l.Fingerprint, expires: now.Add(ttl).UnixNano()}
 	copy(ne.token[:], token)
-	sh.t.put(h, key, ne, nil)
+	enc := encodeLease(&l)
+	sh.t.put(h, key, ne, *enc)
+	putEncoding(enc)
 	s.used.Add(size)
-	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}, nil
 }
 
 // found reports the live entry e that Begin found; enc is its encoding.
 func found(e *entry, enc []byte) (store.BeginResult, error) {
 	if !e.isRecord() {
-		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp}, nil
+		l, err := decodeLease(enc, e.fp)
+		if err != nil {
+			return store.BeginResult{}, err
+		}
+		return store.BeginResult{State: store.InFlight, Fingerprint: e.fp, Lease: l}, nil
 	}
 	rec, err := decode(enc)
 	if err != nil {
@@ -215,7 +225,7 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	}
 	s.used.Add(size - leaseSize)
 	s.records.Add(1)
-	ne := entry{token: sh.t.at(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano()}
+	ne := entry{token: sh.t.at(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), record: true}
 	if s.evict != nil {
 		ne.seq = s.evict.push(strings.Clone(key), now.UnixNano(), ne.expires)
 	}

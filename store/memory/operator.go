@@ -115,12 +115,17 @@ func matches(state store.State, e *entry) bool {
 	return true
 }
 
-// toEntry describes e, whose encoded record is enc; withBody false leaves
+// toEntry describes e, whose encoding is enc; withBody false leaves
 // the record's Body nil.
 func toEntry(key string, e *entry, enc []byte, withBody bool) (store.Entry, error) {
 	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp}
 	ent.ExpiresAt = unixNano(e.expires)
 	if !e.isRecord() {
+		l, err := decodeLease(enc, e.fp)
+		if err != nil {
+			return store.Entry{}, err
+		}
+		ent.Lease = l
 		return ent, nil
 	}
 	rec, err := decode(enc)

@@ -91,7 +91,8 @@ func (t *table) key(e *entry) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// enc returns e's encoded record, nil for a lease. It aliases a slab, and
+// enc returns e's encoding: its record, or its lease's description (nil
+// when it describes nothing). It aliases a slab, and
 // it is capped, so that an append cannot write into the slab.
 func (t *table) enc(e *entry) []byte {
 	if e.encLen == 0 {
@@ -107,8 +108,8 @@ func fits(keyLen, encLen int) bool {
 	return uint64(keyLen)+uint64(encLen) <= math.MaxUint32
 }
 
-// put stores e under key, with its encoded record enc (nil for a lease)
-// written after the key, and returns e's slot. An entry key held before is
+// put stores e under key, with its encoding enc (see entry) written after
+// the key, and returns e's slot. An entry key held before is
 // replaced. Like remove, it may move every entry's bytes (compact): an
 // entry copied out of the table before refers to its bytes no longer.
 func (t *table) put(h uint64, key string, e entry, enc []byte) int32 {

@@ -19,16 +19,16 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
 		return store.Entry{}, err
 	}
 	defer cancel()
-	var fp, head, body []byte
+	var fp, head, body, desc []byte
 	var expires time.Time
-	err = s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&fp, &expires, &head, &body)
+	err = s.pool.QueryRow(ctx, s.sql.inspect, key).Scan(&fp, &expires, &head, &body, &desc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Entry{}, fmt.Errorf("postgres inspect: %w", store.ErrNotFound)
 	}
 	if err != nil {
 		return store.Entry{}, s.translate("inspect", err)
 	}
-	return entry(key, fp, expires, head, body, len(body))
+	return entry(key, fp, expires, head, body, len(body), desc)
 }
 
 // Delete removes the lease or record under key, or returns
@@ -81,11 +81,11 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 	}
 	var out []store.Entry
 	var key string
-	var fp, head []byte
+	var fp, head, desc []byte
 	var expires time.Time
 	var bodyBytes int32
-	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes}, func() error {
-		e, err := entry(key, fp, expires, head, nil, int(bodyBytes))
+	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes, &desc}, func() error {
+		e, err := entry(key, fp, expires, head, nil, int(bodyBytes), desc)
 		if err != nil {
 			return err
 		}
@@ -105,12 +105,18 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 	return out, next, nil
 }
 
-func entry(key string, fp []byte, expires time.Time, head, body []byte, bodyBytes int) (store.Entry, error) {
+// entry describes a row: a lease with its description desc when head is
+// NULL, else a record.
+func entry(key string, fp []byte, expires time.Time, head, body []byte, bodyBytes int, desc []byte) (store.Entry, error) {
 	e := store.Entry{Key: key, State: store.InFlight, ExpiresAt: expires.UTC()}
 	if err := setFingerprint(&e.Fingerprint, fp); err != nil {
 		return store.Entry{}, err
 	}
 	if head == nil {
+		var err error
+		if e.Lease, err = decodeLease(desc, e.Fingerprint); err != nil {
+			return store.Entry{}, err
+		}
 		return e, nil
 	}
 	rec, err := decode(head, body)

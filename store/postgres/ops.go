@@ -28,20 +28,25 @@ func (s *Store) op(ctx context.Context, name string) (context.Context, context.C
 	return ctx, cancel, nil
 }
 
-// Begin takes a lease on key or reports what is there, in one statement.
-func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+// Begin takes a lease on key, described by l, or reports what is there, in
+// one statement.
+func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	ctx, cancel, err := s.op(ctx, "begin")
 	if err != nil {
 		return store.BeginResult{}, err
 	}
 	defer cancel()
 	token := newToken()
+	var desc []byte
+	if n := store.EncodedLeaseSize(&l); n > 0 {
+		desc = store.AppendLease(make([]byte, 0, n), &l)
+	}
 	var owner string
-	var gotFP, head, body []byte
+	var gotFP, head, body, gotDesc []byte
 	// The statement always returns the row it found or made; a second try
 	// covers what no interleaving should produce.
 	for range 2 {
-		err = s.pool.QueryRow(ctx, s.sql.begin, key, token, fp[:], lease.Milliseconds()).Scan(&owner, &gotFP, &head, &body)
+		err = s.pool.QueryRow(ctx, s.sql.begin, key, token, l.Fingerprint[:], ttl.Milliseconds(), desc).Scan(&owner, &gotFP, &head, &body, &gotDesc)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
@@ -50,13 +55,16 @@ func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lea
 		return store.BeginResult{}, s.translate("begin", err)
 	}
 	if owner == token {
-		return store.BeginResult{State: store.Acquired, Token: token}, nil
+		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}, nil
 	}
 	res := store.BeginResult{State: store.InFlight}
 	if err := setFingerprint(&res.Fingerprint, gotFP); err != nil {
 		return store.BeginResult{}, err
 	}
 	if head == nil {
+		if res.Lease, err = decodeLease(gotDesc, res.Fingerprint); err != nil {
+			return store.BeginResult{}, err
+		}
 		return res, nil
 	}
 	rec, err := decode(head, body)
@@ -136,6 +144,14 @@ func decode(head, body []byte) (*store.Record, error) {
 		rec.Body = body
 	}
 	return rec, nil
+}
+
+func decodeLease(desc []byte, fp store.Fingerprint) (store.Lease, error) {
+	l, err := store.DecodeLease(desc, fp)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("postgres lease: %w", err)
+	}
+	return l, nil
 }
 
 func setFingerprint(dst *store.Fingerprint, b []byte) error {

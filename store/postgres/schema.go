@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
@@ -24,7 +25,14 @@ var columns = []struct{ name, typ string }{
 	{"expires_at", "timestamp with time zone"},
 	{"head", "bytea"},
 	{"body", "bytea"},
+	{leaseColumn, "bytea"},
 }
+
+// leaseColumn holds a lease's description (store.AppendLease): NULL in a
+// record's row and in a lease that describes nothing. A table made by a
+// version before leases were described lacks it; Prepare adds it (see
+// migrate).
+const leaseColumn = "lease"
 
 // ErrTableShape means the configured table exists but is not the proxy's:
 // the proxy refuses to start rather than write into someone else's table.
@@ -32,7 +40,7 @@ var ErrTableShape = errors.New("table has another shape")
 
 // statements are the SQL texts for one table.
 type statements struct {
-	create, index, shape, unique                  string
+	create, index, shape, unique, addLease        string
 	begin, extend, complete, release              string
 	inspect, delete, list, sweep, exists, version string
 }
@@ -50,8 +58,12 @@ func newStatements(t string) statements {
 			fingerprint bytea NOT NULL,
 			expires_at timestamptz NOT NULL,
 			head bytea,
-			body bytea)`,
-		index: `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{index}.Sanitize() + ` ON ` + t + ` (expires_at)`,
+			body bytea,
+			lease bytea)`,
+		// Nullable without a default: Postgres adds it without rewriting
+		// the table, holding its lock only for that moment.
+		addLease: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS lease bytea`,
+		index:    `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{index}.Sanitize() + ` ON ` + t + ` (expires_at)`,
 		shape: `SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
 			WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
 		unique: `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
@@ -65,36 +77,38 @@ func newStatements(t string) statements {
 		// the no-op update returns it: the statement answers in one round
 		// trip whatever it finds.
 		begin: `WITH cur AS (
-				SELECT token, fingerprint, head, body FROM ` + t + ` WHERE key = $1 AND expires_at > now()
+				SELECT token, fingerprint, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > now()
 			), ins AS (
-				INSERT INTO ` + t + ` AS t (key, token, fingerprint, expires_at)
-				SELECT $1, $2, $3, ` + ms(4) + ` WHERE NOT EXISTS (SELECT FROM cur)
+				INSERT INTO ` + t + ` AS t (key, token, fingerprint, expires_at, lease)
+				SELECT $1, $2, $3, ` + ms(4) + `, $5 WHERE NOT EXISTS (SELECT FROM cur)
 				ON CONFLICT (key) DO UPDATE SET
 					token = CASE WHEN t.expires_at <= now() THEN excluded.token ELSE t.token END,
 					fingerprint = CASE WHEN t.expires_at <= now() THEN excluded.fingerprint ELSE t.fingerprint END,
 					head = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.head END,
 					body = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.body END,
+					lease = CASE WHEN t.expires_at <= now() THEN excluded.lease ELSE t.lease END,
 					expires_at = CASE WHEN t.expires_at <= now() THEN excluded.expires_at ELSE t.expires_at END
-				RETURNING t.token, t.fingerprint, t.head, t.body
+				RETURNING t.token, t.fingerprint, t.head, t.body, t.lease
 			)
-			SELECT token, fingerprint, head, body FROM ins
+			SELECT token, fingerprint, head, body, lease FROM ins
 			UNION ALL
-			SELECT token, fingerprint, head, body FROM cur`,
+			SELECT token, fingerprint, head, body, lease FROM cur`,
 		extend: `UPDATE ` + t + ` SET expires_at = ` + ms(3) + `
 			WHERE key = $1 AND token = $2 AND head IS NULL AND expires_at > now()`,
 		// A row that already holds exactly this record is this owner's
 		// earlier, acknowledged-or-not completion: it succeeds again and
 		// changes nothing.
 		complete: `UPDATE ` + t + ` SET
+				lease = NULL,
 				head = CASE WHEN head IS NULL THEN $3 ELSE head END,
 				body = CASE WHEN head IS NULL THEN $4 ELSE body END,
 				expires_at = CASE WHEN head IS NULL THEN ` + ms(5) + ` ELSE expires_at END
 			WHERE key = $1 AND token = $2 AND expires_at > now() AND (head IS NULL OR (head = $3 AND body = $4))`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND head IS NULL`,
 
-		inspect: `SELECT fingerprint, expires_at, head, body FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
+		inspect: `SELECT fingerprint, expires_at, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
 		delete:  `DELETE FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
-		list: `SELECT key, fingerprint, expires_at, head, coalesce(octet_length(body), 0) FROM ` + t + `
+		list: `SELECT key, fingerprint, expires_at, head, coalesce(octet_length(body), 0), lease FROM ` + t + `
 			WHERE key > $1 AND expires_at > now() AND ($2 = 0 OR ($2 = 1) = (head IS NULL))
 			ORDER BY key LIMIT $3`,
 		// SKIP LOCKED: a row a Begin is taking over, or another replica's
@@ -142,7 +156,11 @@ func (s *Store) ready(ctx context.Context) error {
 	if err := s.create(ctx); err != nil {
 		return err
 	}
-	if err := s.checkShape(ctx); err != nil {
+	if err := s.checkShape(ctx); errors.Is(err, errNoLeaseColumn) {
+		if err := s.migrate(ctx); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	s.prepared.Store(true)
@@ -179,13 +197,51 @@ func (s *Store) create(ctx context.Context) error {
 	return nil
 }
 
+// errNoLeaseColumn is a table of the store's shape but for the lease
+// column, which versions before leases were described did not make.
+var errNoLeaseColumn = errors.New("no column " + leaseColumn)
+
+// migrate adds the lease column to a table an earlier version made. That
+// version goes on working with the table during a rolling upgrade (it
+// leaves columns it does not know alone), and its leases read as
+// describing nothing. lock_timeout keeps a start from queueing every
+// other query on the table behind a long transaction's lock. A role that
+// may not alter the table gets an error naming the statement its owner
+// runs.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.translate("add column "+leaseColumn, err)
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range []string{`SET LOCAL lock_timeout = '2s'`, s.sql.addLease} {
+		if _, err = tx.Exec(ctx, q); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return fmt.Errorf("postgres table %s: %w (no column %s, where this version keeps a lease's request): "+
+			"have its owner run %s: %v", s.table, ErrTableShape, leaseColumn, s.sql.addLease, err)
+	case err != nil:
+		return s.translate("add column "+leaseColumn+" to "+s.table, err)
+	}
+	s.log.Info("postgres table migrated", "table", s.table, "added", "column "+leaseColumn)
+	return nil
+}
+
 func (s *Store) tableExists(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.pool.QueryRow(ctx, s.sql.exists, quoteTable(s.table)).Scan(&ok)
 	return ok, s.translate("table lookup", err)
 }
 
-// checkShape compares the table's columns with the store's.
+// checkShape compares the table's columns with the store's. A table of
+// that shape but for the lease column is errNoLeaseColumn.
 func (s *Store) checkShape(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, s.sql.shape, quoteTable(s.table))
 	if err != nil {
@@ -201,8 +257,11 @@ func (s *Store) checkShape(ctx context.Context) error {
 		return s.translate("table lookup", err)
 	}
 	var wrong []string
+	_, hasLease := got[leaseColumn]
 	for _, c := range columns {
 		switch t, ok := got[c.name]; {
+		case !ok && c.name == leaseColumn:
+			// An earlier version's table: migrate adds it.
 		case !ok:
 			wrong = append(wrong, "no column "+c.name)
 		case t != c.typ:
@@ -222,6 +281,9 @@ func (s *Store) checkShape(ctx context.Context) error {
 		slices.Sort(wrong)
 		return fmt.Errorf("postgres table %s: %w (%s): name another table in store.postgres.table, or drop it",
 			s.table, ErrTableShape, strings.Join(wrong, ", "))
+	}
+	if !hasLease {
+		return errNoLeaseColumn
 	}
 	return nil
 }

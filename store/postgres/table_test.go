@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ func TestTable(t *testing.T) {
 	srv := pgtest.Start(t)
 	t.Run("CreatedAtStartWithItsIndex", func(t *testing.T) { testCreated(t, srv) })
 	t.Run("OfAnotherShapeIsRefusedByName", func(t *testing.T) { testOtherShape(t, srv) })
+	t.Run("EarlierVersionsTableGainsTheLeaseColumn", func(t *testing.T) { testEarlierTableMigrated(t, srv) })
+	t.Run("MigrationRefusedNamesTheStatement", func(t *testing.T) { testMigrationRefused(t, srv) })
 	t.Run("ReplayAndInFlightAnswersWriteNothing", func(t *testing.T) { testReadsWriteNothing(t, srv) })
 	t.Run("ExpiredRowsAreSweptInBatches", func(t *testing.T) { testSweep(t, srv) })
 	t.Run("ReplicasShareKeys", func(t *testing.T) { testReplicas(t, srv) })
@@ -73,11 +77,75 @@ func testOtherShape(t *testing.T, srv *pgtest.Server) {
 			t.Errorf("Prepare error %q does not say %q", err, want)
 		}
 	}
-	if _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrTableShape) {
+	if _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrTableShape) {
 		t.Errorf("Begin on another table = %v, want unavailable because of its shape", err)
 	}
 	if err := s.Ping(ctx); !errors.Is(err, ErrTableShape) {
 		t.Errorf("Ping once serving = %v, want the shape: /readyz says why", err)
+	}
+}
+
+// earlierTable is the table as versions before leases were described made
+// it, holding one of their leases.
+const earlierTable = `CREATE TABLE %[1]s (
+		key text PRIMARY KEY,
+		token text NOT NULL,
+		fingerprint bytea NOT NULL,
+		expires_at timestamptz NOT NULL,
+		head bytea,
+		body bytea);
+	INSERT INTO %[1]s (key, token, fingerprint, expires_at)
+		VALUES ('old', 'tok', '\x0700000000000000000000000000000000000000000000000000000000000000', now() + interval '1 hour')`
+
+// testEarlierTableMigrated: a table an earlier version made gets the
+// lease column at start, its leases read as describing nothing, and
+// leases taken from then on keep their description.
+func testEarlierTableMigrated(t *testing.T, srv *pgtest.Server) {
+	ctx := context.Background()
+	if _, err := srv.Conn(t).Exec(ctx, fmt.Sprintf(earlierTable, "earlier")); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, srv, Options{Table: "earlier"})
+	fp := store.Fingerprint{7}
+	if e, err := s.Inspect(ctx, "old"); err != nil || e.State != store.InFlight || e.Lease != (store.Lease{Fingerprint: fp}) {
+		t.Fatalf("Inspect of an earlier version's lease = %+v, %v; want in flight, describing nothing", e, err)
+	}
+	l := store.Lease{Fingerprint: fp, Request: store.Request{Method: "POST", Path: "/p"}, Instance: "p/1"}
+	if _, err := s.Begin(ctx, "new", l, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if e, err := s.Inspect(ctx, "new"); err != nil || e.Lease != l {
+		t.Fatalf("Inspect of a new lease = %+v, %v; want %+v", e.Lease, err, l)
+	}
+}
+
+// testMigrationRefused: a role that may not alter the table is told what
+// its owner runs, and the proxy does not start on a table it cannot use.
+func testMigrationRefused(t *testing.T, srv *pgtest.Server) {
+	ctx := context.Background()
+	conn := srv.Conn(t)
+	for _, q := range []string{
+		fmt.Sprintf(earlierTable, "locked"),
+		`CREATE ROLE limited LOGIN PASSWORD 'limited'`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON locked TO limited`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("limited", "limited")
+	s, err := New(Options{URL: u.String(), Table: "locked", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Prepare(ctx)
+	if !errors.Is(err, ErrTableShape) || !strings.Contains(err.Error(), `ALTER TABLE "locked" ADD COLUMN IF NOT EXISTS lease bytea`) {
+		t.Fatalf("Prepare without the right to alter = %v, want ErrTableShape naming the statement", err)
 	}
 }
 
@@ -97,12 +165,12 @@ func testReadsWriteNothing(t *testing.T, srv *pgtest.Server) {
 		return x
 	}
 	fp := store.Fingerprint{1}
-	b, err := s.Begin(ctx, "lease", fp, time.Minute)
+	b, err := s.Begin(ctx, "lease", store.Lease{Fingerprint: fp}, time.Minute)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin = %+v, %v", b, err)
 	}
 	before := xmin("lease")
-	if b, err := s.Begin(ctx, "lease", fp, time.Minute); err != nil || b.State != store.InFlight {
+	if b, err := s.Begin(ctx, "lease", store.Lease{Fingerprint: fp}, time.Minute); err != nil || b.State != store.InFlight {
 		t.Fatalf("second Begin = %+v, %v; want in flight", b, err)
 	}
 	if after := xmin("lease"); after != before {
@@ -112,7 +180,7 @@ func testReadsWriteNothing(t *testing.T, srv *pgtest.Server) {
 		t.Fatalf("Complete: %v", err)
 	}
 	before = xmin("lease")
-	if b, err := s.Begin(ctx, "lease", fp, time.Minute); err != nil || b.State != store.Completed || string(b.Record.Body) != "ok" {
+	if b, err := s.Begin(ctx, "lease", store.Lease{Fingerprint: fp}, time.Minute); err != nil || b.State != store.Completed || string(b.Record.Body) != "ok" {
 		t.Fatalf("Begin after Complete = %+v, %v; want the record", b, err)
 	}
 	if after := xmin("lease"); after != before {
@@ -129,7 +197,7 @@ func testSweep(t *testing.T, srv *pgtest.Server) {
 		SELECT 'old-' || i, 't', '\x00', now() - interval '1 second' FROM generate_series(1, $1) i`, expired); err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Begin(ctx, "live", store.Fingerprint{}, time.Minute)
+	b, err := s.Begin(ctx, "live", store.Lease{}, time.Minute)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin = %+v, %v", b, err)
 	}
@@ -151,17 +219,17 @@ func testReplicas(t *testing.T, srv *pgtest.Server) {
 	a := newStore(t, srv, Options{Table: "shared"})
 	b := newStore(t, srv, Options{Table: "shared"})
 	fp := store.Fingerprint{7}
-	got, err := a.Begin(ctx, "k", fp, time.Minute)
+	got, err := a.Begin(ctx, "k", store.Lease{Fingerprint: fp}, time.Minute)
 	if err != nil || got.State != store.Acquired {
 		t.Fatalf("Begin on a = %+v, %v", got, err)
 	}
-	if other, err := b.Begin(ctx, "k", fp, time.Minute); err != nil || other.State != store.InFlight {
+	if other, err := b.Begin(ctx, "k", store.Lease{Fingerprint: fp}, time.Minute); err != nil || other.State != store.InFlight {
 		t.Fatalf("Begin on b = %+v, %v; want in flight: replicas share the table", other, err)
 	}
 	if err := b.Complete(ctx, "k", got.Token, &store.Record{Status: 200, Fingerprint: fp}, time.Hour); err != nil {
 		t.Fatalf("Complete through b with a's token: %v", err)
 	}
-	if r, err := a.Begin(ctx, "k", fp, time.Minute); err != nil || r.State != store.Completed {
+	if r, err := a.Begin(ctx, "k", store.Lease{Fingerprint: fp}, time.Minute); err != nil || r.State != store.Completed {
 		t.Fatalf("Begin on a after b completed = %+v, %v; want completed", r, err)
 	}
 }
@@ -174,7 +242,7 @@ func TestDatabaseDownThenBack(t *testing.T) {
 	s := newStore(t, srv, Options{Table: "outage"})
 	ctx := context.Background()
 	fp := store.Fingerprint{3}
-	b, err := s.Begin(ctx, "before", fp, time.Minute)
+	b, err := s.Begin(ctx, "before", store.Lease{Fingerprint: fp}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +250,7 @@ func TestDatabaseDownThenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	_, err = s.Begin(ctx, "during", fp, time.Minute)
+	_, err = s.Begin(ctx, "during", store.Lease{Fingerprint: fp}, time.Minute)
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Begin with the database stopped = %v, want ErrUnavailable", err)
 	}
@@ -199,10 +267,10 @@ func TestDatabaseDownThenBack(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping once the database is back: %v", err)
 	}
-	if r, err := s.Begin(ctx, "before", fp, time.Minute); err != nil || r.State != store.Completed {
+	if r, err := s.Begin(ctx, "before", store.Lease{Fingerprint: fp}, time.Minute); err != nil || r.State != store.Completed {
 		t.Fatalf("Begin of a record completed before the restart = %+v, %v; want it replayed", r, err)
 	}
-	if r, err := s.Begin(ctx, "after", fp, time.Minute); err != nil || r.State != store.Acquired {
+	if r, err := s.Begin(ctx, "after", store.Lease{Fingerprint: fp}, time.Minute); err != nil || r.State != store.Acquired {
 		t.Fatalf("Begin of a new key after the restart = %+v, %v; want acquired", r, err)
 	}
 }

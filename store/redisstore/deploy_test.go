@@ -37,7 +37,7 @@ func TestSentinelFailover(t *testing.T) {
 	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s} })
 
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "before", store.Fingerprint{1}, time.Minute)
+	b, err := s.Begin(ctx, "before", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -55,7 +55,7 @@ func TestSentinelFailover(t *testing.T) {
 	start := time.Now()
 	deadline := start.Add(15 * time.Second)
 	for {
-		_, err = s.Begin(ctx, "after", store.Fingerprint{2}, time.Minute)
+		_, err = s.Begin(ctx, "after", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute)
 		if err == nil {
 			break
 		}
@@ -85,7 +85,7 @@ func TestListCrossesEveryClusterMaster(t *testing.T) {
 	want := map[string]bool{}
 	for i := range 50 {
 		key := fmt.Sprint("list-", i)
-		if _, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute); err != nil {
+		if _, err := s.Begin(ctx, key, store.Lease{}, time.Minute); err != nil {
 			t.Fatalf("Begin %s: %v", key, err)
 		}
 		want[key] = true

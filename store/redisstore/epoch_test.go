@@ -64,7 +64,7 @@ func TestExpiringKeysAreNotALoss(t *testing.T) {
 	s := newStore(t, Options{URL: srv.URL()})
 	ctx := context.Background()
 	forgot(t, s)
-	res, err := s.Begin(ctx, "k1", store.Fingerprint{1}, 50*time.Millisecond)
+	res, err := s.Begin(ctx, "k1", store.Lease{Fingerprint: store.Fingerprint{1}}, 50*time.Millisecond)
 	if err != nil || res.State != store.Acquired {
 		t.Fatalf("Begin = %+v, %v", res, err)
 	}

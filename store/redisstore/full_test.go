@@ -23,7 +23,7 @@ func TestFullRedisKeepsLease(t *testing.T) {
 	admin := srv.Client(t)
 	ctx := context.Background()
 	fp := store.Fingerprint{5}
-	b, err := s.Begin(ctx, "k", fp, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: fp}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -51,10 +51,10 @@ func TestFullRedisKeepsLease(t *testing.T) {
 	if ttl := admin.PTTL(ctx, "idem:{k}").Val(); ttl <= time.Minute {
 		t.Fatalf("lease TTL after Extend = %v, want over 1m", ttl)
 	}
-	if got, err := s.Begin(ctx, "k", store.Fingerprint{6}, time.Minute); err != nil || got.State != store.InFlight || got.Fingerprint != fp {
+	if got, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{6}}, time.Minute); err != nil || got.State != store.InFlight || got.Fingerprint != fp {
 		t.Fatalf("Begin on the leased key of a full Redis = %+v, %v; want in_flight", got, err)
 	}
-	if _, err := s.Begin(ctx, "new", fp, time.Minute); !errors.Is(err, store.ErrFull) {
+	if _, err := s.Begin(ctx, "new", store.Lease{Fingerprint: fp}, time.Minute); !errors.Is(err, store.ErrFull) {
 		t.Fatalf("Begin on a new key of a full Redis = %v, want ErrFull", err)
 	}
 	if h, err := s.Health(ctx); err != nil || !h.Full || h.EvictionUnsafe {

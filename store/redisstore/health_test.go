@@ -109,7 +109,7 @@ func TestErrorsNameTheirCause(t *testing.T) {
 			ops := map[string]func() error{
 				"ping":   func() error { return s.Ping(ctx) },
 				"health": func() error { _, err := s.Health(ctx); return err },
-				"begin":  func() error { _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); return err },
+				"begin":  func() error { _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); return err },
 				"extend": func() error { return s.Extend(ctx, "k", "t", time.Minute) },
 				"list":   func() error { _, _, err := s.List(ctx, 0, "", 10); return err },
 			}

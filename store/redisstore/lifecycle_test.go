@@ -14,7 +14,9 @@ import (
 
 // TestScriptsFollowValueLayout writes leases by hand from the Go constants
 // that define the value layout and checks that the scripts read them the
-// same way: the kind byte first, the token after leaseHeader bytes.
+// same way: the kind byte first, the token after leaseHeader bytes, then
+// the lease's description, which a lease written before leases were
+// described does not have.
 func TestScriptsFollowValueLayout(t *testing.T) {
 	m := miniredis.RunT(t)
 	s := newStore(t, Options{URL: "redis://" + m.Addr()})
@@ -33,7 +35,8 @@ func TestScriptsFollowValueLayout(t *testing.T) {
 		value string
 		owned bool
 	}{
-		{"lease with the token", lease(kindLease, token), true},
+		{"lease with the token, undescribed (as earlier versions wrote it)", lease(kindLease, token), true},
+		{"lease with the token and a description", lease(kindLease, token) + string(store.AppendLease(nil, &store.Lease{Instance: "p/1"})), true},
 		{"record kind", lease(kindRecord, token), false},
 		{"token one byte late", lease(kindLease, "x"+token), false},
 		{"token one byte early", lease(kindLease, token)[1:], false},
@@ -69,13 +72,13 @@ func TestCloseIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); err != nil {
+	if _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
 	srv.Pause()
 	defer srv.Resume()
 	// A command left in the pipeline while Redis does not answer.
-	_, _ = s.Begin(ctx, "k2", store.Fingerprint{}, time.Minute)
+	_, _ = s.Begin(ctx, "k2", store.Lease{}, time.Minute)
 	start := time.Now()
 	_ = s.Close()
 	if elapsed := time.Since(start); elapsed > 2*timeout {

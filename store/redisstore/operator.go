@@ -61,9 +61,12 @@ func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.
 		e.ExpiresAt = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
 	}
 	switch {
-	case len(v) >= leaseHeader && v[0] == kindLease:
-		e.State = store.InFlight
-		copy(e.Fingerprint[:], v[1:leaseHeader])
+	case len(v) > 0 && v[0] == kindLease:
+		l, err := decodeLease(v)
+		if err != nil {
+			return store.Entry{}, fmt.Errorf("redis key %s: %w", key, err)
+		}
+		e.State, e.Fingerprint, e.Lease = store.InFlight, l.Fingerprint, l
 		return e, nil
 	case len(v) > 0 && v[0] == kindRecord:
 		rec, err := store.DecodeRecord(v[1:])

@@ -19,19 +19,25 @@ import (
 const (
 	kindLease  = 'L'
 	kindRecord = 'R'
-	// leaseHeader is the kind byte plus the fingerprint; the token follows.
+	// leaseHeader is the kind byte plus the fingerprint; the token follows,
+	// then the lease's description (store.AppendLease), which a lease
+	// written before leases were described does not have.
 	leaseHeader = 1 + len(store.Fingerprint{})
 	tokenLen    = 32
+	// leaseFixed is the part of a lease value every version has.
+	leaseFixed = leaseHeader + tokenLen
 )
 
 // The scripts check that the key holds a lease whose token is ARGV[1]. They
 // are built from the constants above, which fix where the kind byte and the
-// token sit in a value (Lua indexes from 1).
+// token sit in a value (Lua indexes from 1, and string.sub's end is
+// inclusive). The token's place is the same in a lease of either version,
+// with or without a description after it.
 var (
 	leaseCheck = fmt.Sprintf(
 		"local v = redis.call('GET', KEYS[1])\n"+
-			"local owned = v and string.byte(v, 1) == %d and string.sub(v, %d) == ARGV[1]\n",
-		kindLease, leaseHeader+1)
+			"local owned = v and string.byte(v, 1) == %d and string.sub(v, %d, %d) == ARGV[1]\n",
+		kindLease, leaseHeader+1, leaseFixed)
 
 	completeScript = newScript(leaseCheck + `if owned then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -61,18 +67,20 @@ end
 return 0`)
 )
 
-// Begin takes a lease on key with one SET NX PX GET, or reports the lease or
-// record already there.
-func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
+// Begin takes a lease on key, described by l, with one SET NX PX GET, or
+// reports the lease or record already there.
+func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time.Duration) (store.BeginResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	val := make([]byte, leaseHeader+tokenLen)
+	fp := l.Fingerprint
+	val := make([]byte, leaseFixed, leaseFixed+store.EncodedLeaseSize(&l))
 	val[0] = kindLease
 	copy(val[1:], fp[:])
 	var raw [tokenLen / 2]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	hex.Encode(val[leaseHeader:], raw[:])
-	token := string(val[leaseHeader:])
+	token := string(val[leaseHeader:leaseFixed])
+	val = store.AppendLease(val, &l)
 
 	rkey := s.redisKey(key)
 	cmd := redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
@@ -123,16 +131,17 @@ func decodeExisting(old []byte, token string) (store.BeginResult, error) {
 	}
 	switch old[0] {
 	case kindLease:
-		if len(old) < leaseHeader {
-			return store.BeginResult{}, fmt.Errorf("redis begin: short lease: %w", store.ErrCorrupt)
-		}
-		var fp store.Fingerprint
-		copy(fp[:], old[1:leaseHeader])
-		if string(old[leaseHeader:]) == token {
+		if len(old) >= leaseFixed && string(old[leaseHeader:leaseFixed]) == token {
 			// A retried SET whose first attempt took the lease.
-			return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
+			res := store.BeginResult{State: store.Acquired, Token: token}
+			copy(res.Fingerprint[:], old[1:leaseHeader])
+			return res, nil
 		}
-		return store.BeginResult{State: store.InFlight, Fingerprint: fp}, nil
+		l, err := decodeLease(old)
+		if err != nil {
+			return store.BeginResult{}, fmt.Errorf("redis begin: %w", err)
+		}
+		return store.BeginResult{State: store.InFlight, Fingerprint: l.Fingerprint, Lease: l}, nil
 	case kindRecord:
 		rec, err := store.DecodeRecord(old[1:])
 		if err != nil {
@@ -141,6 +150,18 @@ func decodeExisting(old []byte, token string) (store.BeginResult, error) {
 		return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	}
 	return store.BeginResult{}, fmt.Errorf("redis begin: unknown kind %#x: %w", old[0], store.ErrCorrupt)
+}
+
+// decodeLease reads a lease value: its fingerprint and description. A
+// lease written before leases were described (nothing after the token)
+// reads as one that describes nothing.
+func decodeLease(v []byte) (store.Lease, error) {
+	if len(v) < leaseFixed {
+		return store.Lease{}, fmt.Errorf("short lease: %w", store.ErrCorrupt)
+	}
+	var fp store.Fingerprint
+	copy(fp[:], v[1:leaseHeader])
+	return store.DecodeLease(v[leaseFixed:], fp)
 }
 
 // Extend renews the lease of token on key.

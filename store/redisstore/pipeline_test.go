@@ -37,7 +37,7 @@ func testBatched(t *testing.T) {
 	s := newStore(t, Options{URL: srv.URL()})
 	admin := srv.Client(t)
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "warm", store.Fingerprint{}, time.Minute); err != nil {
+	if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
 	before, setsBefore := stats(t, admin), commandCalls(t, admin)["set"]
@@ -51,7 +51,7 @@ func testBatched(t *testing.T) {
 			<-start
 			for i := range each {
 				key := "k" + strconv.Itoa(c) + "-" + strconv.Itoa(i)
-				if _, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute); err != nil {
+				if _, err := s.Begin(ctx, key, store.Lease{}, time.Minute); err != nil {
 					errs <- err
 					return
 				}
@@ -93,7 +93,7 @@ func TestQueueIsBounded(t *testing.T) {
 	const timeout = 2 * time.Second
 	s := newStore(t, Options{URL: srv.URL(), Timeout: timeout})
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "warm", store.Fingerprint{}, time.Minute); err != nil {
+	if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
 	srv.Pause()
@@ -108,7 +108,7 @@ func TestQueueIsBounded(t *testing.T) {
 	for i := range maxQueued + extra {
 		wg.Go(func() {
 			start := time.Now()
-			_, err := s.Begin(ctx, "q"+strconv.Itoa(i), store.Fingerprint{}, time.Minute)
+			_, err := s.Begin(ctx, "q"+strconv.Itoa(i), store.Lease{}, time.Minute)
 			if !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("Begin on a hung Redis = %v, want ErrUnavailable", err)
 			}
@@ -155,7 +155,7 @@ func TestLargeRecordsReplayedTogether(t *testing.T) {
 	const keys, callers = 16, 64
 	for k := range keys {
 		key := "big" + strconv.Itoa(k)
-		b, err := s.Begin(ctx, key, store.Fingerprint{byte(k)}, time.Minute)
+		b, err := s.Begin(ctx, key, store.Lease{Fingerprint: store.Fingerprint{byte(k)}}, time.Minute)
 		if err != nil {
 			t.Fatalf("Begin: %v", err)
 		}
@@ -168,7 +168,7 @@ func TestLargeRecordsReplayedTogether(t *testing.T) {
 	for c := range callers {
 		wg.Go(func() {
 			k := c % keys
-			b, err := s.Begin(ctx, "big"+strconv.Itoa(k), store.Fingerprint{}, time.Minute)
+			b, err := s.Begin(ctx, "big"+strconv.Itoa(k), store.Lease{}, time.Minute)
 			switch {
 			case err != nil:
 				t.Errorf("Begin: %v", err)

@@ -23,7 +23,7 @@ func TestReconnectsWhenTheSentinelsAnnounceTheNewMaster(t *testing.T) {
 	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName()})
 	switches := sn.WatchSwitches(t)
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "warm-up", store.Fingerprint{}, time.Minute); err != nil {
+	if _, err := s.Begin(ctx, "warm-up", store.Lease{}, time.Minute); err != nil {
 		t.Fatalf("Begin before the failover: %v", err)
 	}
 
@@ -51,7 +51,7 @@ func TestReconnectsWhenTheSentinelsAnnounceTheNewMaster(t *testing.T) {
 				case <-time.After(5 * time.Millisecond): // the load's pace
 				}
 				key := fmt.Sprintf("reconnect-%d-%d", w, i)
-				if _, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute); err != nil {
+				if _, err := s.Begin(ctx, key, store.Lease{}, time.Minute); err != nil {
 					failures.Add(1)
 					continue
 				}

@@ -8,8 +8,14 @@
 // added later lands in the same slot and scripts may touch both. The value
 // starts with a one-byte kind:
 //
-//	'L' fingerprint(32 bytes) token    an in-flight lease, with PX = lease
+//	'L' fingerprint(32 bytes) token(32) description
+//	                                   an in-flight lease, with PX = lease
 //	'R' encoded store.Record           a completed record, with PX = ttl
+//
+// A lease's description is store.AppendLease's encoding of the request
+// that holds it and the proxy instance running it; a lease written before
+// leases were described ends at its token, and reads as describing
+// nothing. The token's place never moves, so the scripts find it in either.
 //
 // # Round trips
 //

@@ -45,7 +45,7 @@ func TestKeyLayout(t *testing.T) {
 	m := miniredis.RunT(t)
 	s := newStore(t, Options{URL: "redis://" + m.Addr(), KeyPrefix: "p:"})
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "abc", store.Fingerprint{7}, time.Minute)
+	b, err := s.Begin(ctx, "abc", store.Lease{Fingerprint: store.Fingerprint{7}}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -68,7 +68,7 @@ func TestCorruptValue(t *testing.T) {
 	for name, v := range map[string]string{"unknown kind": "X", "bad record": "R\x01", "short lease": "L\x01"} {
 		t.Run(name, func(t *testing.T) {
 			m.Set("idem:{k}", v)
-			if _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); !errors.Is(err, store.ErrCorrupt) {
+			if _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("Begin on %q = %v, want ErrCorrupt", v, err)
 			}
 		})
@@ -92,12 +92,12 @@ func TestUnavailable(t *testing.T) {
 			srv := redistest.Start(t)
 			s := newStore(t, Options{URL: srv.URL(), Timeout: timeout})
 			ctx := context.Background()
-			if _, err := s.Begin(ctx, "warm", store.Fingerprint{}, time.Minute); err != nil {
+			if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
 				t.Fatalf("Begin before the fault: %v", err)
 			}
 			tt.fault(srv)
 			ops := map[string]func() error{
-				"begin":   func() error { _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); return err },
+				"begin":   func() error { _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); return err },
 				"inspect": func() error { _, err := s.Inspect(ctx, "k"); return err },
 				"health":  func() error { _, err := s.Health(ctx); return err },
 				"complete": func() error {
@@ -131,7 +131,7 @@ func TestServerRestartRecovers(t *testing.T) {
 	}
 	srv.Restart()
 	// The pooled connection is dead; the first command reconnects.
-	if _, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute); err != nil {
+	if _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); err != nil {
 		t.Fatalf("Begin after restart: %v", err)
 	}
 }
@@ -145,23 +145,29 @@ func TestNewRejectsNoTarget(t *testing.T) {
 }
 
 // TestRetrySafety covers a command executed by Redis whose reply was lost
-// and that the client then retried.
+// and that the client then retried, on leases of either layout.
 func TestRetrySafety(t *testing.T) {
 	fp := store.Fingerprint{3}
-	lease := append(append([]byte{kindLease}, fp[:]...), "0123456789abcdef0123456789abcdef"...)
+	bare := append(append([]byte{kindLease}, fp[:]...), "0123456789abcdef0123456789abcdef"...)
+	desc := store.Lease{Fingerprint: fp, Request: store.Request{Method: "POST", Path: "/p"}, Instance: "p/1"}
+	described := store.AppendLease(bare[:len(bare):len(bare)], &desc)
 	tests := []struct {
 		name  string
+		value []byte
 		token string
 		want  store.State
+		lease store.Lease
 	}{
-		{"own lease found by a retried SET", "0123456789abcdef0123456789abcdef", store.Acquired},
-		{"another owner's lease", "ffffffffffffffffffffffffffffffff", store.InFlight},
+		{"own lease found by a retried SET", described, "0123456789abcdef0123456789abcdef", store.Acquired, store.Lease{}},
+		{"another owner's lease", described, "ffffffffffffffffffffffffffffffff", store.InFlight, desc},
+		{"own undescribed lease", bare, "0123456789abcdef0123456789abcdef", store.Acquired, store.Lease{}},
+		{"another owner's undescribed lease", bare, "ffffffffffffffffffffffffffffffff", store.InFlight, store.Lease{Fingerprint: fp}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := decodeExisting(lease, tt.token)
-			if err != nil || b.State != tt.want || b.Fingerprint != fp {
-				t.Fatalf("decodeExisting = %+v, %v; want %v with fp", b, err, tt.want)
+			b, err := decodeExisting(tt.value, tt.token)
+			if err != nil || b.State != tt.want || b.Fingerprint != fp || b.Lease != tt.lease {
+				t.Fatalf("decodeExisting = %+v, %v; want %v with fp and lease %+v", b, err, tt.want, tt.lease)
 			}
 			if (b.Token != "") != (tt.want == store.Acquired) {
 				t.Fatalf("token = %q for state %v", b.Token, b.State)

@@ -27,7 +27,7 @@ func TestReplicaAckLeaseAndRecordAreOnTheReplica(t *testing.T) {
 	s, _, replica := replicated(t)
 	ctx := context.Background()
 	rc := replica.Client(t)
-	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin = %+v, %v; want acquired", b, err)
 	}
@@ -53,7 +53,7 @@ func TestReplicaAckShortfallReleasesTheLease(t *testing.T) {
 	ctx := context.Background()
 	replica.Pause()
 	t.Cleanup(replica.Resume)
-	_, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	_, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Begin with the replica paused: %v; want ErrUnavailable", err)
 	}
@@ -69,7 +69,7 @@ func TestReplicaAckShortfallReleasesTheLease(t *testing.T) {
 func TestReplicaAckShortfallOnCompleteIsRetryable(t *testing.T) {
 	s, _, replica := replicated(t)
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "k", store.Fingerprint{1}, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestReplicaAckOffSendsNoWait(t *testing.T) {
 	_ = redistest.StartReplica(t, master)
 	s := newStore(t, Options{URL: master.URL()})
 	ctx := context.Background()
-	b, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -133,7 +133,7 @@ func BenchmarkBeginComplete(b *testing.B) {
 				b.ReportAllocs()
 				op := func() bool {
 					key := "bench-" + strconv.FormatInt(next.Add(1), 10)
-					r, err := s.Begin(ctx, key, store.Fingerprint{}, time.Minute)
+					r, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
 					if err == nil {
 						err = s.Complete(ctx, key, r.Token, rec, time.Minute)
 					}

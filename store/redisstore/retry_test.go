@@ -27,14 +27,14 @@ func TestRetriedCompletionAfterPauseIsNotALostLease(t *testing.T) {
 	fp := store.Fingerprint{8}
 	// Load the completion script, as any earlier completion has in
 	// production: the paused attempt must be an EVALSHA that runs.
-	warm, err := s.Begin(ctx, "warm", fp, time.Minute)
+	warm, err := s.Begin(ctx, "warm", store.Lease{Fingerprint: fp}, time.Minute)
 	if err == nil {
 		err = s.Complete(ctx, "warm", warm.Token, &store.Record{Status: 200}, time.Hour)
 	}
 	if err != nil {
 		t.Fatalf("warming up: %v", err)
 	}
-	b, err := s.Begin(ctx, "k", fp, time.Minute)
+	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: fp}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}

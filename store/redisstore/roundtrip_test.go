@@ -26,7 +26,7 @@ func TestRoundTrips(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: []byte("ok")}
 
 	// Load the scripts so that later runs take the EVALSHA path.
-	warm, err := s.Begin(ctx, "warm", store.Fingerprint{}, time.Minute)
+	warm, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -45,14 +45,14 @@ func TestRoundTrips(t *testing.T) {
 		want map[string]int
 	}{
 		{"begin miss", func() error {
-			b, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+			b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
 			token = b.Token
 			return err
 		}, map[string]int{"set": 1}},
 		{"extend", func() error { return s.Extend(ctx, "k", token, time.Minute) }, map[string]int{"evalsha": 1, "get": 1, "pexpire": 1}},
 		{"complete", func() error { return s.Complete(ctx, "k", token, rec, time.Hour) }, map[string]int{"evalsha": 1, "get": 1, "set": 1}},
 		{"begin on completed", func() error {
-			_, err := s.Begin(ctx, "k", store.Fingerprint{}, time.Minute)
+			_, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
 			return err
 		}, map[string]int{"set": 1}},
 		{"inspect", func() error { _, err := s.Inspect(ctx, "k"); return err }, map[string]int{"get": 1, "pttl": 1}},

@@ -60,8 +60,8 @@ func (s *Store) Keyring() *Keyring { return s.keys.Load() }
 
 // Begin is the wrapped store's Begin, with a completed record opened. A
 // record that does not open is an error wrapping store.ErrUnreadable.
-func (s *Store) Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error) {
-	res, err := s.next.Begin(ctx, key, fp, lease)
+func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	res, err := s.next.Begin(ctx, key, l, ttl)
 	if err != nil || res.State != store.Completed || res.Record.Sealed == nil {
 		return res, err
 	}

@@ -37,7 +37,7 @@ func response() *store.Record {
 func complete(t *testing.T, s store.Store, key string, rec *store.Record) {
 	t.Helper()
 	ctx := context.Background()
-	b, err := s.Begin(ctx, key, rec.Fingerprint, time.Minute)
+	b, err := s.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin(%s) = %+v, %v; want acquired", key, b, err)
 	}
@@ -48,7 +48,7 @@ func complete(t *testing.T, s store.Store, key string, rec *store.Record) {
 
 func begin(t *testing.T, s store.Store, key string) (store.BeginResult, error) {
 	t.Helper()
-	return s.Begin(context.Background(), key, store.Fingerprint{1}, time.Minute)
+	return s.Begin(context.Background(), key, store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 }
 
 func assertSameResponse(t *testing.T, got, want *store.Record) {
@@ -286,7 +286,7 @@ func TestRetriedCompletionIsNotALostLease(t *testing.T) {
 	s := New(inner, mustParse(t, "k "+testKey(1)))
 	ctx := context.Background()
 	rec := response()
-	b, err := s.Begin(ctx, "key", rec.Fingerprint, time.Minute)
+	b, err := s.Begin(ctx, "key", store.Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func Benchmark(b *testing.B, s Store) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := s.Begin(ctx, ks[i], rec.Fingerprint, time.Minute); err != nil {
+			if _, err := s.Begin(ctx, ks[i], store.Lease{Fingerprint: rec.Fingerprint}, time.Minute); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -45,7 +45,7 @@ func Benchmark(b *testing.B, s Store) {
 		ks := keys(b, "complete")
 		tokens := make([]string, b.N)
 		for i := range ks {
-			bg, err := s.Begin(ctx, ks[i], rec.Fingerprint, time.Minute)
+			bg, err := s.Begin(ctx, ks[i], store.Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -61,7 +61,7 @@ func Benchmark(b *testing.B, s Store) {
 	})
 	b.Run("BeginCompleted", func(b *testing.B) {
 		key := "replay/" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		bg, err := s.Begin(ctx, key, rec.Fingerprint, time.Minute)
+		bg, err := s.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func Benchmark(b *testing.B, s Store) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			got, err := s.Begin(ctx, key, rec.Fingerprint, time.Minute)
+			got, err := s.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, time.Minute)
 			if err != nil || got.State != store.Completed {
 				b.Fatalf("Begin = %v, %v; want completed", got.State, err)
 			}

@@ -42,7 +42,7 @@ func testRace(t *testing.T, h *harness) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = h.Store.Begin(context.Background(), key, fingerprint(byte(i)), time.Minute)
+			results[i], errs[i] = h.Store.Begin(context.Background(), key, store.Lease{Fingerprint: fingerprint(byte(i))}, time.Minute)
 		})
 	}
 	close(start)

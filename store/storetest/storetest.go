@@ -13,7 +13,7 @@ import (
 
 // Store is the contract under test.
 type Store interface {
-	Begin(ctx context.Context, key string, fp store.Fingerprint, lease time.Duration) (store.BeginResult, error)
+	Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error
@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"InspectRecord", testInspectRecord},
 		{"SealedRecordIsKeptWhole", testSealedRecordIsKeptWhole},
 		{"InspectLease", testInspectLease},
+		{"LeaseDescriptionRoundTrips", testLeaseDescriptionRoundTrips},
 		{"InspectMissing", testInspectMissing},
 		{"DeleteRecord", testDeleteRecord},
 		{"DeleteLeaseFencesOwner", testDeleteLease},
@@ -111,7 +112,7 @@ func (h *harness) pass(d time.Duration) {
 
 func (h *harness) begin(key string, fp store.Fingerprint, lease time.Duration) store.BeginResult {
 	h.t.Helper()
-	b, err := h.Store.Begin(context.Background(), key, fp, lease)
+	b, err := h.Store.Begin(context.Background(), key, store.Lease{Fingerprint: fp}, lease)
 	if err != nil {
 		h.t.Fatalf("Begin(%q): %v", key, err)
 	}

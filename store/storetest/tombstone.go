@@ -25,7 +25,7 @@ func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
 	window := 2 * ttl
 	begin := func(key string) store.BeginResult {
 		t.Helper()
-		b, err := ts.Begin(ctx, key, fingerprint(2), time.Minute)
+		b, err := ts.Begin(ctx, key, store.Lease{Fingerprint: fingerprint(2)}, time.Minute)
 		if err != nil {
 			t.Fatalf("Begin(%q): %v", key, err)
 		}
@@ -93,7 +93,7 @@ func testTombstonesOff(t *testing.T, h *harness) {
 	ctx := context.Background()
 	ttl := h.lease()
 	key := h.key("k")
-	b, err := ts.Begin(ctx, key, fingerprint(1), time.Minute)
+	b, err := ts.Begin(ctx, key, store.Lease{Fingerprint: fingerprint(1)}, time.Minute)
 	if err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin = %v, %v", b.State, err)
 	}
@@ -104,7 +104,7 @@ func testTombstonesOff(t *testing.T, h *harness) {
 	}
 	h.pass(ttl + ttl/2)
 	ts.Check(false)
-	if b, err := ts.Begin(ctx, key, fingerprint(1), time.Minute); err != nil || b.State != store.Acquired {
+	if b, err := ts.Begin(ctx, key, store.Lease{Fingerprint: fingerprint(1)}, time.Minute); err != nil || b.State != store.Acquired {
 		t.Fatalf("Begin with tombstones off = %v, %v, want acquired", b.State, err)
 	}
 }
