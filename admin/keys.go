@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -16,15 +17,36 @@ import (
 
 // Key API limits.
 const (
-	defaultListLimit = 100
-	maxKeyHashLen    = 128     // hex digits; storage keys are far shorter
-	maxHashBody      = 1 << 20 // POST /admin/hash request body
-	opTimeout        = 10 * time.Second
+	maxKeyHashLen = 128     // hex digits; storage keys are far shorter
+	maxHashBody   = 1 << 20 // POST /admin/hash request body
+	opTimeout     = 10 * time.Second
 )
 
-// MaxListLimit is the most keys one page of a list returns; the keys
-// command checks its --limit against it.
-const MaxListLimit = 1000
+// ListLimit is how many keys one page of a list returns at most: the limit
+// parameter of GET /admin/keys and the keys command's --limit, from 1 to
+// MaxListLimit.
+type ListLimit int
+
+// The limits of a page of keys.
+const (
+	DefaultListLimit ListLimit = 100
+	MaxListLimit     ListLimit = 1000
+)
+
+func (l ListLimit) String() string { return strconv.Itoa(int(l)) }
+
+// MarshalText gives the limit as a number.
+func (l ListLimit) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads a whole number from 1 to MaxListLimit.
+func (l *ListLimit) UnmarshalText(b []byte) error {
+	n, err := strconv.Atoi(string(b))
+	if err != nil || n < 1 || n > int(MaxListLimit) {
+		return fmt.Errorf("must be a whole number from 1 to %d; got %q", MaxListLimit, b)
+	}
+	*l = ListLimit(n)
+	return nil
+}
 
 // StateFilter is the state filter of a list: the state parameter of GET
 // /admin/keys and the keys command's --state.
@@ -163,15 +185,13 @@ func listParams(q url.Values) (state store.State, limit int, cursor, detail stri
 		}
 	}
 	state = filter.State()
-	limit = defaultListLimit
+	l := DefaultListLimit
 	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return 0, 0, "", "limit must be an integer from 1 to " + strconv.Itoa(MaxListLimit) + "."
+		if err := l.UnmarshalText([]byte(s)); err != nil {
+			return 0, 0, "", "limit " + err.Error() + "."
 		}
-		limit = n
 	}
-	return state, limit, q.Get("cursor"), ""
+	return state, int(l), q.Get("cursor"), ""
 }
 
 // hashRequest is the body of POST /admin/hash: the parts of a request that

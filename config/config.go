@@ -78,8 +78,8 @@ type Upstream struct {
 	MaxExecution time.Duration `config:"max_execution"`
 	// MaxDetached and MaxDetachedBytes bound the calls going on after their
 	// client was let go: their count, and the memory they may hold.
-	MaxDetached      int  `config:"max_detached"`
-	MaxDetachedBytes Size `config:"max_detached_bytes"`
+	MaxDetached      int   `config:"max_detached"`
+	MaxDetachedBytes int64 `config:"max_detached_bytes,size"`
 }
 
 // Store kinds the code names; every kind is a field of Store.

@@ -91,7 +91,6 @@ func (d *decoder) mapping(path string, raw any, v reflect.Value) {
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
-	sizeType     = reflect.TypeFor[Size]()
 	levelType    = reflect.TypeFor[slog.Level]()
 	urlType      = reflect.TypeFor[*url.URL]()
 	routesType   = reflect.TypeFor[[]Route]()
@@ -110,9 +109,6 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 	switch v.Type() {
 	case durationType:
 		duration(d, path, raw, v)
-		return
-	case sizeType:
-		size(d, path, raw, v)
 		return
 	case levelType:
 		logLevel(d, path, raw, v)

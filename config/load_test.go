@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
@@ -154,7 +155,7 @@ defaults:
 			"PATH=/usr/bin",
 		}, nil, func(t *testing.T, c *Config) {
 			d := c.Defaults
-			if c.Listen != ":1001" || d.LockTTL != 20*time.Second || !d.RequireKey || c.Store.Memory.MaxBytes != int64(GiB) {
+			if c.Listen != ":1001" || d.LockTTL != 20*time.Second || !d.RequireKey || c.Store.Memory.MaxBytes != bytesize.GiB {
 				t.Errorf("listen=%s lock_ttl=%s require_key=%t max_bytes=%d", c.Listen, d.LockTTL, d.RequireKey, c.Store.Memory.MaxBytes)
 			}
 			if !slices.Equal(d.Methods, []string{"POST", "PUT"}) || !slices.Equal(d.ReleaseStatuses, []int{503}) {

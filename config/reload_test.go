@@ -28,7 +28,7 @@ func TestRestartNeeded(t *testing.T) {
 			c.Upstream.URL = mustURL(t, "http://127.0.0.1:4000")
 			c.Upstream.Timeout = time.Second
 		}, []string{"upstream.url", "upstream.timeout"}},
-		{"memory bound", func(c *Config) { c.Store.Memory.MaxBytes = int64(GiB) }, []string{"store.memory.max_bytes"}},
+		{"memory bound", func(c *Config) { c.Store.Memory.MaxBytes = 1 << 30 }, []string{"store.memory.max_bytes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
 
@@ -140,14 +141,14 @@ func durations(d *decoder, path string, raw any, v reflect.Value) {
 	}
 }
 
-// size decodes a Size or an int64 tagged "size".
+// size decodes an int64 tagged "size".
 func size(d *decoder, path string, raw any, v reflect.Value) {
 	s, ok := scalar(raw)
 	if !ok {
 		d.add(path, raw, "invalid size: %s", describe(raw))
 		return
 	}
-	n, err := ParseSize(s)
+	n, err := bytesize.Parse(s)
 	if err != nil {
 		d.add(path, raw, "%v", err)
 		return

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
 )
 
 // Origins of a value in the view, as its line comment shows them.
@@ -254,8 +256,6 @@ func shown(v reflect.Value, option string) string {
 			return ""
 		}
 		return x.Redacted()
-	case Size:
-		return x.String()
 	case encoding.TextMarshaler:
 		b, err := x.MarshalText()
 		if err != nil {
@@ -270,7 +270,7 @@ func shown(v reflect.Value, option string) string {
 		return strconv.FormatBool(v.Bool())
 	case reflect.Int64:
 		if option == "size" {
-			return Size(v.Int()).String()
+			return bytesize.Format(v.Int())
 		}
 	}
 	return fmt.Sprint(v.Interface())

@@ -6,7 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
 )
 
 // setBody gives an outgoing request its body from memory, with a known
@@ -129,18 +130,6 @@ func tooLarge(limit int64) error {
 type bodyTooLargeError struct{ limit int64 }
 
 func (e *bodyTooLargeError) Error() string {
-	return "The request body is larger than this route's limit of " + formatBytes(e.limit) + "."
+	return "The request body is larger than this route's limit of " + bytesize.Format(e.limit) + "."
 }
 func (e *bodyTooLargeError) Is(target error) bool { return target == errBodyTooLarge }
-
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return strconv.FormatInt(n>>30, 10) + " GiB"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + " KiB"
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
-}

@@ -141,6 +141,10 @@ func TestRequestBodyTooLarge(t *testing.T) {
 	if r.StatusCode != http.StatusRequestEntityTooLarge || r.problemType() != "body-too-large" {
 		t.Fatalf("got %d %s, want 413 body-too-large", r.StatusCode, r.body)
 	}
+	// The limit is told as max_request_body is written.
+	if !strings.Contains(r.body, "limit of 16B.") {
+		t.Errorf("detail of %s does not give the limit as 16B", r.body)
+	}
 	// Nothing was locked: the key is free for a request that fits.
 	if r := e.do(t, "POST", "/x", "k", strings.Repeat("x", 16)); r.StatusCode != http.StatusCreated || r.replayed() {
 		t.Fatalf("after 413: got %d replayed=%v, want a fresh 201", r.StatusCode, r.replayed())

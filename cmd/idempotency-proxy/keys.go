@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -97,7 +96,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	tokenFile := fs.String("token-file", "", "")
 	var state admin.StateFilter
 	var cursor, key, source, bodyFile, method, path, host string
-	var limit int
+	limit := admin.DefaultListLimit
 	headers := headerList{}
 	var positional int // HASH arguments wanted
 	switch sub {
@@ -105,7 +104,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		positional = 1
 	case "list":
 		fs.TextVar(&state, "state", admin.FilterAll, "")
-		fs.IntVar(&limit, "limit", 100, "")
+		fs.TextVar(&limit, "limit", admin.DefaultListLimit, "")
 		fs.StringVar(&cursor, "cursor", "", "")
 	case "hash":
 		fs.StringVar(&key, "key", "", "")
@@ -144,10 +143,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 			return b
 		}
 	case "list":
-		if limit < 1 || limit > admin.MaxListLimit {
-			return nil, fmt.Errorf("--limit: want 1 to %d, got %d", admin.MaxListLimit, limit)
-		}
-		q := url.Values{"state": {state.String()}, "limit": {strconv.Itoa(limit)}}
+		q := url.Values{"state": {state.String()}, "limit": {limit.String()}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
