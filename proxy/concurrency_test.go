@@ -91,9 +91,7 @@ func TestConcurrentDuplicatesWait(t *testing.T) {
 	<-arrived
 	// Every duplicate must be waiting before the first completes: the
 	// in-flight gauge counts requests inside the handler.
-	eventually(t, "all requests in flight", func() bool {
-		return gaugeValue(e.handler.metrics.inflight) == n
-	})
+	gaugeIs(t, "the in-flight gauge", e.handler.metrics.inflight, n)
 	close(release)
 	wg.Wait()
 	replays := 0
@@ -147,7 +145,7 @@ func TestWaiterExecutesAfterRelease(t *testing.T) {
 	<-arrived
 	second := make(chan *response)
 	go func() { second <- e.do(t, "POST", "/x", "k", "{}", "X-Attempt", "2") }()
-	eventually(t, "the second request waiting", func() bool { return gaugeValue(e.handler.metrics.inflight) == 2 })
+	gaugeIs(t, "the in-flight gauge (the second request waiting)", e.handler.metrics.inflight, 2)
 	close(release)
 	if r := <-first; r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first: %d, want the upstream's 503", r.StatusCode)

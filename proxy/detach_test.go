@@ -235,7 +235,7 @@ func TestClientDisconnectDetaches(t *testing.T) {
 	<-arrived
 	cancel()
 	<-gone
-	eventually(t, "the call detached", func() bool { return gaugeValue(e.handler.metrics.detached) == 1 })
+	gaugeIs(t, "the detached gauge", e.handler.metrics.detached, 1)
 	if got := e.outcomes(defaultRoute, OutcomeExecuted); got != 0 {
 		t.Fatalf("executed = %v before the call ended, want 0", got)
 	}

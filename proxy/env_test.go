@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
@@ -193,16 +195,30 @@ func (e *env) outcomes(route string, o Outcome) float64 {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+// retryUntilSettled repeats a POST of key until the key is no longer in
+// flight (409) and returns the first other answer.
+func (e *env) retryUntilSettled(t *testing.T, key string) *response {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	var r *response
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		r = e.do(t, "POST", "/x", key, "{}")
+		if r.StatusCode == http.StatusConflict {
+			return fmt.Errorf("the key is still in flight: %d %s", r.StatusCode, r.body)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
+}
+
+// gaugeIs waits until the gauge g shows want.
+func gaugeIs(t *testing.T, name string, g interface{ Write(*dto.Metric) error }, want int) {
+	t.Helper()
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if got := gaugeValue(g); got != want {
+			return fmt.Errorf("%s = %d, want %d", name, got, want)
+		}
+		return nil
+	})
 }
 
 func gaugeValue(g interface{ Write(*dto.Metric) error }) int {

@@ -299,11 +299,7 @@ func TestClientDisconnectDoesNotCancelUpstream(t *testing.T) {
 		t.Fatalf("client error = %v, want context.Canceled", err)
 	}
 	close(release) // the upstream finishes after its client left
-	var r *response
-	eventually(t, "the response recorded", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if !r.replayed() || r.body != "done" || e.up.calls.Load() != 1 {
 		t.Fatalf("retry: %d %q replayed=%v executions=%d, want the replay of the one execution", r.StatusCode, r.body, r.replayed(), e.up.calls.Load())
 	}
@@ -330,11 +326,7 @@ func TestResponseIsStreamed(t *testing.T) {
 	}
 	close(release)
 	io.Copy(io.Discard, res.Body)
-	var r *response
-	eventually(t, "the response recorded", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if r.body != "first chunk\nsecond chunk\n" {
 		t.Fatalf("replayed body = %q", r.body)
 	}
@@ -360,11 +352,7 @@ func TestResponseCutShortIsNotRecorded(t *testing.T) {
 			t.Fatal("the first client read a clean end of a cut-short response")
 		}
 	}
-	var r *response
-	eventually(t, "the key settled", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if r.body != "complete" || r.replayed() {
 		t.Fatalf("retry: %q replayed=%v, want a fresh execution (release)", r.body, r.replayed())
 	}

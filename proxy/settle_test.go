@@ -74,11 +74,7 @@ func TestRecordingRetriedWhileStoreRecovers(t *testing.T) {
 	if first.StatusCode != http.StatusCreated {
 		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
 	}
-	var r *response
-	eventually(t, "the record written", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
 		t.Fatalf("retry: %d replayed=%v executions=%d, want the replay of the one execution", r.StatusCode, r.replayed(), e.up.calls.Load())
 	}
@@ -104,11 +100,7 @@ func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first: %d, want the upstream's 503", r.StatusCode)
 	}
-	var r *response
-	eventually(t, "the key released", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if r.StatusCode != http.StatusOK || r.body != "done" || r.replayed() {
 		t.Fatalf("retry: %d %q replayed=%v, want a fresh execution", r.StatusCode, r.body, r.replayed())
 	}

@@ -95,11 +95,7 @@ func TestFullStoreRecordsResponseWithoutBody(t *testing.T) {
 	if first.StatusCode != http.StatusCreated || first.body == "" {
 		t.Fatalf("first: %d %q, want the whole response", first.StatusCode, first.body)
 	}
-	var r *response
-	eventually(t, "the key settled", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	if !r.replayed() || r.StatusCode != http.StatusCreated || r.body != "" ||
 		r.Header.Get("Idempotent-Body-Omitted") != "true" || r.Header.Get("Content-Length") != "0" ||
 		r.Header.Get("X-Execution") != first.Header.Get("X-Execution") {
@@ -147,11 +143,7 @@ func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 		t.Fatal("Wait returned nil while a key was still held")
 	}
 	st.noRoom.Store(false)
-	var r *response
-	eventually(t, "the record written", func() bool {
-		r = e.do(t, "POST", "/x", "k", "{}")
-		return r.StatusCode != http.StatusConflict
-	})
+	r := e.retryUntilSettled(t, "k")
 	// The record that waited for room is the one without the body.
 	if !r.replayed() || r.StatusCode != first.StatusCode || r.Header.Get("X-Execution") != first.Header.Get("X-Execution") ||
 		r.Header.Get("Idempotent-Body-Omitted") != "true" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -90,13 +91,12 @@ func TestSweeperReclaims(t *testing.T) {
 		}
 	}
 	c.Advance(2 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.UsedBytes() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("UsedBytes = %d 5s after expiry, want 0", s.UsedBytes())
+	testbin.SucceedsSoon(t, 5*time.Second, func() error {
+		if n := s.UsedBytes(); n != 0 {
+			return fmt.Errorf("UsedBytes = %d after expiry, want 0", n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestUsedBytesAccounting(t *testing.T) {

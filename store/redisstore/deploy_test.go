@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
@@ -53,20 +54,16 @@ func TestSentinelFailover(t *testing.T) {
 
 	newMaster := sn.Failover(t)
 	start := time.Now()
-	deadline := start.Add(15 * time.Second)
-	for {
-		_, err = s.Begin(ctx, "after", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, store.ErrUnavailable) {
+	testbin.SucceedsSoon(t, 15*time.Second, func() error {
+		_, err := s.Begin(ctx, "after", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute)
+		if err != nil && !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("Begin during failover = %v, want ErrUnavailable", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store still failing 15s after failover to %s: %v", newMaster, err)
+		if err != nil {
+			return fmt.Errorf("store still failing after failover to %s: %w", newMaster, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("unavailable for %v after failover to %s", time.Since(start).Round(time.Millisecond), newMaster)
 	got, err := s.Inspect(ctx, "before")
 	if err != nil || got.Record == nil || string(got.Record.Body) != "kept" {

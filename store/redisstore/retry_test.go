@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -57,17 +58,13 @@ func TestRetriedCompletionAfterPauseIsNotALostLease(t *testing.T) {
 	}
 	// The admin's GET waits out the pause; the abandoned completion runs
 	// first or soon after.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
 		v, err := admin.Get(ctx, "idem:{k}").Bytes()
-		if err == nil && len(v) > 0 && v[0] == kindRecord {
-			break
+		if err != nil || len(v) == 0 || v[0] != kindRecord {
+			return fmt.Errorf("the paused completion has not run: %q, %v", v, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the paused completion never ran: %q, %v", v, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := s.Complete(ctx, "k", b.Token, record(), time.Hour); err != nil {
 		t.Fatalf("retried Complete of the same record = %v, want nil", err)
 	}
