@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // chaosLog records every reply every client got, by key, and the faults
@@ -242,15 +244,16 @@ func runtimeGoroutines() int { return runtime.NumGoroutine() }
 func checkGoroutines(t *testing.T, base int) {
 	t.Helper()
 	const slack = 3
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base+slack {
-		if time.Now().After(deadline) {
-			var b bytes.Buffer
-			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-			t.Errorf("%d goroutines after the run, %d before:\n%s", runtime.NumGoroutine(), base, b.String())
-			return
+	err := testbin.SoonError(5*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > base+slack {
+			return fmt.Errorf("%d goroutines after the run, %d before", n, base)
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+		return nil
+	})
+	if err != nil {
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Errorf("%v:\n%s", err, b.String())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // Defaults of the chaos run; CHAOS_SECONDS and CHAOS_SEED override them.
@@ -221,26 +222,24 @@ func finalChaosPass(t *testing.T, c *http.Client, ps []*proxyProc, cl *chaosLog)
 // waitIdle polls until no replica has a request in flight.
 func waitIdle(t *testing.T, ps []*proxyProc) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("requests still in flight 10s after the clients stopped")
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if n := metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...); n > 0 {
+			return fmt.Errorf("%v requests still in flight after the clients stopped", n)
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }
 
 // waitNoneDetached polls until no replica has a call going on after its
 // client's 504.
 func waitNoneDetached(t *testing.T, ps []*proxyProc) {
 	t.Helper()
-	deadline := time.Now().Add(chaosMaxExecution + 5*time.Second)
-	for metricSum(t, "idempotency_proxy_detached_requests", nil, ps...) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("calls still detached %v after the clients stopped", chaosMaxExecution+5*time.Second)
+	testbin.SucceedsSoon(t, chaosMaxExecution+5*time.Second, func() error {
+		if n := metricSum(t, "idempotency_proxy_detached_requests", nil, ps...); n > 0 {
+			return fmt.Errorf("%v calls still detached after the clients stopped", n)
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }
 
 // pause waits a random duration in [lo, hi): the rhythm of the faults.

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // lockTTL is the lease of baseConfig.
@@ -31,21 +33,18 @@ func TestProxyKilledMidRequest(t *testing.T) {
 	// Poll the surviving replica: 409 with Retry-After until the lease
 	// expires, then one fresh execution.
 	var freed reply
-	deadline := killed.Add(lockTTL + 2*time.Second)
-	for polls := 0; ; polls++ {
+	polls := 0
+	testbin.SucceedsSoon(t, time.Until(killed.Add(lockTTL+2*time.Second)), func() error {
 		r := mustSend(t, c, ps[1].URL(), request{Key: key})
 		if r.Status != http.StatusConflict {
 			freed = r
-			break
+			return nil
 		}
-		if polls == 0 && (r.Problem() != "in-flight" || r.Header.Get("Retry-After") != "1") {
+		if polls++; polls == 1 && (r.Problem() != "in-flight" || r.Header.Get("Retry-After") != "1") {
 			t.Errorf("key of a killed proxy: %s (Retry-After %q), want 409 in-flight with Retry-After: 1", r, r.Header.Get("Retry-After"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key still locked %v after the kill, lock_ttl is %v", time.Since(killed), lockTTL)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+		return fmt.Errorf("key still locked %v after the kill, lock_ttl is %v", time.Since(killed), lockTTL)
+	})
 	// The lease is renewed every lock_ttl/3, so at the kill it had at
 	// least two thirds of lock_ttl left.
 	if held := time.Since(killed); held < lockTTL/2 {
@@ -86,16 +85,14 @@ func TestProxyTerminatedMidRequest(t *testing.T) {
 
 	// New connections are refused while the request drains.
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
-	refused := false
-	for end := time.Now().Add(time.Second); time.Now().Before(end); {
-		if r := send(context.Background(), fresh, ps[0].URL(), request{Method: http.MethodGet, Path: "/"}); r.Err != nil {
-			refused = true
-			break
+	err := testbin.SoonError(time.Second, func() error {
+		if r := send(context.Background(), fresh, ps[0].URL(), request{Method: http.MethodGet, Path: "/"}); r.Err == nil {
+			return fmt.Errorf("the terminating proxy still accepts new connections after SIGTERM: %s", r)
 		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
-	if !refused {
-		t.Errorf("the terminating proxy still accepted new connections a second after SIGTERM")
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 
 	first := <-done

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -114,10 +115,13 @@ func TestShortLockTTLIsReportedBeforeTheFirstRequest(t *testing.T) {
 	p := startProxy(t, "sentinel", cfg)
 
 	want := map[string]string{"level": "ERROR", "routes": "POST /v1/charges (lock_ttl 3s)", "min_lock_ttl": "5s"}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(p.logLines(want)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // polling interval: the start check or the first watch
-	}
+	// The start check or the first watch writes it.
+	_ = testbin.SoonError(10*time.Second, func() error {
+		if len(p.logLines(want)) == 0 {
+			return errors.New("no error line naming the short lock_ttl yet")
+		}
+		return nil
+	})
 	if n := len(p.logLines(want)); n != 1 {
 		t.Fatalf("%d error lines naming the short lock_ttl before any request, want 1", n)
 	}

@@ -113,22 +113,21 @@ func keyedPost(t *testing.T, p *proxyProc, path, key string, hold bool) (int, st
 // logKeyHash waits for a log line with outcome and returns its key_hash.
 func logKeyHash(t *testing.T, p *proxyProc, outcome string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var hash string
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
 		sc := bufio.NewScanner(strings.NewReader(p.Logs()))
 		for sc.Scan() {
 			var line map[string]any
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line["outcome"] == outcome {
 				if kh, _ := line["key_hash"].(string); kh != "" {
-					return kh
+					hash = kh
+					return nil
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with outcome %q and a key_hash", outcome)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("no log line with outcome %q and a key_hash", outcome)
+	})
+	return hash
 }
 
 // adminMetric reads one series from the proxy's /metrics.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // slowConfig is a proxy whose clients wait 1s for an upstream that takes
@@ -261,11 +263,10 @@ func TestShutdownWaitsForBackgroundRecording(t *testing.T) {
 // waitLog waits up to 10s for a log line of p containing s.
 func waitLog(t *testing.T, p *proxyProc, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.Logs(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("proxy %s never logged %q", p.name, s)
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if !strings.Contains(p.Logs(), s) {
+			return fmt.Errorf("proxy %s has not logged %q", p.name, s)
 		}
-		time.Sleep(20 * time.Millisecond) // polling the log buffer
-	}
+		return nil
+	})
 }
