@@ -9,7 +9,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// entryOverhead approximates an entry's slot (120 bytes) and its share of
+// entryOverhead approximates an entry's slot (104 bytes) and its share of
 // the index, so that many tiny entries still count against MaxBytes.
 const entryOverhead = 128
 
@@ -19,7 +19,7 @@ const entryOverhead = 128
 // the token of the lease it replaced, so that a completion retried by that
 // owner is recognised.
 type entry struct {
-	token   [tokenLen]byte
+	token   [tokenLen / 2]byte // the token's random bits, not its hex
 	fp      store.Fingerprint
 	expires int64  // Unix nanoseconds
 	seq     uint64 // completion order, for EvictOldest
@@ -36,7 +36,11 @@ func (e *entry) isRecord() bool { return e.record }
 func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }
 
 // ownedBy reports whether token is the token of e's lease.
-func (e *entry) ownedBy(token string) bool { return string(e.token[:]) == token }
+func (e *entry) ownedBy(token string) bool {
+	var h [tokenLen]byte
+	hex.Encode(h[:], e.token[:])
+	return string(h[:]) == token
+}
 
 // encodings recycles the buffers records are encoded into before they are
 // copied into a slab.
@@ -85,9 +89,9 @@ func decode(enc []byte) (*store.Record, error) {
 // tokenLen is the length of a token: 128 random bits, hex-encoded.
 const tokenLen = 32
 
-// newToken returns 128 random bits, hex-encoded.
-func newToken() string {
+// newToken returns 128 random bits, and their hex encoding: the token.
+func newToken() ([tokenLen / 2]byte, string) {
 	var b [tokenLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	return b, hex.EncodeToString(b[:])
 }

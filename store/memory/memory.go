@@ -148,9 +148,8 @@ func (s *Store) Begin(_ context.Context, key string, l store.Lease, ttl time.Dur
 			return store.BeginResult{}, s.fullError("begin")
 		}
 	}
-	token := newToken()
-	ne := entry{fp: l.Fingerprint, expires: now.Add(ttl).UnixNano()}
-	copy(ne.token[:], token)
+	raw, token := newToken()
+	ne := entry{token: raw, fp: l.Fingerprint, expires: now.Add(ttl).UnixNano()}
 	enc := encodeLease(&l)
 	sh.t.put(h, key, ne, *enc)
 	putEncoding(enc)
