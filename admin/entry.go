@@ -7,18 +7,23 @@ import (
 )
 
 // entryJSON is one key as the key API shows it. The fields of a completed
-// record are omitted for a lease.
+// record are omitted for a lease, and a lease's holder for a record.
 type entryJSON struct {
 	KeyHash   string `json:"key_hash"`
 	State     string `json:"state"`
 	ExpiresAt string `json:"expires_at"`
-	// The request the key belongs to, when its record says (records
-	// written before they kept it do not): never its query or body.
-	Method      string              `json:"method,omitempty"`
-	Host        string              `json:"host,omitempty"`
-	Path        string              `json:"path,omitempty"`
-	Route       string              `json:"route,omitempty"`
-	StartedAt   string              `json:"started_at,omitempty"`
+	// The request the key belongs to, when its lease or record says
+	// (those written by versions before they kept it do not): never its
+	// query or body.
+	Method    string `json:"method,omitempty"`
+	Host      string `json:"host,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Route     string `json:"route,omitempty"`
+	StartedAt string `json:"started_at,omitempty"`
+	// The proxy process holding a lease, and its request's trace id when
+	// tracing is on.
+	Instance    string              `json:"instance,omitempty"`
+	TraceID     string              `json:"trace_id,omitempty"`
 	CreatedAt   string              `json:"created_at,omitempty"`
 	Status      int                 `json:"status,omitempty"`
 	Headers     map[string][]string `json:"headers,omitempty"`
@@ -38,16 +43,16 @@ type listJSON struct {
 
 func newEntryJSON(e store.Entry) entryJSON {
 	out := entryJSON{KeyHash: e.Key, State: e.State.String(), ExpiresAt: rfc3339(e.ExpiresAt)}
+	if e.State == store.InFlight {
+		out.describe(e.Lease.Request)
+		out.Instance, out.TraceID = e.Lease.Instance, e.Lease.TraceID
+		return out
+	}
 	if e.State != store.Completed || e.Record == nil {
 		return out
 	}
 	rec := e.Record
-	if q := rec.Request; !q.IsZero() {
-		out.Method, out.Host, out.Path, out.Route = q.Method, q.Host, q.Path, q.Route
-		if !q.StartedAt.IsZero() {
-			out.StartedAt = rfc3339(q.StartedAt)
-		}
-	}
+	out.describe(rec.Request)
 	n, omitted := e.BodyBytes, rec.BodyOmitted
 	out.CreatedAt = rfc3339(rec.CreatedAt)
 	out.Status = rec.Status
@@ -58,6 +63,12 @@ func newEntryJSON(e store.Entry) entryJSON {
 		out.Unreadable = store.UnreadableReason(e.Unreadable)
 	}
 	return out
+}
+
+// describe sets the fields of the request the key belongs to.
+func (out *entryJSON) describe(q store.Request) {
+	out.Method, out.Host, out.Path, out.Route = q.Method, q.Host, q.Path, q.Route
+	out.StartedAt = rfc3339(q.StartedAt)
 }
 
 // secretHeaders are response headers whose values are credentials the

@@ -36,19 +36,30 @@ func TestGetKeyAnswersTheDocumentedShape(t *testing.T) {
 	e := newEnv(t, testToken)
 	e.st.entries["aa01"] = completedEntry("aa01")
 	e.st.entries["bb02"] = leaseEntry("bb02")
+	held := leaseEntry("cc03")
+	held.Lease = store.Lease{
+		Request: store.Request{
+			Method: "POST", Host: "billing.example", Path: "/v1/charges", Route: "POST /v1/charges", StartedAt: created,
+		},
+		Instance: "proxy-0/7", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+	}
+	e.st.entries["cc03"] = held
 	for _, tc := range []struct{ key, want string }{
 		{"aa01", `{"key_hash":"aa01","state":"completed","expires_at":"2026-12-01T09:00:00.123Z",` +
 			`"created_at":"2026-11-30T09:00:00.123Z","status":201,"headers":{"Content-Type":["application/json"]},` +
 			`"body_bytes":11,"body_omitted":false}`},
 		{"bb02", `{"key_hash":"bb02","state":"in_flight","expires_at":"2026-12-01T09:00:00.123Z"}`},
+		{"cc03", `{"key_hash":"cc03","state":"in_flight","expires_at":"2026-12-01T09:00:00.123Z",` +
+			`"method":"POST","host":"billing.example","path":"/v1/charges","route":"POST /v1/charges",` +
+			`"started_at":"2026-11-30T09:00:00.123Z","instance":"proxy-0/7","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}`},
 	} {
 		rec := e.do(t, "GET", "/admin/keys/"+tc.key, bearer, "")
 		if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != tc.want {
 			t.Errorf("GET %s = %d %s\nwant 200 %s", tc.key, rec.Code, rec.Body.String(), tc.want)
 		}
 	}
-	if got := e.ops(opGet, resultOK); got != 2 {
-		t.Errorf("get ok counted %v, want 2", got)
+	if got := e.ops(opGet, resultOK); got != 3 {
+		t.Errorf("get ok counted %v, want 3", got)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 )
 
 const viewToken = "view-token"
@@ -190,5 +192,84 @@ func TestKeysShowTheRequestAKeyBelongsTo(t *testing.T) {
 	}
 	if _, out, _ := keysCLI(t, p, "get", hash); strings.Contains(out, "4242") {
 		t.Errorf("keys get shows the query string: %s", out)
+	}
+}
+
+// A key in flight says who holds it: while a slow upstream holds the key,
+// `keys get`, `keys list` and GET /admin/keys/{key_hash} show its method,
+// host, path (never the query), route, start and the instance (host and
+// pid) running it, and a concurrent duplicate's 409 in-flight says since
+// when, in started_at and its detail. On the memory store and on Redis,
+// whose lease value carries the description after its token.
+func TestKeysShowWhoHoldsAnInFlightKey(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { runInFlightHolder(t, "store:\n  kind: memory\n") })
+	t.Run("redis", func(t *testing.T) {
+		r := redistest.Start(t, "--maxmemory-policy", "noeviction")
+		runInFlightHolder(t, fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %q\n", r.URL()))
+	})
+}
+
+func runInFlightHolder(t *testing.T, storeYAML string) {
+	up := startUpstream(t)
+	p := startAdminProxy(t, up, storeYAML)
+	const key = "held-charge-1"
+	before := time.Now().Add(-time.Second)
+	first := make(chan int, 1)
+	go func() { code, _ := keyedPost(t, p, "/v1/charges?card=4242424242424242", key, true); first <- code }()
+	t.Cleanup(up.Unhold)
+	up.WaitCount(key, 1, 10*time.Second)
+
+	hash := keysJSON(t, p, "hash", "--key", key, "--method", "POST", "--path", "/v1/charges", "--host", p.listen,
+		"--header", "Authorization: "+clientAuth)["key_hash"].(string)
+	host, _ := os.Hostname()
+	instance := host + "/" + strconv.Itoa(p.PID())
+	got := keysJSON(t, p, "get", hash)
+	if got["state"] != "in_flight" || got["method"] != "POST" || got["path"] != "/v1/charges" || got["route"] != "default" ||
+		got["host"] != "127.0.0.1" || got["instance"] != instance {
+		t.Errorf("keys get = %v, want in_flight POST /v1/charges on route default, host 127.0.0.1, held by %s", got, instance)
+	}
+	if _, ok := got["trace_id"]; ok {
+		t.Errorf("keys get = %v, want no trace_id with tracing off", got)
+	}
+	since := fmt.Sprint(got["started_at"])
+	started, err := time.Parse(time.RFC3339Nano, since)
+	if err != nil || started.Before(before) || started.After(time.Now()) {
+		t.Errorf("started_at = %q (%v), want when the request came in", since, err)
+	}
+
+	req, _ := http.NewRequest("GET", p.AdminURL()+"/admin/keys/"+hash, nil)
+	req.Header.Set("Authorization", "Bearer "+runbookToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var api map[string]any
+	err = json.NewDecoder(res.Body).Decode(&api)
+	res.Body.Close()
+	if err != nil || api["instance"] != instance || api["started_at"] != since || api["path"] != "/v1/charges" {
+		t.Errorf("GET /admin/keys/%s = %v, %v; want what keys get printed", hash, api, err)
+	}
+	listed := keysJSON(t, p, "list", "--state", "in_flight")
+	if keys, _ := listed["keys"].([]any); len(keys) != 1 || keys[0].(map[string]any)["instance"] != instance ||
+		keys[0].(map[string]any)["started_at"] != since {
+		t.Errorf("keys list --state in_flight = %v, want the held key with its instance and start", listed)
+	}
+
+	code, body := keyedPost(t, p, "/v1/charges?card=4242424242424242", key, false)
+	var problem map[string]any
+	if err := json.Unmarshal([]byte(body), &problem); err != nil || code != http.StatusConflict || problem["started_at"] != since {
+		t.Errorf("duplicate: %d %s, want 409 in-flight with started_at %s", code, body, since)
+	}
+	if d := fmt.Sprint(problem["detail"]); !strings.Contains(d, "since "+since) {
+		t.Errorf("409 detail %q does not say since %s", d, since)
+	}
+	for what, out := range map[string]string{"the 409": body, "keys get": fmt.Sprint(got), "the logs": p.Logs()} {
+		if strings.Contains(out, "4242") {
+			t.Errorf("%s shows the query string", what)
+		}
+	}
+	up.Unhold()
+	if code := <-first; code != http.StatusCreated {
+		t.Errorf("the held request: %d, want 201", code)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 )
 
 // failure is a reason the proxy answers a request itself instead of the
@@ -47,7 +49,10 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	case failMissingKey:
 		return probMissingKey, "This route requires " + describeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
 	case failWaitedTooLong:
-		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
+		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() +
+			heldSince(q) + ". Retry later.", OutcomeConflict
+	case failInFlight:
+		return probInFlight, "A request with this idempotency key is still being processed" + heldSince(q) + ". Retry after it completes.", OutcomeConflict
 	case failKeyExpired:
 		return probKeyExpired, "This idempotency key's recorded response expired at " + q.expiredAt.UTC().Format(time.RFC3339) +
 			", so the request was not forwarded: a retry this late is refused rather than executed again. Use a new key for a new operation.", OutcomeExpiredKey
@@ -72,8 +77,6 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probAmbiguousBody, "The JSON request body can be read more than one way: " + err.Error() + ". Send each member name once.", OutcomeAmbiguous
 	case failMismatch:
 		return probMismatch, "This idempotency key was first used with a different request (method, host, path, query, headers, body or trailers). Use a new key for a new operation.", OutcomeMismatch
-	case failInFlight:
-		return probInFlight, "A request with this idempotency key is still being processed. Retry after it completes.", OutcomeConflict
 	case failStoreUnavailable:
 		return probStore, "The idempotency store is unavailable, so the request was not forwarded. It is safe to retry with the same key.", OutcomeStoreRejected
 	case failStoreFull:
@@ -104,7 +107,23 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error) {
 	p, detail, outcome := problemFor(q, f, err)
 	q.outcome, q.status = outcome, p.Status
-	writeProblem(w, p, detail)
+	b := p.body(detail)
+	if p == probInFlight && !q.heldSince.IsZero() {
+		b.StartedAt = q.heldSince.UTC().Format(startedAtFormat)
+	}
+	problemjson.Write(w, b, p.RetryAfter)
+}
+
+// startedAtFormat is RFC 3339 with the milliseconds a lease keeps.
+const startedAtFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// heldSince is the part of an in-flight problem's detail that says since
+// when the request holding the key has been running, when its lease says.
+func heldSince(q *request) string {
+	if q.heldSince.IsZero() {
+		return ""
+	}
+	return " (since " + q.heldSince.UTC().Format(startedAtFormat) + ")"
 }
 
 // stopCause is why the proxy cancelled an upstream call.

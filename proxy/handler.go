@@ -289,7 +289,9 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			q.outcome, q.status = OutcomeReplayed, res.Record.Status
 			replay(w, r, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
 			return
-		case pol.Concurrent != ConcurrentWait:
+		}
+		q.heldSince = res.Lease.Request.StartedAt
+		if pol.Concurrent != ConcurrentWait {
 			h.refuse(w, q, failInFlight, nil)
 			return
 		}

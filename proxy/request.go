@@ -41,6 +41,9 @@ type request struct {
 	desc store.Request
 	// expiredAt is when the key's record expired, for 410 key-expired.
 	expiredAt time.Time
+	// heldSince is when the request holding the key in flight started,
+	// as its lease says, for 409 in-flight; zero when it does not say.
+	heldSince time.Time
 
 	keyFrom KeySourceKind // the kind of source that gave the key
 

@@ -117,6 +117,7 @@ func describe(spans []sdktrace.ReadOnlySpan) string {
 type rig struct {
 	sink  *spanSink
 	proxy *httptest.Server
+	store *memory.Store // under the traced store
 }
 
 type rigOption func(*proxy.Options)
@@ -152,7 +153,7 @@ func newRig(t *testing.T, up *url.URL, opts ...rigOption) *rig {
 	}
 	srv := httptest.NewServer(tr.Handler(h))
 	t.Cleanup(srv.Close)
-	return &rig{sink: sink, proxy: srv}
+	return &rig{sink: sink, proxy: srv, store: st}
 }
 
 func keepOnUpstreamError(o *proxy.Options) {

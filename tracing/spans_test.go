@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 const (
@@ -189,5 +192,30 @@ func TestServerSpanStatusFollowsTheConventions(t *testing.T) {
 		if want := code.AsInt64() >= 500; failed != want {
 			t.Errorf("status %d: span failed = %v, want %v", code.AsInt64(), failed, want)
 		}
+	}
+}
+
+// The lease of a traced request names its trace: an operator looking at a
+// stuck key finds the trace of the request that holds it.
+func TestLeaseNamesTheTraceHoldingTheKey(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	rg := newRig(t, upstreamURL(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	done := make(chan *response)
+	go func() { done <- rg.do(t, "/v1/charges", "key-1", "Traceparent", clientParent) }()
+	<-arrived
+	entries, _, err := rg.store.List(context.Background(), store.InFlight, "", 10)
+	close(release)
+	if res := <-done; res.StatusCode != http.StatusCreated {
+		t.Fatalf("status %d %s, want 201", res.StatusCode, res.body)
+	}
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("List = %+v, %v; want the one lease", entries, err)
+	}
+	if got := entries[0].Lease.TraceID; got != clientTraceID {
+		t.Errorf("lease trace id = %q, want the request's %s", got, clientTraceID)
 	}
 }

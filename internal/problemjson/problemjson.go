@@ -19,6 +19,9 @@ type Body struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
+	// StartedAt is an extension member of in-flight: when the request
+	// holding the key started (RFC 3339, milliseconds, UTC).
+	StartedAt string `json:"started_at,omitempty"`
 }
 
 // Marshal is b as sent: its JSON and a newline.

@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// TestLeaseSaysWhoHoldsTheKeyAndSince: while a request runs, its key's
+// lease names its method, host, path without the query, route, start and
+// the proxy instance, and a duplicate's 409 in-flight says since when the
+// key has been running, in started_at and in its detail.
+func TestLeaseSaysWhoHoldsTheKeyAndSince(t *testing.T) {
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	e := newEnv(t, blockingUpstream(arrived, release), func(o *Options) {
+		o.Instance = "proxy-test/42"
+		o.Routes = []Route{{Pattern: "POST /x", Policy: DefaultPolicy()}}
+	})
+	before := time.Now().Truncate(time.Millisecond)
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x?secret=1", "k", "{}") }()
+	<-arrived
+	defer func() {
+		close(release)
+		<-first
+	}()
+
+	ins, ok := e.store.(interface {
+		Inspect(ctx context.Context, key string) (store.Entry, error)
+	})
+	if !ok {
+		t.Fatal("the test store has no Inspect")
+	}
+	ent, err := ins.Inspect(context.Background(), e.keyHash(t, "k"))
+	if err != nil || ent.State != store.InFlight {
+		t.Fatalf("Inspect = %+v, %v; want in flight", ent, err)
+	}
+	q, l := ent.Lease.Request, ent.Lease
+	if q.Method != "POST" || q.Path != "/x" || q.Route != "POST /x" || q.Host != "127.0.0.1" || l.Instance != "proxy-test/42" || l.TraceID != "" {
+		t.Errorf("lease = %+v, want POST /x on route POST /x by proxy-test/42, no query, no trace", l)
+	}
+	if q.StartedAt.Before(before) || q.StartedAt.After(time.Now()) {
+		t.Errorf("lease started at %v, want between %v and now", q.StartedAt, before)
+	}
+
+	r := e.do(t, "POST", "/x?secret=1", "k", "{}")
+	var body map[string]any
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
+		t.Fatalf("409 body %q: %v", r.body, err)
+	}
+	since := q.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	if r.StatusCode != http.StatusConflict || body["started_at"] != since {
+		t.Errorf("duplicate = %d %s, want 409 with started_at %s", r.StatusCode, r.body, since)
+	}
+	if d, _ := body["detail"].(string); !strings.Contains(d, "since "+since) {
+		t.Errorf("409 detail %q does not say since %s", d, since)
+	}
+	if strings.Contains(r.body, "secret") || strings.Contains(r.body, "proxy-test") {
+		t.Errorf("409 body %q shows the query or the instance", r.body)
+	}
+}
