@@ -29,6 +29,8 @@ type proxyConfig struct {
 	MasterName   string
 	RedisTimeout time.Duration
 	ReplicaAck   int // store.redis.replica_ack
+	// ReplicaAckTimeout is store.redis.replica_ack_timeout.
+	ReplicaAckTimeout time.Duration
 
 	// Defaults are raw YAML values under defaults:, e.g. "lock_ttl": "2s".
 	Defaults map[string]string
@@ -84,6 +86,9 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	}
 	if c.ReplicaAck > 0 {
 		fmt.Fprintf(&b, "    replica_ack: %d\n", c.ReplicaAck)
+	}
+	if c.ReplicaAckTimeout > 0 {
+		fmt.Fprintf(&b, "    replica_ack_timeout: %s\n", c.ReplicaAckTimeout)
 	}
 	if len(c.Defaults) > 0 {
 		b.WriteString("defaults:\n")

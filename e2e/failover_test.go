@@ -15,9 +15,10 @@ import (
 )
 
 // TestSentinelFailover forces a Sentinel failover while two replicas serve
-// retrying clients. Redis replicates asynchronously and the proxy does not
-// use WAIT, so a lease or record acknowledged by the old master just
-// before the switch can be lost; a key may then run once more. The test
+// retrying clients. Redis replicates asynchronously and, with replica_ack
+// 0 (the default), the proxy does not wait for replicas: a lease or record
+// acknowledged by the old master just before the switch can be lost; a key
+// may then run once more. The test
 // allows that only for keys whose first execution started inside the
 // failover window or when a lost lease was counted in
 // idempotency_proxy_lock_lost_total, and never more than once per key.

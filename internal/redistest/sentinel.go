@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +35,7 @@ type SentinelOption func(*sentinelConfig)
 type sentinelConfig struct {
 	sentinels int
 	downAfter time.Duration
+	via       func(masterAddr string) string
 }
 
 // WithSentinels runs n sentinels with a quorum of a majority of them, as a
@@ -48,6 +48,13 @@ func WithSentinels(n int) SentinelOption {
 // unreachable before the sentinels fail it over (default 1 s).
 func WithDownAfter(d time.Duration) SentinelOption {
 	return func(c *sentinelConfig) { c.downAfter = d }
+}
+
+// WithReplicationVia has the replica replicate from the address via
+// returns for the master's (a fault-injecting proxy in front of it, say)
+// rather than from the master directly.
+func WithReplicationVia(via func(masterAddr string) string) SentinelOption {
+	return func(c *sentinelConfig) { c.via = via }
 }
 
 // StartSentinel starts the master, the replica (waiting for its link to be
@@ -64,7 +71,11 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 		t.Fatalf("StartSentinel: need at least one sentinel, got %d", cfg.sentinels)
 	}
 	s := &Sentinel{Master: Start(t)}
-	s.Replica = StartReplica(t, s.Master)
+	from := s.Master.Addr()
+	if cfg.via != nil {
+		from = cfg.via(from)
+	}
+	s.Replica = startReplica(t, from)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -215,7 +226,17 @@ func (s *Sentinel) Failover(t testing.TB) string {
 // returns once its link to the master is up.
 func StartReplica(t testing.TB, master *Server) *Server {
 	t.Helper()
-	r := Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	return startReplica(t, master.Addr())
+}
+
+// startReplica runs a redis-server replicating from addr.
+func startReplica(t testing.TB, addr string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("replica of %q: %v", addr, err)
+	}
+	r := Start(t, "--replicaof", host, port)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rc := r.Client(t)
