@@ -85,3 +85,35 @@ func TestCloseIsBounded(t *testing.T) {
 		t.Fatalf("Close took %v, want at most about the store timeout %v", elapsed, timeout)
 	}
 }
+
+// TestLeaseOfAnEarlierVersionReads: during a rolling upgrade, a lease an
+// earlier version wrote (nothing after its token) is in flight to Begin,
+// Inspect and List, describing nothing but its fingerprint, and its owner
+// still renews and completes it.
+func TestLeaseOfAnEarlierVersionReads(t *testing.T) {
+	m := miniredis.RunT(t)
+	s := newStore(t, Options{URL: "redis://" + m.Addr()})
+	ctx := context.Background()
+	fp := store.Fingerprint{9, 31: 1}
+	token := "0123456789abcdef0123456789abcdef"
+	if err := m.Set("idem:{old}", string(append(append([]byte{kindLease}, fp[:]...), token...))); err != nil {
+		t.Fatal(err)
+	}
+	bare := store.Lease{Fingerprint: fp}
+	b, err := s.Begin(ctx, "old", store.Lease{Fingerprint: fp, Instance: "new/1"}, time.Minute)
+	if err != nil || b.State != store.InFlight || b.Lease != bare {
+		t.Fatalf("Begin = %+v, %v; want in flight with the fingerprint only", b, err)
+	}
+	if e, err := s.Inspect(ctx, "old"); err != nil || e.State != store.InFlight || e.Lease != bare {
+		t.Fatalf("Inspect = %+v, %v; want in flight with the fingerprint only", e, err)
+	}
+	if entries, _, err := s.List(ctx, store.InFlight, "", 10); err != nil || len(entries) != 1 || entries[0].Lease != bare {
+		t.Fatalf("List = %+v, %v; want the lease with the fingerprint only", entries, err)
+	}
+	if err := s.Extend(ctx, "old", token, time.Minute); err != nil {
+		t.Fatalf("Extend by its owner: %v", err)
+	}
+	if err := s.Complete(ctx, "old", token, &store.Record{Status: 201, Fingerprint: fp}, time.Hour); err != nil {
+		t.Fatalf("Complete by its owner: %v", err)
+	}
+}

@@ -335,3 +335,24 @@ func TestInspectAndListOpenRecords(t *testing.T) {
 		t.Errorf("unreadable %q does not name the key id", e.Unreadable)
 	}
 }
+
+// A lease's description is not sealed (it holds no response) and passes
+// through the seal layer both ways: a key in flight says who holds it.
+func TestLeaseDescriptionPassesThrough(t *testing.T) {
+	s := New(newMemory(t), mustParse(t, "k1 "+testKey(1)))
+	ctx := context.Background()
+	l := store.Lease{
+		Fingerprint: store.Fingerprint{3},
+		Request:     store.Request{Method: "POST", Host: "h", Path: "/p", Route: "POST /p", StartedAt: time.UnixMilli(1_700_000_000_001).UTC()},
+		Instance:    "proxy/1", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+	}
+	if b, err := s.Begin(ctx, "k", l, time.Minute); err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %+v, %v; want acquired", b, err)
+	}
+	if b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: l.Fingerprint}, time.Minute); err != nil || b.Lease != l {
+		t.Fatalf("second Begin = %+v, %v; want in flight with %+v", b, err, l)
+	}
+	if e, err := s.Inspect(ctx, "k"); err != nil || e.Lease != l {
+		t.Fatalf("Inspect = %+v, %v; want the lease %+v", e, err, l)
+	}
+}

@@ -98,4 +98,15 @@ func testLeaseDescriptionRoundTrips(t *testing.T, h *harness) {
 	if e, err := h.Store.Inspect(ctx, taken); err != nil || e.Lease != next {
 		t.Errorf("Inspect after takeover = %+v, %v; want the new holder's %+v", e.Lease, err, next)
 	}
+
+	// Through the tombstone layer, as the proxy runs the store.
+	ts := store.WithTombstones(nopCloser{h.Store}, nil)
+	ts.Check(true)
+	wrapped := h.key("wrapped")
+	if b, err := ts.Begin(ctx, wrapped, want, time.Minute); err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin through tombstones = %v, %v; want acquired", b.State, err)
+	}
+	if b, err := ts.Begin(ctx, wrapped, describedLease(fingerprint(6), "/other"), time.Minute); err != nil || b.Lease != want {
+		t.Errorf("second Begin through tombstones = %v %+v, %v; want in flight with %+v", b.State, b.Lease, err, want)
+	}
 }
