@@ -1,20 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // chaosLog records every reply every client got, by key, and the faults
@@ -238,24 +234,6 @@ func (s *pidSet) checkGone(t *testing.T) {
 }
 
 func runtimeGoroutines() int { return runtime.NumGoroutine() }
-
-// checkGoroutines polls until the goroutine count is back near base, and
-// dumps every stack if it does not get there.
-func checkGoroutines(t *testing.T, base int) {
-	t.Helper()
-	const slack = 3
-	err := testbin.SoonError(5*time.Second, func() error {
-		if n := runtime.NumGoroutine(); n > base+slack {
-			return fmt.Errorf("%d goroutines after the run, %d before", n, base)
-		}
-		return nil
-	})
-	if err != nil {
-		var b bytes.Buffer
-		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-		t.Errorf("%v:\n%s", err, b.String())
-	}
-}
 
 // history renders a key's executions and replies in time order, to read a
 // failure against the fault timeline.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // Defaults of the chaos run; CHAOS_SECONDS and CHAOS_SEED override them.
@@ -217,29 +216,6 @@ func finalChaosPass(t *testing.T, c *http.Client, ps []*proxyProc, cl *chaosLog)
 		final[key] = send(context.Background(), c, ps[i%len(ps)].URL(), request{Key: key, Body: key})
 	}
 	return final
-}
-
-// waitIdle polls until no replica has a request in flight.
-func waitIdle(t *testing.T, ps []*proxyProc) {
-	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
-		if n := metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...); n > 0 {
-			return fmt.Errorf("%v requests still in flight after the clients stopped", n)
-		}
-		return nil
-	})
-}
-
-// waitNoneDetached polls until no replica has a call going on after its
-// client's 504.
-func waitNoneDetached(t *testing.T, ps []*proxyProc) {
-	t.Helper()
-	testbin.SucceedsSoon(t, chaosMaxExecution+5*time.Second, func() error {
-		if n := metricSum(t, "idempotency_proxy_detached_requests", nil, ps...); n > 0 {
-			return fmt.Errorf("%v calls still detached after the clients stopped", n)
-		}
-		return nil
-	})
 }
 
 // pause waits a random duration in [lo, hi): the rhythm of the faults.

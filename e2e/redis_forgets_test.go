@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -118,7 +117,7 @@ func TestShortLockTTLIsReportedBeforeTheFirstRequest(t *testing.T) {
 	// The start check or the first watch writes it.
 	_ = testbin.SoonError(10*time.Second, func() error {
 		if len(p.logLines(want)) == 0 {
-			return errors.New("no error line naming the short lock_ttl yet")
+			return fmt.Errorf("no error line naming the short lock_ttl yet")
 		}
 		return nil
 	})
