@@ -93,17 +93,29 @@ func text(d *decoder, path string, raw any, u encoding.TextUnmarshaler) {
 // duration accepts Go duration strings only: a bare number would be
 // nanoseconds to time.Duration, which is never what "ttl: 30" means.
 func duration(d *decoder, path string, raw any, v reflect.Value) {
+	number(d, path, raw, v, "duration", func(s string) (int64, error) {
+		t, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q (want e.g. 250ms, 30s, 24h)", s)
+		}
+		return int64(t), nil
+	})
+}
+
+// number decodes a scalar that parse reads as an int64, such as a
+// duration or a size; what names it when raw is no scalar.
+func number(d *decoder, path string, raw any, v reflect.Value, what string, parse func(string) (int64, error)) {
 	s, ok := scalar(raw)
 	if !ok {
-		d.add(path, raw, "invalid duration: %s", describe(raw))
+		d.add(path, raw, "invalid %s: %s", what, describe(raw))
 		return
 	}
-	t, err := time.ParseDuration(s)
+	n, err := parse(s)
 	if err != nil {
-		d.add(path, raw, "invalid duration %q (want e.g. 250ms, 30s, 24h)", s)
+		d.add(path, raw, "%v", err)
 		return
 	}
-	v.SetInt(int64(t))
+	v.SetInt(n)
 }
 
 // durations decodes a mapping of names to durations, such as status_ttl,
@@ -143,17 +155,7 @@ func durations(d *decoder, path string, raw any, v reflect.Value) {
 
 // size decodes an int64 tagged "size".
 func size(d *decoder, path string, raw any, v reflect.Value) {
-	s, ok := scalar(raw)
-	if !ok {
-		d.add(path, raw, "invalid size: %s", describe(raw))
-		return
-	}
-	n, err := bytesize.Parse(s)
-	if err != nil {
-		d.add(path, raw, "%v", err)
-		return
-	}
-	v.SetInt(int64(n))
+	number(d, path, raw, v, "size", bytesize.Parse)
 }
 
 // logLevels are log_level's words, in the order of levels. slog also
