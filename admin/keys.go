@@ -48,46 +48,25 @@ func (l *ListLimit) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// StateFilter is the state filter of a list: the state parameter of GET
-// /admin/keys and the keys command's --state.
-type StateFilter uint8
-
-const (
-	// FilterAll keeps every state; it is also the filter of no state
-	// parameter.
-	FilterAll StateFilter = iota
-	// FilterInFlight keeps leases.
-	FilterInFlight
-	// FilterCompleted keeps records.
-	FilterCompleted
+// stateWords are the words of a list's state filter, in the order of
+// listStates.
+var (
+	stateWords = enum.Words{"all", store.InFlight.String(), store.Completed.String()}
+	listStates = []store.State{0, store.InFlight, store.Completed}
 )
 
-var stateFilterWords = enum.Words{"all", store.InFlight.String(), store.Completed.String()}
-
-func (f StateFilter) String() string { return stateFilterWords.Name(int(f)) }
-
-// MarshalText gives the filter's word.
-func (f StateFilter) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
-
-// UnmarshalText reads "all", "in_flight" or "completed".
-func (f *StateFilter) UnmarshalText(b []byte) error {
-	i, err := stateFilterWords.Parse(string(b))
+// ListState reads the state filter of a list: "in_flight", "completed", or
+// "all" (or nothing) for 0, every state. The keys command reads its --state
+// with it.
+func ListState(s string) (store.State, error) {
+	if s == "" {
+		return 0, nil
+	}
+	i, err := stateWords.Parse(s)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	*f = StateFilter(i)
-	return nil
-}
-
-// State is the state the filter keeps, 0 for every state.
-func (f StateFilter) State() store.State {
-	switch f {
-	case FilterInFlight:
-		return store.InFlight
-	case FilterCompleted:
-		return store.Completed
-	}
-	return 0
+	return listStates[i], nil
 }
 
 // Operations, the values of the "operation" label.
@@ -178,13 +157,10 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 
 // listParams reads state, limit and cursor; detail says what is wrong.
 func listParams(q url.Values) (state store.State, limit int, cursor, detail string) {
-	var filter StateFilter
-	if s := q.Get("state"); s != "" {
-		if err := filter.UnmarshalText([]byte(s)); err != nil {
-			return 0, 0, "", "state " + err.Error() + "."
-		}
+	state, err := ListState(q.Get("state"))
+	if err != nil {
+		return 0, 0, "", "state " + err.Error() + "."
 	}
-	state = filter.State()
 	l := DefaultListLimit
 	if s := q.Get("limit"); s != "" {
 		if err := l.UnmarshalText([]byte(s)); err != nil {

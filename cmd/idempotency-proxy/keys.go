@@ -94,8 +94,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	fs.SetOutput(io.Discard)
 	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
 	tokenFile := fs.String("token-file", "", "")
-	var state admin.StateFilter
-	var cursor, key, source, bodyFile, method, path, host string
+	var state, cursor, key, source, bodyFile, method, path, host string
 	limit := admin.DefaultListLimit
 	headers := headerList{}
 	var positional int // HASH arguments wanted
@@ -103,7 +102,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	case "get", "delete":
 		positional = 1
 	case "list":
-		fs.TextVar(&state, "state", admin.FilterAll, "")
+		fs.StringVar(&state, "state", "all", "")
 		fs.TextVar(&limit, "limit", admin.DefaultListLimit, "")
 		fs.StringVar(&cursor, "cursor", "", "")
 	case "hash":
@@ -143,7 +142,10 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 			return b
 		}
 	case "list":
-		q := url.Values{"state": {state.String()}, "limit": {limit.String()}}
+		if _, err := admin.ListState(state); err != nil {
+			return nil, fmt.Errorf("--state: %w", err)
+		}
+		q := url.Values{"state": {state}, "limit": {limit.String()}}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
