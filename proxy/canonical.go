@@ -4,37 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
-
-// FingerprintJSON says how a JSON request body enters the payload
-// fingerprint (docs/request-handling.md, "What the fingerprint covers").
-type FingerprintJSON uint8
-
-const (
-	// FingerprintRaw hashes the body's bytes as sent.
-	FingerprintRaw FingerprintJSON = iota
-	// FingerprintCanonical hashes a JSON body with its object members
-	// sorted by name and insignificant whitespace dropped, so a client that
-	// re-serialises the same document for a retry still matches. Strings
-	// and numbers are hashed as sent: "1.0" and "1" stay different, as they
-	// may be to the upstream.
-	FingerprintCanonical
-)
-
-var fingerprintJSONWords = enum.Words{"raw", "canonical"}
-
-// String returns the configuration form: "raw" or "canonical".
-func (f FingerprintJSON) String() string { return fingerprintJSONWords.Name(int(f)) }
-
-// MarshalText returns the configuration form.
-func (f FingerprintJSON) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
-
-// UnmarshalText parses "raw" or "canonical".
-func (f *FingerprintJSON) UnmarshalText(b []byte) error {
-	return parseWord(f, fingerprintJSONWords, b)
-}
 
 // maxFingerprintIgnore is the most pointers one route's fingerprint_ignore
 // may list.

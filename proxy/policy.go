@@ -256,6 +256,27 @@ func boolIndex(b bool) int {
 	return 0
 }
 
+// FingerprintJSON says how a JSON request body enters the payload
+// fingerprint (docs/request-handling.md, "What the fingerprint covers").
+type FingerprintJSON uint8
+
+const (
+	// FingerprintRaw hashes the body's bytes as sent.
+	FingerprintRaw FingerprintJSON = iota
+	// FingerprintCanonical hashes a JSON body with its object members
+	// sorted by name and insignificant whitespace dropped, so a client that
+	// re-serialises the same document for a retry still matches. Strings
+	// and numbers are hashed as sent: "1.0" and "1" stay different, as they
+	// may be to the upstream.
+	FingerprintCanonical
+)
+
+var fingerprintJSONWords = enum.Words{"raw", "canonical"}
+
+func (f FingerprintJSON) String() string                { return fingerprintJSONWords.Name(int(f)) }
+func (f FingerprintJSON) MarshalText() ([]byte, error)  { return []byte(f.String()), nil }
+func (f *FingerprintJSON) UnmarshalText(b []byte) error { return parseWord(f, fingerprintJSONWords, b) }
+
 // parseWord sets dst to the value of word b.
 func parseWord[T ~uint8](dst *T, words enum.Words, b []byte) error {
 	i, err := words.Parse(string(b))

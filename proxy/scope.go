@@ -21,22 +21,6 @@ type ScopeHeader struct {
 
 const cookieScopePrefix = "Cookie:"
 
-// parseScopeHeader parses the configuration form of a scope entry.
-func parseScopeHeader(s string) (ScopeHeader, error) {
-	s = strings.TrimSpace(s)
-	if len(s) >= len(cookieScopePrefix) && strings.EqualFold(s[:len(cookieScopePrefix)], cookieScopePrefix) {
-		name := strings.TrimSpace(s[len(cookieScopePrefix):])
-		if !httpguts.ValidHeaderFieldName(name) {
-			return ScopeHeader{}, fmt.Errorf("invalid cookie name %q in %q", name, s)
-		}
-		return ScopeHeader{Cookie: name}, nil
-	}
-	if !httpguts.ValidHeaderFieldName(s) {
-		return ScopeHeader{}, fmt.Errorf("invalid header name %q (or Cookie:NAME for one cookie)", s)
-	}
-	return ScopeHeader{Header: textproto.CanonicalMIMEHeaderKey(s)}, nil
-}
-
 // check reports why an entry built in code cannot scope a key; a parsed
 // entry is valid.
 func (s ScopeHeader) check() error {
@@ -72,12 +56,21 @@ func (s ScopeHeader) String() string {
 // MarshalText returns the configuration form.
 func (s ScopeHeader) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// UnmarshalText parses the configuration form, as parseScopeHeader.
+// UnmarshalText parses the configuration form: a header name, or
+// "Cookie:NAME".
 func (s *ScopeHeader) UnmarshalText(text []byte) error {
-	v, err := parseScopeHeader(string(text))
-	if err != nil {
-		return err
+	v := strings.TrimSpace(string(text))
+	if len(v) >= len(cookieScopePrefix) && strings.EqualFold(v[:len(cookieScopePrefix)], cookieScopePrefix) {
+		name := strings.TrimSpace(v[len(cookieScopePrefix):])
+		if !httpguts.ValidHeaderFieldName(name) {
+			return fmt.Errorf("invalid cookie name %q in %q", name, v)
+		}
+		*s = ScopeHeader{Cookie: name}
+		return nil
 	}
-	*s = v
+	if !httpguts.ValidHeaderFieldName(v) {
+		return fmt.Errorf("invalid header name %q (or Cookie:NAME for one cookie)", v)
+	}
+	*s = ScopeHeader{Header: textproto.CanonicalMIMEHeaderKey(v)}
 	return nil
 }
