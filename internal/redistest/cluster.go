@@ -3,36 +3,59 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// Cluster is a Redis Cluster of masters without replicas, every slot
-// assigned.
+// Cluster is a Redis Cluster, every slot assigned: masters only, or with
+// one replica per master (WithReplicas).
 type Cluster struct {
+	// Nodes are every node, masters and replicas.
 	Nodes []*Server
+	// Masters are the nodes that hold slots; Replicas[i], when there are
+	// replicas, replicates Masters[i].
+	Masters, Replicas []*Server
+}
+
+// ClusterOption tunes StartCluster.
+type ClusterOption func(*clusterConfig)
+
+type clusterConfig struct{ replicas int }
+
+// WithReplicas gives every master one replica.
+func WithReplicas() ClusterOption {
+	return func(c *clusterConfig) { c.replicas = 1 }
 }
 
 // StartCluster runs masters (at least 3, as redis-cli requires) cluster-mode
-// servers, joins them with redis-cli --cluster create and returns once every
-// node reports cluster_state:ok.
-func StartCluster(t testing.TB, masters int) *Cluster {
+// servers, and their replicas if asked, joins them with redis-cli --cluster
+// create and returns once every node reports cluster_state:ok and every
+// replica's link to its master is up.
+func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	if masters < 3 {
 		t.Fatalf("StartCluster: need at least 3 masters, got %d", masters)
 	}
+	var cfg clusterConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	cli := lookBinary(t, "redis-cli")
 	c := &Cluster{}
-	for range masters {
+	for range masters * (1 + cfg.replicas) {
 		c.Nodes = append(c.Nodes, Start(t,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000"))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(cfg.replicas), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
@@ -44,7 +67,59 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 			t.Fatalf("cluster node %s: %v", n.Addr(), err)
 		}
 	}
+	c.findRoles(ctx, t)
 	return c
+}
+
+// findRoles sorts the nodes into Masters and Replicas as redis-cli made
+// them, waiting for each replica's link to its master.
+func (c *Cluster) findRoles(ctx context.Context, t testing.TB) {
+	t.Helper()
+	byAddr := map[string]*Server{}
+	for _, n := range c.Nodes {
+		byAddr[n.Addr()] = n
+	}
+	replicaOf := map[*Server]*Server{}
+	for _, n := range c.Nodes {
+		nc := n.Client(t)
+		var master string
+		poll(ctx, t, "role of "+n.Addr(), func() (bool, string) {
+			info, err := nc.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err.Error()
+			}
+			f := map[string]string{}
+			for line := range strings.Lines(info) {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+				f[k] = v
+			}
+			switch {
+			case f["role"] == "master":
+				master = ""
+				return true, ""
+			case f["master_link_status"] == "up":
+				master = net.JoinHostPort(f["master_host"], f["master_port"])
+				return true, ""
+			}
+			return false, "replica link " + f["master_link_status"]
+		})
+		if master != "" {
+			replicaOf[byAddr[master]] = n
+		}
+	}
+	replicas := slices.Collect(maps.Values(replicaOf))
+	for _, n := range c.Nodes {
+		if slices.Contains(replicas, n) {
+			continue
+		}
+		c.Masters = append(c.Masters, n)
+		if r := replicaOf[n]; r != nil {
+			c.Replicas = append(c.Replicas, r)
+		}
+	}
+	if len(replicaOf) > 0 && len(c.Replicas) != len(c.Masters) {
+		t.Fatalf("cluster: %d masters but %d with a replica", len(c.Masters), len(c.Replicas))
+	}
 }
 
 // Addrs are the host:port addresses of the nodes.

@@ -7,7 +7,7 @@
 //	srv := redistest.Start(t)                 // standalone
 //	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 //	srv.Kill(); srv.Restart()                 // fault injection, same port
-//	cl := redistest.StartCluster(t, 3)        // cl.Addrs()
+//	cl := redistest.StartCluster(t, 3)        // cl.Addrs(); WithReplicas() adds one per master
 //	sn := redistest.StartSentinel(t)          // sn.MasterName(), sn.SentinelAddrs(), sn.Failover(t)
 //
 // Without redis-server on PATH the tests are skipped, unless the CI
