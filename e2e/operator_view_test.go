@@ -260,7 +260,7 @@ func runInFlightHolder(t *testing.T, storeYAML string) {
 	if err := json.Unmarshal([]byte(body), &problem); err != nil || code != http.StatusConflict || problem["started_at"] != since {
 		t.Errorf("duplicate: %d %s, want 409 in-flight with started_at %s", code, body, since)
 	}
-	if d := fmt.Sprint(problem["detail"]); !strings.Contains(d, "since "+since) {
+	if d := fmt.Sprint(problem["detail"]); !strings.Contains(d, "running since "+since+",") {
 		t.Errorf("409 detail %q does not say since %s", d, since)
 	}
 	for what, out := range map[string]string{"the 409": body, "keys get": fmt.Sprint(got), "the logs": p.Logs()} {

@@ -125,6 +125,10 @@ func TestWaitTimeout(t *testing.T) {
 	if r.StatusCode != http.StatusConflict || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("got %d, want 409 with Retry-After after wait_timeout", r.StatusCode)
 	}
+	// It says since when the key has been running, as a rejected duplicate's does.
+	if !strings.Contains(r.body, `"started_at":"`) || !strings.Contains(r.body, ", running since ") {
+		t.Errorf("409 after wait_timeout = %s, want started_at and since when in the detail", r.body)
+	}
 }
 
 // A waiter whose first request releases the key (a release status) executes

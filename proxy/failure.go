@@ -49,10 +49,10 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	case failMissingKey:
 		return probMissingKey, "This route requires " + describeKeySources(q.route.sources) + " on " + q.in.Method + " requests.", OutcomeMissingKey
 	case failWaitedTooLong:
-		return probInFlight, "A request with this idempotency key was still being processed after waiting " + q.route.policy.WaitTimeout.String() +
-			heldSince(q) + ". Retry later.", OutcomeConflict
+		return probInFlight, "A request with this idempotency key" + runningSince(q) + " was still being processed after waiting " +
+			q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
 	case failInFlight:
-		return probInFlight, "A request with this idempotency key is still being processed" + heldSince(q) + ". Retry after it completes.", OutcomeConflict
+		return probInFlight, "A request with this idempotency key" + runningSince(q) + " is still being processed. Retry after it completes.", OutcomeConflict
 	case failKeyExpired:
 		return probKeyExpired, "This idempotency key's recorded response expired at " + q.expiredAt.UTC().Format(time.RFC3339) +
 			", so the request was not forwarded: a retry this late is refused rather than executed again. Use a new key for a new operation.", OutcomeExpiredKey
@@ -117,13 +117,14 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 // startedAtFormat is RFC 3339 with the milliseconds a lease keeps.
 const startedAtFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// heldSince is the part of an in-flight problem's detail that says since
-// when the request holding the key has been running, when its lease says.
-func heldSince(q *request) string {
+// runningSince is the part of an in-flight problem's detail that says
+// since when the request holding the key has been running, when its lease
+// says.
+func runningSince(q *request) string {
 	if q.heldSince.IsZero() {
 		return ""
 	}
-	return " (since " + q.heldSince.UTC().Format(startedAtFormat) + ")"
+	return ", running since " + q.heldSince.UTC().Format(startedAtFormat) + ","
 }
 
 // stopCause is why the proxy cancelled an upstream call.

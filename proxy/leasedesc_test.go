@@ -57,7 +57,7 @@ func TestLeaseSaysWhoHoldsTheKeyAndSince(t *testing.T) {
 	if r.StatusCode != http.StatusConflict || body["started_at"] != since {
 		t.Errorf("duplicate = %d %s, want 409 with started_at %s", r.StatusCode, r.body, since)
 	}
-	if d, _ := body["detail"].(string); !strings.Contains(d, "since "+since) {
+	if d, _ := body["detail"].(string); !strings.Contains(d, "running since "+since+",") {
 		t.Errorf("409 detail %q does not say since %s", d, since)
 	}
 	if strings.Contains(r.body, "secret") || strings.Contains(r.body, "proxy-test") {

@@ -23,7 +23,8 @@ const adminTokenEnv = "IDEMPOTENCY_PROXY_ADMIN_TOKEN"
 const keysUsage = `Usage: idempotency-proxy keys COMMAND [flags]
 
 Commands (they call the admin API of a running proxy; see docs/operating.md):
-  get HASH                 show the lease or record under a key_hash
+  get HASH                 show the lease (who holds it, since when) or the
+                           record under a key_hash
   delete HASH              remove it (a lease's request is then fenced)
   list [--state S] [--limit N] [--cursor C]
                            list keys: S is in_flight, completed or all
