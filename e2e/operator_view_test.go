@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 )
 
@@ -199,13 +201,21 @@ func TestKeysShowTheRequestAKeyBelongsTo(t *testing.T) {
 // `keys get`, `keys list` and GET /admin/keys/{key_hash} show its method,
 // host, path (never the query), route, start and the instance (host and
 // pid) running it, and a concurrent duplicate's 409 in-flight says since
-// when, in started_at and its detail. On the memory store and on Redis,
-// whose lease value carries the description after its token.
+// when, in started_at and its detail. On every store: each keeps the
+// description with its lease in its own way.
 func TestKeysShowWhoHoldsAnInFlightKey(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { runInFlightHolder(t, "store:\n  kind: memory\n") })
 	t.Run("redis", func(t *testing.T) {
 		r := redistest.Start(t, "--maxmemory-policy", "noeviction")
 		runInFlightHolder(t, fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %q\n", r.URL()))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := pgtest.Start(t)
+		runInFlightHolder(t, fmt.Sprintf("store:\n  kind: postgres\n  postgres:\n    url: %q\n", pg.URL()))
+	})
+	t.Run("file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "keys.db")
+		runInFlightHolder(t, fmt.Sprintf("store:\n  kind: file\n  file:\n    path: %q\n", path))
 	})
 }
 

@@ -138,6 +138,7 @@ func (c *otlpCollector) WaitFor(timeout time.Duration, match func(collectedSpan)
 type tracedProxy struct {
 	proc   *testbin.Process
 	listen string
+	admin  string // host:port of the admin listener
 }
 
 // startTracedProxy runs the binary with config lines after the listeners,
@@ -145,8 +146,8 @@ type tracedProxy struct {
 // override any the test process inherited). It returns once /readyz is 200.
 func startTracedProxy(t *testing.T, upstream, config string, env ...string) *tracedProxy {
 	t.Helper()
-	p := &tracedProxy{listen: freeAddr(t)}
-	admin := freeAddr(t)
+	p := &tracedProxy{listen: freeAddr(t), admin: freeAddr(t)}
+	admin := p.admin
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	yaml := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\nstore:\n  kind: memory\n%s",
 		p.listen, admin, upstream, config)

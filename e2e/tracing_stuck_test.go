@@ -17,7 +17,7 @@ import (
 // refused retry's log line to the trace of the request that holds the key.
 // That request has not finished, so its server span is not exported yet;
 // its begin span, which took the lease, is — with the same key_hash and the
-// trace id of the holder.
+// trace id of the holder, which the key API shows in the lease.
 func TestStuckKeyLeadsToTheTraceOfTheRequestHoldingIt(t *testing.T) {
 	col := startCollector(t)
 	held, release := make(chan struct{}), make(chan struct{})
@@ -25,7 +25,7 @@ func TestStuckKeyLeadsToTheTraceOfTheRequestHoldingIt(t *testing.T) {
 	var released sync.Once
 	unblock := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(unblock) // runs before the upstream's Close, which waits for the request
-	p := startTracedProxy(t, up, "log_level: debug\n"+tracingConfig,
+	p := startTracedProxy(t, up, "log_level: debug\nadmin:\n  token: "+stuckToken+"\n"+tracingConfig,
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL(), "OTEL_BSP_SCHEDULE_DELAY=50")
 	c := newClient(t, 30*time.Second)
 
@@ -52,6 +52,19 @@ func TestStuckKeyLeadsToTheTraceOfTheRequestHoldingIt(t *testing.T) {
 	}
 	if begin.TraceID() != clientTraceID {
 		t.Errorf("the lease was taken in trace %s, want the holder's %s", begin.TraceID(), clientTraceID)
+	}
+	// The key API names the same trace in the lease.
+	req, _ := http.NewRequest("GET", "http://"+p.admin+"/admin/keys/"+keyHash, nil)
+	req.Header.Set("Authorization", "Bearer "+stuckToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease map[string]any
+	err = json.NewDecoder(res.Body).Decode(&lease)
+	res.Body.Close()
+	if err != nil || lease["state"] != "in_flight" || lease["trace_id"] != clientTraceID {
+		t.Errorf("GET /admin/keys/%s = %v, %v; want the lease with trace_id %s", keyHash, lease, err, clientTraceID)
 	}
 	select {
 	case r := <-first:
@@ -80,6 +93,8 @@ func TestStuckKeyLeadsToTheTraceOfTheRequestHoldingIt(t *testing.T) {
 	}
 	t.Fatalf("no server span in the holder's trace %s", clientTraceID)
 }
+
+const stuckToken = "stuck-token"
 
 // newBlockingUpstream answers 201 once release is closed; held is closed
 // when the first request arrives.
