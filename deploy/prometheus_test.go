@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -10,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/common/model"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 const (
@@ -172,15 +173,9 @@ func TestPrometheusConfig(t *testing.T) {
 // TestPromtool runs promtool over the rules, their unit tests and the
 // configuration when promtool is installed (Debian: package prometheus).
 func TestPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		// The alerts are promises (docs/guarantees.md): CI installs promtool
-		// and must not pass without running it.
-		if os.Getenv("CI") != "" {
-			t.Fatal("promtool not on PATH in CI: .ci/run installs it from Debian's prometheus package")
-		}
-		t.Skip("promtool not installed; apt-get install prometheus, or put promtool on PATH")
-	}
+	// The alerts are promises (docs/guarantees.md): CI installs promtool
+	// and must not pass without running it.
+	promtool := testbin.Tool(t, "promtool", "Debian package prometheus")
 	tests := []struct {
 		name string
 		args []string

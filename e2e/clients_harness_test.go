@@ -248,14 +248,7 @@ func (f *losingFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // elsewhere its absence skips the test.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not installed (required when CI is set): %v", name, err)
-		}
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return path
+	return testbin.Tool(t, name, "")
 }
 
 // runClientTests runs a client's own test command against the harness and

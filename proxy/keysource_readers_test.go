@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // readerCorpus is request bodies built to find where JSON readers part:
@@ -88,13 +88,7 @@ type readerAnswer struct {
 // CI environment variable is set.
 func readWith(t *testing.T, corpus [][]byte, pointer, tool string, args ...string) []readerAnswer {
 	t.Helper()
-	path, err := exec.LookPath(tool)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not installed (required when CI is set): %v", tool, err)
-		}
-		t.Skipf("%s not installed: %v", tool, err)
-	}
+	path := testbin.Tool(t, tool, "")
 	var in bytes.Buffer
 	for _, body := range corpus {
 		in.WriteString(base64.StdEncoding.EncodeToString(body))

@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // BinDir holds initdb and postgres: Debian's postgresql package (15).
@@ -53,14 +55,7 @@ const (
 // test when it is missing, or fails it when the CI variable is set.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	path := filepath.Join(BinDir, name)
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not installed (required when CI is set; Debian package postgresql): %v", path, err)
-		}
-		t.Skipf("%s not installed (Debian package postgresql): %v", path, err)
-	}
-	return path
+	return testbin.Tool(t, filepath.Join(BinDir, name), "Debian package postgresql")
 }
 
 // Server is one PostgreSQL server. Its methods are safe for concurrent use.
@@ -72,8 +67,7 @@ type Server struct {
 	cred     *syscall.Credential // nil when not running as root
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc *testbin.Process // nil before the first start
 }
 
 // Start initialises a database cluster and starts a server on it. It
@@ -139,10 +133,10 @@ func (s *Server) Password() string { return s.password }
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.exited() {
+	if !s.running() {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Start starts the server on its data directory when it is not running,
@@ -150,7 +144,7 @@ func (s *Server) PID() int {
 func (s *Server) Start() {
 	s.t.Helper()
 	s.mu.Lock()
-	if s.cmd != nil && !s.exited() {
+	if s.running() {
 		s.mu.Unlock()
 		return
 	}
@@ -174,14 +168,10 @@ func (s *Server) Start() {
 		s.mu.Unlock()
 		s.t.Fatalf("pgtest: start postgres: %v", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
+	proc := testbin.Watch(cmd)
+	s.proc = proc
 	s.mu.Unlock()
-	if err := s.waitReady(done); err != nil {
+	if err := s.waitReady(proc); err != nil {
 		s.dumpLog()
 		s.t.Fatalf("pgtest: postgres on %s not ready: %v", s.Addr(), err)
 	}
@@ -194,18 +184,13 @@ func (s *Server) Start() {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.exited() {
-		return
+	if s.running() {
+		s.proc.Stop(syscall.SIGINT, stopTimeout)
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.done:
-		return
-	case <-time.After(stopTimeout):
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
 }
+
+// running reports whether the server runs; s.mu is held.
+func (s *Server) running() bool { return s.proc != nil && s.proc.Running() }
 
 // Conn returns a connection for assertions, closed in t.Cleanup.
 func (s *Server) Conn(t testing.TB) *pgx.Conn {
@@ -220,55 +205,25 @@ func (s *Server) Conn(t testing.TB) *pgx.Conn {
 	return c
 }
 
-func (s *Server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *Server) waitReady(exited <-chan struct{}) error {
-	deadline := time.Now().Add(readyTimeout)
-	var last error
-	for time.Now().Before(deadline) {
+// waitReady waits until the server accepts a connection and a ping.
+func (s *Server) waitReady(p *testbin.Process) error {
+	return p.Ready(readyTimeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		c, err := pgx.Connect(ctx, s.URL())
-		if err == nil {
-			err = c.Ping(ctx)
-			_ = c.Close(ctx)
+		if err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		select {
-		case <-exited:
-			return errors.New("process exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("timeout after %v, last: %v", readyTimeout, last)
+		defer c.Close(ctx)
+		return c.Ping(ctx)
+	})
 }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
 
 // dumpLog prints the tail of the server log: enough to see why it failed.
-func (s *Server) dumpLog() {
-	b, err := os.ReadFile(s.logPath())
-	if err != nil {
-		s.t.Logf("postgres %s: no log: %v", s.Addr(), err)
-		return
-	}
-	const max = 8 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	s.t.Logf("postgres %s log (tail):\n%s", s.Addr(), b)
-}
+func (s *Server) dumpLog() { testbin.LogTail(s.t, "postgres "+s.Addr(), s.logPath()) }
 
 // credential is the postgres user's when running as root, else nil (the
 // server then runs as the current user, which it accepts).

@@ -17,11 +17,8 @@ package redistest
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // readyTimeout bounds how long a fresh process may take to answer PING.
@@ -45,14 +44,7 @@ func Binary(t testing.TB) string {
 
 func lookBinary(t testing.TB, name string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not installed (required when CI is set): %v", name, err)
-		}
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return path
+	return testbin.Tool(t, name, "")
 }
 
 // Server is one redis-server (or sentinel) process. Its methods are safe for
@@ -65,8 +57,7 @@ type Server struct {
 	argv []string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc *testbin.Process // nil before the first launch
 }
 
 // Start runs a standalone redis-server with persistence disabled; args are
@@ -115,10 +106,10 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.exited() {
+	if !s.running() {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Client returns a client for assertions, closed in t.Cleanup.
@@ -148,8 +139,8 @@ func (s *Server) Resume() { s.send(syscall.SIGCONT) }
 func (s *Server) send(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil && !s.exited() {
-		_ = s.cmd.Process.Signal(sig)
+	if s.running() {
+		_ = s.proc.Signal(sig)
 	}
 }
 
@@ -164,47 +155,26 @@ func (s *Server) Restart() {
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.exited() {
-		return
+	if s.running() {
+		s.proc.Stop(sig, 5*time.Second)
 	}
-	_ = s.cmd.Process.Signal(sig)
-	select {
-	case <-s.done:
-		return
-	case <-time.After(5 * time.Second):
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
 }
 
-func (s *Server) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
+// running reports whether the process runs; s.mu is held.
+func (s *Server) running() bool { return s.proc != nil && s.proc.Running() }
 
 func (s *Server) launch() {
 	s.t.Helper()
 	s.mu.Lock()
-	cmd := exec.Command(s.bin, s.argv...)
-	cmd.Dir = s.dir
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
+	proc, err := testbin.Launch(testbin.Command{Path: s.bin, Args: s.argv, Dir: s.dir}, &testbin.Buffer{})
+	if err != nil {
 		s.mu.Unlock()
-		s.t.Fatalf("start %s: %v", s.bin, err)
+		s.t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
+	s.proc = proc
 	s.mu.Unlock()
 
-	if err := waitPing(s.Addr(), done, readyTimeout); err != nil {
+	if err := waitPing(proc, s.Addr(), readyTimeout); err != nil {
 		s.dumpLog()
 		s.t.Fatalf("redis-server on %s not ready: %v", s.Addr(), err)
 	}
@@ -213,43 +183,19 @@ func (s *Server) launch() {
 func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
 
 // dumpLog prints the tail of the server log: enough to see why it failed.
-func (s *Server) dumpLog() {
-	b, err := os.ReadFile(s.logPath())
-	if err != nil {
-		s.t.Logf("redis-server %s: no log: %v", s.Addr(), err)
-		return
-	}
-	const max = 8 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	s.t.Logf("redis-server %s log (tail):\n%s", s.Addr(), b)
-}
+func (s *Server) dumpLog() { testbin.LogTail(s.t, "redis-server "+s.Addr(), s.logPath()) }
 
 // waitPing polls addr with a raw PING until it answers +PONG (or NOAUTH,
 // for a server started with a password), the process exits, or the timeout
 // passes.
-func waitPing(addr string, exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return errors.New("process exited")
-		default:
-		}
+func waitPing(p *testbin.Process, addr string, timeout time.Duration) error {
+	return p.Ready(timeout, func() error {
 		reply, err := rawCommand(addr, "PING")
 		if err == nil && (reply == "+PONG" || strings.HasPrefix(reply, "-NOAUTH")) {
 			return nil
 		}
-		last = fmt.Errorf("reply %q: %v", reply, err)
-		select {
-		case <-exited:
-			return errors.New("process exited")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("timeout after %v, last: %v", timeout, last)
+		return fmt.Errorf("reply %q: %v", reply, err)
+	})
 }
 
 // rawCommand sends one inline command and returns the first reply line.

@@ -35,6 +35,7 @@ type Command struct {
 	Args   []string  // arguments, without the program name
 	Env    []string  // added to the test's own environment
 	Stdout io.Writer // where standard output goes; nil discards it
+	Dir    string    // the working directory; "" is the test's
 }
 
 // Process is one running (or exited) process. Methods are safe for
@@ -54,11 +55,21 @@ func Launch(c Command, stderr *Buffer) (*Process, error) {
 	cmd.Env = append(os.Environ(), c.Env...)
 	cmd.Stdout = c.Stdout
 	cmd.Stderr = stderr
+	cmd.Dir = c.Dir
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.Path, err)
 	}
-	p := &Process{name: filepath.Base(c.Path), cmd: cmd, stderr: stderr, done: make(chan struct{})}
+	return watch(cmd, stderr), nil
+}
+
+// Watch is the Process of cmd, which its caller built and started (with
+// attributes a Command does not have, such as another user's credential);
+// its standard error is the caller's, and Stderr is empty.
+func Watch(cmd *exec.Cmd) *Process { return watch(cmd, &Buffer{}) }
+
+func watch(cmd *exec.Cmd, stderr *Buffer) *Process {
+	p := &Process{name: filepath.Base(cmd.Path), cmd: cmd, stderr: stderr, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		var ee *exec.ExitError
@@ -67,7 +78,7 @@ func Launch(c Command, stderr *Buffer) (*Process, error) {
 		}
 		close(p.done)
 	}()
-	return p, nil
+	return p
 }
 
 // Start launches c for the duration of the test: it is SIGKILLed in
@@ -118,6 +129,33 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Stop sends sig, waits up to within for the exit, and kills the process
+// if it is still running then; a no-op once exited.
+func (p *Process) Stop(sig syscall.Signal, within time.Duration) {
+	if p.Signal(sig) != nil {
+		return
+	}
+	if _, ok := p.Wait(within); !ok {
+		p.Kill()
+	}
+}
+
+// LogTail logs the last 8 KiB of a server's log file, what of it is
+// enough to see why the server failed; what names the server.
+func LogTail(tb testing.TB, what, path string) {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Logf("%s: no log: %v", what, err)
+		return
+	}
+	const max = 8 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	tb.Logf("%s log (tail):\n%s", what, b)
+}
+
 // Signal sends sig unless the process has exited.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if !p.Running() {
@@ -156,4 +194,25 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Tool returns the path of the program name (on PATH, or a path). A
+// missing program skips the test, or fails it when the CI environment
+// variable is set: CI installs every program a test needs (.ci/run) and
+// must never pass by skipping one. hint says how to install it, "" for
+// nothing to add.
+func Tool(tb testing.TB, name, hint string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if hint != "" {
+		hint = "; " + hint
+	}
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s not installed (required when CI is set%s): %v", name, hint, err)
+	}
+	tb.Skipf("%s not installed%s: %v", name, hint, err)
+	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -70,5 +71,32 @@ func TestEventuallyGivesTheLastError(t *testing.T) {
 	err := SoonError(50*time.Millisecond, func() error { tries++; return fmt.Errorf("try %d", tries) })
 	if err == nil || !strings.Contains(err.Error(), "not within 50ms") || !strings.Contains(err.Error(), fmt.Sprintf("(last: try %d)", tries)) {
 		t.Fatalf("err = %v, want the bound and the last try (%d)", err, tries)
+	}
+}
+
+// A server that exits while a test waits for it fails the wait at once,
+// with what the wait last saw, not at the end of the bound.
+func TestReadyFailsWhenTheProcessExits(t *testing.T) {
+	p := Start(t, Command{Path: "/bin/sh", Args: []string{"-c", "exit 3"}})
+	err := p.Ready(time.Minute, func() error { return fmt.Errorf("not answering") })
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "not answering") {
+		t.Fatalf("Ready = %v, want the exit (not the bound) and the last error", err)
+	}
+}
+
+// Stop kills a process that ignores the signal once the bound passes.
+func TestStopKillsWhatIgnoresTheSignal(t *testing.T) {
+	out := &Buffer{}
+	// A shell loop, not sleep: no child of the shell outlives the kill.
+	p := Start(t, Command{Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo up; while :; do :; done"}, Stdout: out})
+	SucceedsSoon(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), "up") {
+			return fmt.Errorf("the shell has not set its trap yet")
+		}
+		return nil
+	})
+	p.Stop(syscall.SIGTERM, 100*time.Millisecond)
+	if p.Running() {
+		t.Fatal("the process still runs after Stop")
 	}
 }

@@ -13,15 +13,8 @@ import (
 func PollStatus(ctx context.Context, url string, want int, exited <-chan struct{}) error {
 	c := &http.Client{Timeout: time.Second}
 	defer c.CloseIdleConnections()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-exited:
-			cancel(errExited)
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel := untilExit(ctx, exited)
+	defer cancel()
 	err := Eventually(ctx, func() error {
 		resp, err := c.Get(url)
 		if err != nil {
@@ -40,6 +33,31 @@ func PollStatus(ctx context.Context, url string, want int, exited <-chan struct{
 }
 
 var errExited = errors.New("process exited")
+
+// untilExit is ctx, also done, with errExited as its cause, once exited
+// closes (nil: never).
+func untilExit(ctx context.Context, exited <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-exited:
+			cancel(errExited)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// Ready polls ready until it returns nil, failing when the process exits
+// first or within passes, with ready's last error: how a test waits for a
+// server it started to answer.
+func (p *Process) Ready(within time.Duration, ready func() error) error {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), within, fmt.Errorf("not within %s", within))
+	defer cancel()
+	ctx, stop := untilExit(ctx, p.done)
+	defer stop()
+	return Eventually(ctx, ready)
+}
 
 // WaitReady waits up to timeout for p to answer 200 on every url in turn;
 // it fails early if p exits.
