@@ -1,14 +1,16 @@
 // Package redistest starts real redis-server processes for tests: a
-// standalone server, a Cluster of masters, or a master with a replica watched
-// by a Sentinel. Every process listens on a free loopback port, keeps its
-// files in a test temp dir, is killed by PID in t.Cleanup and dies with the
-// test binary. A failed test gets each server's log printed with t.Log.
+// standalone server, a Cluster (of masters, or with a replica each), or a
+// master with a replica watched by one Sentinel or several. Every process
+// listens on a free loopback port, keeps its files in a test temp dir, is
+// killed by PID in t.Cleanup and dies with the test binary. A failed test
+// gets each server's log printed with t.Log.
 //
 //	srv := redistest.Start(t)                 // standalone
 //	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 //	srv.Kill(); srv.Restart()                 // fault injection, same port
 //	cl := redistest.StartCluster(t, 3)        // cl.Addrs(); WithReplicas() adds one per master
 //	sn := redistest.StartSentinel(t)          // sn.MasterName(), sn.SentinelAddrs(), sn.Failover(t)
+//	sn = redistest.StartSentinel(t, redistest.WithSentinels(3)) // quorum 2; sn.WatchSwitches(t) reports +switch-master
 //
 // Without redis-server on PATH the tests are skipped, unless the CI
 // environment variable is set: CI must never skip them silently.
