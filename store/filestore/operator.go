@@ -123,12 +123,17 @@ func toEntry(key string, e *entry, withBody bool) (store.Entry, error) {
 	return ent, nil
 }
 
+// typicalLease is what a lease as the proxy takes it counts against
+// MaxBytes (see entrySize): a 32-digit key_hash, twice, about a hundred
+// bytes of description, and the overhead.
+const typicalLease = 2*32 + 128 + entryOverhead
+
 // Health names the engine and says how full the store is; it is Full when
 // a lease for a new key would not fit and nothing can be evicted for it,
 // or when the disk was found full.
 func (s *Store) Health(context.Context) (store.Health, error) {
 	used := s.used.Load()
-	full := used+entrySize("", 64) > s.maxBytes
+	full := used+typicalLease > s.maxBytes
 	if full && s.evict {
 		full = s.records.Load() == 0
 	}

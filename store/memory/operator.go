@@ -175,10 +175,15 @@ func (s *Store) Stats() Stats {
 // expired ones included until they are reclaimed.
 func (s *Store) UsedBytes() int64 { return s.used.Load() }
 
+// typicalLease is the key and description of a lease as the proxy takes
+// it: a 32-digit key_hash, and about a hundred bytes of method, host, path,
+// route, start and instance.
+const typicalLease = 32 + 128
+
 // Health reports the store as "memory"; it is Full when a lease for a new
 // key would not fit and nothing can be evicted for it.
 func (s *Store) Health(context.Context) (store.Health, error) {
-	full := s.wouldOverflow(entryOverhead + 64)
+	full := s.wouldOverflow(entryOverhead + typicalLease)
 	if full && s.evict != nil {
 		full = s.records.Load() == 0
 	}
