@@ -59,6 +59,10 @@ func (w *discardWriter) Header() http.Header         { return w.header }
 func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
+// EnableFullDuplex lets a pass-through request enable full duplex, as
+// net/http's own writer does.
+func (*discardWriter) EnableFullDuplex() error { return nil }
+
 func (w *discardWriter) reset() {
 	clear(w.header)
 	w.status = 0
@@ -170,6 +174,19 @@ func BenchmarkHandlerMissAccessLog(b *testing.B) {
 func BenchmarkHandlerHitAccessLog(b *testing.B) { benchmarkHit(b, accessLogged) }
 
 func BenchmarkHandlerHit(b *testing.B) { benchmarkHit(b) }
+
+// BenchmarkHandlerNoKey forwards a request without a key: what a miss
+// costs above it is the handler's share of the idempotency tax.
+func BenchmarkHandlerNoKey(b *testing.B) {
+	rig := newBenchRig(b)
+	delete(rig.r.Header, "Idempotency-Key")
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := rig.serve(""); got != http.StatusOK {
+			b.Fatalf("status %d, want 200", got)
+		}
+	}
+}
 
 func benchmarkHit(b *testing.B, opts ...envOption) {
 	rig := newBenchRig(b, opts...)
