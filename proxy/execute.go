@@ -40,19 +40,21 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 	q.deadline = h.clock.AfterFunc(h.upstreamTimeout, func() { h.timerFired(q) })
 	q.capture.mu.Unlock()
 
-	out := q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
-	setBody(out, q.body, &q.bodyReader)
-	go h.call(detached, q, out)
+	q.detached = detached
+	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
+	setBody(q.upstream, q.body, &q.bodyReader)
+	h.callers.start(q)
 	h.await(w, q)
 }
 
-// call makes the upstream call of q and settles its key. It runs in its
-// own goroutine: a panic of the reverse proxy (http.ErrAbortHandler, a
-// response cut short) is caught here and passed on to the client's
-// goroutine, which aborts the client's response with it.
-func (h *Handler) call(ctx context.Context, q *request, out *http.Request) {
+// call makes the upstream call of q (q.upstream) and settles its key. It
+// runs in a goroutine of its own (callers): a panic of the reverse proxy
+// (http.ErrAbortHandler, a response cut short) is caught here and passed
+// on to the client's goroutine, which aborts the client's response with it.
+func (h *Handler) call(q *request) {
+	ctx := q.detached
 	start := time.Now()
-	aborted := h.serveUpstream(q, out)
+	aborted := h.serveUpstream(q, q.upstream)
 	dropControlTrailers(q.capture.hdr, q.route.policy.UpstreamControlHeader)
 	q.capture.mu.Lock() // timerFired may be re-arming it
 	q.deadline.Stop()

@@ -36,6 +36,7 @@ type Handler struct {
 	observe         func(*http.Request, Observation)
 	instance        string // names this process in its leases
 	owners          owners
+	callers         *callers // run the upstream calls
 	clock           clock
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
@@ -84,6 +85,7 @@ func New(opts Options) (*Handler, error) {
 		transport = NewTransport()
 	}
 	h.owners.init()
+	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default

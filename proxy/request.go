@@ -70,7 +70,11 @@ type request struct {
 	// (setting timedOut), then at upstream.max_execution. ended is set when
 	// the call returned, and ran holds what it did. wake is signalled after
 	// timedOut or ended is set.
-	cancel   context.CancelFunc
+	cancel context.CancelFunc
+	// detached is the context of the call's store operations, and
+	// upstream the request it sends (call).
+	detached context.Context
+	upstream *http.Request
 	deadline timer
 	// deadlineStopped is set, under capture.mu, once the call returned.
 	deadlineStopped bool

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+)
+
+// goroutineID is the calling goroutine's number, from its stack's first
+// line ("goroutine 42 [running]:").
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1]
+}
+
+func idleCallers(c *callers, want int32) func() error {
+	return func() error {
+		if got := c.idle.Load(); got != want {
+			return fmt.Errorf("%d idle callers, want %d", got, want)
+		}
+		return nil
+	}
+}
+
+func TestCallersRunTheNextCallOnTheGoroutineOfTheLast(t *testing.T) {
+	ids := make(chan string, 1)
+	// One idle caller at most: a call that finds none idle gets a goroutine
+	// that exits after it, while the first stays.
+	c := newCallers(func(*request) { ids <- goroutineID() }, 1, time.Minute)
+	c.start(&request{})
+	first := <-ids
+	// The caller counts itself idle just before it waits: a call may miss
+	// it in between, but not once it waits.
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		c.start(&request{})
+		if id := <-ids; id != first {
+			return fmt.Errorf("the call ran on goroutine %s, want %s, which is idle", id, first)
+		}
+		return nil
+	})
+}
+
+func TestCallersNeverMakeACallWaitAndKeepAtMostMaxIdle(t *testing.T) {
+	const calls, maxIdle = 8, 2
+	base := runtime.NumGoroutine()
+	var running sync.WaitGroup
+	running.Add(calls)
+	release := make(chan struct{})
+	c := newCallers(func(*request) {
+		running.Done()
+		<-release
+	}, maxIdle, time.Minute)
+	for range calls {
+		c.start(&request{}) // with every caller busy, a new one
+	}
+	running.Wait() // all at once: none waited for another to finish
+	close(release)
+	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, maxIdle))
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > base+maxIdle {
+			return fmt.Errorf("%d goroutines, want at most %d: only %d callers stay idle", n, base+maxIdle, maxIdle)
+		}
+		return nil
+	})
+}
+
+func TestIdleCallersExitAfterTheirTimeout(t *testing.T) {
+	ids := make(chan string, 1)
+	c := newCallers(func(*request) { ids <- goroutineID() }, 4, 500*time.Millisecond)
+	c.start(&request{})
+	first := <-ids
+	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
+	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, 0)) // its timeout passed
+	c.start(&request{})
+	if second := <-ids; second == first {
+		t.Errorf("the call after the timeout ran on goroutine %s, which should have exited", first)
+	}
+}
