@@ -22,18 +22,44 @@ type chaosLog struct {
 	faults []faultEvent
 }
 
-// faultEvent is one fault: its name (faultNames), when, and the proxy it
-// hit ("" for Redis and the upstream).
+// faultEvent is one fault: its name (faultNames), when it began and when
+// it was undone (the store, upstream or proxy restarted), and the proxy it
+// hit ("" for the store and the upstream).
 type faultEvent struct {
-	name string
-	at   time.Time
-	base string
+	name      string
+	at, until time.Time
+	base      string
 }
 
-func (cl *chaosLog) fault(name, base string) {
+// fault records a fault beginning now; the returned func records its end.
+func (cl *chaosLog) fault(name, base string) (ended func()) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	cl.faults = append(cl.faults, faultEvent{name, time.Now(), base})
+	i := len(cl.faults)
+	cl.faults = append(cl.faults, faultEvent{name: name, at: time.Now(), base: base})
+	return func() {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		cl.faults[i].until = time.Now()
+	}
+}
+
+// storeDownAround reports whether the store was down at some moment while
+// e's lease could be live: from lock_ttl before e reached the upstream (its
+// Begin came first) to lock_ttl after its work ended (its recording came
+// after, retried while its lease lasts). Only then can the store lose the
+// lease of a proxy that is running: it renews the lease every lock_ttl/3 and
+// records right after the upstream answers, so a store that answers keeps
+// the lease. A loss anywhere else is a lease that did not hold. cl.mu must
+// be held.
+func (cl *chaosLog) storeDownAround(e execution) bool {
+	from, to := e.At.Add(-lockTTL), e.At.Add(e.Work+lockTTL)
+	for _, f := range cl.faults {
+		if f.name == faultNames[0] && f.at.Before(to) && (f.until.IsZero() || f.until.After(from)) {
+			return true
+		}
+	}
+	return false
 }
 
 // cutWhileDetached reports whether a 504 upstream-timeout's call, which
@@ -110,10 +136,16 @@ type leaseBudget struct {
 // check verifies the chaos invariants:
 //   - per key, every execution beyond the first is explained: by an
 //     ambiguous reply of that key, or a 504 whose detached call a fault
-//     cut, else by a counted lost lease or an unrecorded response (a
-//     global budget);
+//     cut, else by a lease the store lost or a response it was down to
+//     record. Those last are drawn from a global budget (the proxies' count
+//     of lost leases and unrecorded responses), and each needs an earlier
+//     execution of the key whose lease was live while the store was down
+//     (storeDownAround): a store that loses leases while it answers, such as
+//     one whose Begin does not take the lease, is caught even though the
+//     proxy counts every loss;
 //   - every 2xx a client saw is the body of one of the key's executions,
-//     and every replay of a key is the same recorded body;
+//     and every replay of a key is the same recorded body; some key is
+//     replayed, so records held;
 //   - after the faults and lock_ttl, every key is replayed or executed,
 //     never 409.
 func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final map[string]reply) {
@@ -146,9 +178,21 @@ func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final 
 			byDetachedCut += byCut
 			covered += byCut
 			if rest := extra - covered; rest > 0 {
-				if rest > left {
+				// The execution after a lost lease follows the one that
+				// lost it: the last execution lost nothing anyone saw.
+				downAround := 0
+				for _, e := range ex[:len(ex)-1] {
+					if cl.storeDownAround(e) {
+						downAround++
+					}
+				}
+				switch {
+				case rest > downAround:
+					t.Errorf("key %s: %d executions, %d ambiguous replies, %d timeouts whose detached call a fault cut, and %d executions whose lease was live while the store was down: %d executions are explained by nothing (a lease lost while the store answered did not hold)\n%s",
+						key, len(ex), unsure, cut, downAround, rest-downAround, history(ex, replies, cl.faults))
+				case rest > left:
 					t.Errorf("key %s: %d executions, %d ambiguous replies, %d timeouts whose detached call a fault cut, and only %d counted lease losses or unrecorded responses left to explain the rest\n%s",
-						key, len(ex), unsure, cut, left, history(ex, replies))
+						key, len(ex), unsure, cut, left, history(ex, replies, cl.faults))
 				}
 				left -= min(rest, left)
 				byBudget += rest
@@ -176,10 +220,13 @@ func (cl *chaosLog) check(t *testing.T, up *upstream, budget leaseBudget, final 
 			t.Errorf("key %s after the faults stopped and lock_ttl passed: %s, want a replay or an execution", key, f)
 		}
 	}
-	t.Logf("chaos check: %d keys, %d requests, %d executions, %d replays, %d 504 upstream-timeout; extra executions allowed: %d by ambiguous replies, %d by detached calls a fault cut, %d by the budget of %d lost leases + %d unrecorded responses",
+	t.Logf("chaos check: %d keys, %d requests, %d executions, %d replays, %d 504 upstream-timeout; extra executions allowed: %d by ambiguous replies, %d by detached calls a fault cut, %d by the budget of %d lost leases + %d unrecorded responses while the store was down",
 		len(cl.names), requests, executions, replays, timeouts, byAmbiguity, byDetachedCut, byBudget, budget.lockLost, budget.unrecorded)
 	if timeouts == 0 {
 		t.Error("no request outlasted upstream.timeout: the run never detached a call")
+	}
+	if replays == 0 {
+		t.Error("no key was replayed: no response was recorded, or no record held")
 	}
 }
 
@@ -235,19 +282,28 @@ func (s *pidSet) checkGone(t *testing.T) {
 
 func runtimeGoroutines() int { return runtime.NumGoroutine() }
 
-// history renders a key's executions and replies in time order, to read a
-// failure against the fault timeline.
-func history(ex []execution, replies []reply) string {
+// history renders a key's executions and replies, and the faults within
+// lock_ttl of an execution, in time order, to read a failure against the
+// fault timeline.
+func history(ex []execution, replies []reply, faults []faultEvent) string {
 	type line struct {
 		at   time.Time
 		text string
 	}
 	var lines []line
 	for _, e := range ex {
-		lines = append(lines, line{e.At, fmt.Sprintf("execution %d", e.Seq)})
+		lines = append(lines, line{e.At, fmt.Sprintf("execution %d (work %v)", e.Seq, e.Work)})
 	}
 	for _, r := range replies {
 		lines = append(lines, line{r.At, fmt.Sprintf("request to %s: %s after %v", r.Base, r, r.Took.Round(time.Millisecond))})
+	}
+	for _, f := range faults {
+		for _, e := range ex {
+			if f.at.Before(e.At.Add(e.Work+lockTTL)) && (f.until.IsZero() || f.until.After(e.At.Add(-lockTTL))) {
+				lines = append(lines, line{f.at, fmt.Sprintf("fault: %s %s until %s", f.name, f.base, f.until.Format("15:04:05.000"))})
+				break
+			}
+		}
 	}
 	slices.SortFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
 	var b strings.Builder

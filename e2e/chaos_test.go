@@ -135,19 +135,21 @@ func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) 
 		faults[faultNames[n]]++
 		switch n {
 		case 0:
-			cl.fault(faultNames[n], "")
+			ended := cl.fault(faultNames[n], "")
 			srv.Kill()
 			pause(rng, 300*time.Millisecond, 2*time.Second)
 			srv.Restart()
+			ended()
 			pids.add(srv.PID())
 		case 1:
-			cl.fault(faultNames[n], "")
+			ended := cl.fault(faultNames[n], "")
 			up.Kill()
 			pause(rng, 200*time.Millisecond, 1500*time.Millisecond)
 			up.Restart()
+			ended()
 		case 2, 3:
 			p := ps[rng.IntN(len(ps))]
-			cl.fault(faultNames[n], p.URL())
+			ended := cl.fault(faultNames[n], p.URL())
 			metrics.save(t, p)
 			if n == 2 {
 				p.Kill()
@@ -159,6 +161,7 @@ func runChaos(t *testing.T, srv chaosStore, config func(*upstream) proxyConfig) 
 				}
 			}
 			p.Restart()
+			ended()
 			pids.add(p.PID())
 		}
 	}

@@ -31,6 +31,7 @@ type execution struct {
 	Seq  int    // global sequence number, unique per execution
 	Body string // the response body it answered (or would have answered)
 	At   time.Time
+	Work time.Duration // the simulated work it was asked for (hdrSleep)
 }
 
 // upstream is an in-process HTTP service that counts executions per
@@ -189,21 +190,22 @@ func (u *upstream) handle(w http.ResponseWriter, r *http.Request) {
 	}
 
 	pad, _ := strconv.Atoi(r.Header.Get(hdrPad))
+	work, workErr := time.ParseDuration(r.Header.Get(hdrSleep))
 
 	u.mu.Lock()
 	u.seq++
 	seq := u.seq
 	body := fmt.Sprintf(`{"key":%q,"exec":%d,"nth":%d,"request":%q}`+"\n",
 		key, u.seq, len(u.execs[key])+1, reqBody) + strings.Repeat(".", pad)
-	u.execs[key] = append(u.execs[key], execution{Seq: u.seq, Body: body, At: time.Now()})
+	u.execs[key] = append(u.execs[key], execution{Seq: u.seq, Body: body, At: time.Now(), Work: work})
 	close(u.changed)
 	u.changed = make(chan struct{})
 	dead, hold := u.dead, u.hold
 	u.mu.Unlock()
 
-	if d, err := time.ParseDuration(r.Header.Get(hdrSleep)); err == nil {
+	if workErr == nil {
 		select {
-		case <-time.After(d): // the upstream's simulated work
+		case <-time.After(work): // the upstream's simulated work
 		case <-dead:
 			panic(http.ErrAbortHandler) // crashed: no response at all
 		}
