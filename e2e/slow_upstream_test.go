@@ -151,28 +151,35 @@ func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {
 // its client is told the proxy was shutting down, and the restarted proxy
 // answers its retry 409 instead of executing it again. /readyz answers 503
 // from the signal on, while /healthz stays 200 until exit.
+//
+// The drain lasts shutdown_timeout, since the held request never ends by
+// itself: the checks made while draining are bounded by it and must see the
+// request still running; lock_ttl is far above the drain and the restart, so
+// that the retry meets the lease however slow the machine.
 func TestShutdownLeavesRunningKeyLocked(t *testing.T) {
 	up := startUpstream(t)
 	t.Cleanup(up.Unhold)
 	cfg := slowConfig(up, redistest.Start(t).URL())
-	cfg.UpstreamTimeout, cfg.MaxExecution, cfg.ShutdownTimeout = 30*time.Second, 30*time.Second, 2*time.Second
-	cfg.Defaults["lock_ttl"] = "30s"
+	const drain = 8 * time.Second
+	cfg.UpstreamTimeout, cfg.MaxExecution, cfg.ShutdownTimeout = 10*drain, 10*drain, drain
+	cfg.Defaults["lock_ttl"] = (20 * drain).String()
 	p := startProxy(t, "proxy", cfg)
-	c := newClient(t, 20*time.Second)
+	c := newClient(t, 5*drain)
 	const key = "cut-by-shutdown"
 
 	done := make(chan reply, 1)
 	go func() {
 		done <- send(context.Background(), c, p.URL(), request{Key: key, Header: map[string]string{hdrHold: "1"}})
 	}()
-	up.WaitCount(key, 1, 5*time.Second)
+	up.WaitCount(key, 1, 30*time.Second)
+	signalled := time.Now()
 	p.Signal(syscall.SIGTERM)
 
-	admin := &http.Client{Timeout: time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	admin := &http.Client{Timeout: drain}
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	if err := pollStatus(ctx, p.AdminURL()+"/readyz", http.StatusServiceUnavailable, nil); err != nil {
-		t.Fatalf("/readyz after SIGTERM: %v, want 503 at once", err)
+		t.Fatalf("/readyz after SIGTERM: %v, want 503 while draining", err)
 	}
 	if body := getBody(t, admin, p.AdminURL()+"/readyz"); !strings.Contains(body, "draining") {
 		t.Errorf("/readyz body while draining = %q, want it to say draining", body)
@@ -182,12 +189,18 @@ func TestShutdownLeavesRunningKeyLocked(t *testing.T) {
 	} else {
 		res.Body.Close()
 	}
+	select {
+	case first := <-done:
+		t.Fatalf("the request ended (%s) before the checks of the drain were done, %v after SIGTERM with shutdown_timeout %v: they did not see the drain",
+			first, time.Since(signalled).Round(time.Millisecond), drain)
+	default:
+	}
 
 	first := <-done
 	if first.Status != http.StatusBadGateway || !strings.Contains(first.Body, "The proxy was shutting down") {
 		t.Fatalf("request cut by the shutdown: %s %q, want a 502 saying the proxy was shutting down", first, first.Body)
 	}
-	if code, ok := p.Wait(5 * time.Second); !ok || code != 0 {
+	if code, ok := p.Wait(30 * time.Second); !ok || code != 0 {
 		t.Fatalf("after SIGTERM: exited %v with code %d, want 0", ok, code)
 	}
 	p.Restart()
