@@ -32,10 +32,16 @@ func TestConformanceCluster(t *testing.T) {
 // Between the promotion and the client switching over, operations fail with
 // ErrUnavailable (READONLY from the demoted master, or connection errors):
 // about a second here, the sentinel's reconfiguration time in production.
+//
+// Nothing here rests on a guess of how fast the machine is: operations get
+// a timeout far above what they take, the suite's expiring leases outlast
+// two of them, the replica is waited for until it has the record, and the
+// switch-over until the store answers.
 func TestSentinelFailover(t *testing.T) {
 	sn := redistest.StartSentinel(t)
-	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName()})
-	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s} })
+	const timeout = time.Second
+	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName(), Timeout: timeout})
+	storetest.Run(t, func(*testing.T) storetest.Harness { return storetest.Harness{Store: s, Lease: 2 * timeout} })
 
 	ctx := context.Background()
 	b, err := s.Begin(ctx, "before", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
@@ -48,13 +54,17 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	// Replication is asynchronous: wait until the replica has the record so
 	// that the test checks the store, not replication lag.
-	if n, err := sn.Master.Client(t).Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT 1 = %d, %v", n, err)
-	}
+	master := sn.Master.Client(t)
+	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+		if n, err := master.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
+			return fmt.Errorf("WAIT 1 = %d, %v: the replica does not have the record", n, err)
+		}
+		return nil
+	})
 
 	newMaster := sn.Failover(t)
 	start := time.Now()
-	testbin.SucceedsSoon(t, 15*time.Second, func() error {
+	testbin.SucceedsSoon(t, 30*time.Second, func() error {
 		_, err := s.Begin(ctx, "after", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute)
 		if err != nil && !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("Begin during failover = %v, want ErrUnavailable", err)

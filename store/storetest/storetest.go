@@ -33,6 +33,12 @@ type Harness struct {
 	// FastForward). Nil means the store runs on real time: the suite then
 	// uses short leases and waits for them to pass.
 	Advance func(d time.Duration)
+	// Lease is the lease of the expiry cases on real time; 0 means
+	// realLease. A store whose operations may take longer than realLease
+	// (one reached through more hops, or given a long timeout for a busy
+	// machine) sets one above its timeout, so that no case's lease runs out
+	// between two of its commands.
+	Lease time.Duration
 }
 
 // realLease is the lease used for expiry cases on stores with a real clock:
@@ -96,6 +102,9 @@ func (h *harness) key(name string) string { return h.prefix + name }
 func (h *harness) lease() time.Duration {
 	if h.Advance != nil {
 		return 10 * time.Second
+	}
+	if h.Lease > 0 {
+		return h.Lease
 	}
 	return realLease
 }
