@@ -232,7 +232,7 @@ var invalidFiles = []invalidCase{
 		`routes[0].key_sources[0]: must be a string, not a mapping; in YAML "- header: X-GitHub-Delivery" is a mapping: write "header:X-GitHub-Delivery" without the space, or quote it`,
 		`routes[1].key_sources[0]: key source "json:order_id": JSON pointer "order_id" must start with "/" (RFC 6901), as in /id`,
 		`routes[1].key_sources[1]: key source "query:": query: needs a parameter name, as in query:idempotency_key`,
-		`routes[1].key_sources[2]: key source "cookie:sid": unknown kind "cookie": want header:NAME, query:NAME, json:/pointer or body_sha256`,
+		`routes[1].key_sources[2]: key source "form:sid": unknown kind "form": want header:NAME, query:NAME, cookie:NAME, json:/pointer or body_sha256`,
 		`routes[1].key_sources[3]: key source "json:/a~2": JSON pointer "/a~2": "~" must be followed by 0 (for "~") or 1 (for "/")`,
 		`routes[1].key_sources[4]: key source "body_sha256:x": body_sha256 takes no argument`,
 		`routes[1].key_sources[5]: key source "header:Bad Name": "Bad Name" is not a valid header name`,

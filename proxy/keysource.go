@@ -23,6 +23,8 @@ const (
 	KeyFromJSON
 	// KeyFromBodySHA256 uses the hex SHA-256 of a non-empty body.
 	KeyFromBodySHA256
+	// KeyFromCookie reads a cookie that must appear once.
+	KeyFromCookie
 )
 
 // The properties of a kind, each decided here once: what the other files
@@ -40,6 +42,8 @@ func (k KeySourceKind) word() string {
 		return "json"
 	case KeyFromBodySHA256:
 		return "body_sha256"
+	case KeyFromCookie:
+		return "cookie"
 	}
 	return ""
 }
@@ -54,7 +58,9 @@ func (k KeySourceKind) fromPayload() bool {
 
 // header is the name of the header the source reads, "" when it reads
 // none: the header is kept when a client names it in Connection, and an
-// operator's key is read from it as a client would send it.
+// operator's key is read from it as a client would send it. A cookie
+// source answers "": an operator gives the cookie's value, and a client
+// that names Cookie in Connection has the header dropped, as it asked.
 func (k KeySource) header() string {
 	if k.Kind == KeyFromHeader {
 		return k.Name
@@ -63,14 +69,16 @@ func (k KeySource) header() string {
 }
 
 // KeySource is one place an idempotency key may come from, written
-// "header:NAME", "query:NAME", "json:/pointer" or "body_sha256" in the
+// "header:NAME", "query:NAME", "cookie:NAME", "json:/pointer" or
+// "body_sha256" in the
 // configuration (docs/request-handling.md, "Where the key comes from").
 // A route's sources are tried in order and the first one present gives the
 // key, so clients that cannot send an Idempotency-Key header (webhook
 // senders, partners with an order id in the payload) are still protected.
 type KeySource struct {
 	Kind KeySourceKind
-	// Name is the header's canonical name, or the query parameter's name.
+	// Name is the header's canonical name, the query parameter's name, or
+	// the cookie's name.
 	Name string
 	// Pointer locates the key in a JSON body (KeyFromJSON).
 	Pointer jsonread.Pointer
@@ -81,7 +89,7 @@ func headerKeySource(name string) KeySource {
 	return KeySource{Kind: KeyFromHeader, Name: http.CanonicalHeaderKey(name)}
 }
 
-const keySourceForms = "header:NAME, query:NAME, json:/pointer or body_sha256"
+const keySourceForms = "header:NAME, query:NAME, cookie:NAME, json:/pointer or body_sha256"
 
 // parseKeySource parses the configuration form of a key source.
 func parseKeySource(s string) (KeySource, error) {
@@ -110,6 +118,14 @@ func parseKeySource(s string) (KeySource, error) {
 			return KeySource{}, fmt.Errorf("key source %q: query: needs a parameter name, as in query:idempotency_key", s)
 		}
 		return KeySource{Kind: KeyFromQuery, Name: arg}, nil
+	case "cookie":
+		if arg == "" {
+			return KeySource{}, fmt.Errorf("key source %q: cookie: needs a cookie name, as in cookie:idempotency_key", s)
+		}
+		if !httpguts.ValidHeaderFieldName(arg) {
+			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid cookie name", s, arg)
+		}
+		return KeySource{Kind: KeyFromCookie, Name: arg}, nil
 	case "json":
 		p, err := jsonread.ParsePointer(arg)
 		if err != nil {
@@ -137,6 +153,10 @@ func (k KeySource) check() error {
 		if k.Name == "" {
 			return errors.New("query: needs a parameter name")
 		}
+	case KeyFromCookie:
+		if !httpguts.ValidHeaderFieldName(k.Name) {
+			return fmt.Errorf("invalid cookie name %q", k.Name)
+		}
 	case KeyFromJSON:
 		if k.Pointer.IsRoot() {
 			return errors.New("json: needs a pointer to a member, as in json:/id")
@@ -151,7 +171,7 @@ func (k KeySource) check() error {
 // String returns the configuration form of the source.
 func (k KeySource) String() string {
 	switch k.Kind {
-	case KeyFromHeader, KeyFromQuery:
+	case KeyFromHeader, KeyFromQuery, KeyFromCookie:
 		return k.Kind.word() + ":" + k.Name
 	case KeyFromJSON:
 		return k.Kind.word() + ":" + k.Pointer.String()
@@ -182,6 +202,8 @@ func (k KeySource) describe() string {
 		return "the " + k.Name + " header"
 	case KeyFromQuery:
 		return "the " + k.Name + " query parameter"
+	case KeyFromCookie:
+		return "the " + k.Name + " cookie"
 	case KeyFromJSON:
 		return "a JSON string or integer at " + k.Pointer.String() + " in the body"
 	case KeyFromBodySHA256:

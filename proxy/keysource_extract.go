@@ -65,6 +65,8 @@ func (k *KeySource) extract(r *http.Request, body []byte) (string, error) {
 		return parseKey(r.Header, k.Name)
 	case KeyFromQuery:
 		return queryKey(r.URL.RawQuery, k.Name)
+	case KeyFromCookie:
+		return cookieKey(r.Header["Cookie"], k.Name)
 	case KeyFromJSON:
 		return jsonKey(body, k.Pointer)
 	case KeyFromBodySHA256:
@@ -111,6 +113,29 @@ func queryKey(rawQuery, name string) (string, error) {
 			return "", errKeyEscape
 		}
 		value = v
+	}
+	if err := checkKey(value); err != nil {
+		return "", err
+	}
+	return value, nil
+}
+
+// cookieKey returns the value of the cookie called name in the Cookie
+// header lines, read as the scope reads cookies (forEachCookie) and without
+// the double quotes a cookie value may wear, which net/http drops too. The
+// cookie must appear once.
+func cookieKey(lines []string, name string) (string, error) {
+	var value string
+	n := 0
+	forEachCookie(lines, name, func(v string) { value, n = v, n+1 })
+	switch {
+	case n == 0:
+		return "", errNoKey
+	case n > 1:
+		return "", errKeyMultiple
+	}
+	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+		value = value[1 : len(value)-1]
 	}
 	if err := checkKey(value); err != nil {
 		return "", err

@@ -19,6 +19,8 @@ func FuzzKeySources(f *testing.F) {
 	f.Add("query:key", "", "key=a+b%2F", []byte(`{"id":1.5}`))
 	f.Add("header:Idempotency-Key", `"a\"b"`, "", []byte(`{"id":"\u00e9"}`))
 	f.Add("body_sha256", "k", "", []byte("payload"))
+	f.Add("cookie:idem", `theme=dark; idem="k-1"`, "", []byte(nil))
+	f.Add("cookie:idem", "idem=a; idem=b", "", []byte(nil))
 	f.Fuzz(func(t *testing.T, spec, header, rawQuery string, body []byte) {
 		src, err := parseKeySource(spec)
 		if err != nil {
@@ -28,8 +30,11 @@ func FuzzKeySources(f *testing.F) {
 			t.Fatalf("%q → %q does not parse back: %v", spec, src, err)
 		}
 		r := &http.Request{Header: http.Header{}, URL: &url.URL{RawQuery: rawQuery}}
-		if src.Kind == KeyFromHeader {
+		switch src.Kind {
+		case KeyFromHeader:
 			r.Header[src.Name] = []string{header}
+		case KeyFromCookie:
+			r.Header["Cookie"] = []string{header}
 		}
 		key, _, err := requestKeyFrom(r, []KeySource{src}, body, true)
 		if err == nil {
@@ -47,6 +52,8 @@ func FuzzKeySources(f *testing.F) {
 			}
 		case KeyFromQuery:
 			checkQueryKey(t, rawQuery, src.Name, key, err)
+		case KeyFromCookie:
+			checkCookieKey(t, r, src.Name, key, err)
 		case KeyFromJSON:
 			checkJSONKey(t, body, src.Pointer, key, err)
 		case KeyFromBodySHA256:
@@ -128,5 +135,21 @@ func checkJSONKey(t *testing.T, body []byte, p jsonread.Pointer, key string, err
 		if err == nil || err == errNoKey {
 			t.Fatalf("%s in %q: %q, %v; want invalid-key for %q", p, body, key, err, want)
 		}
+	}
+}
+
+// checkCookieKey compares a cookie source's answer with net/http's, the
+// reading of a Go upstream: a cookie net/http finds once, with a valid key
+// for its value, is the key.
+func checkCookieKey(t *testing.T, r *http.Request, name, key string, err error) {
+	t.Helper()
+	var found []string
+	for _, c := range r.Cookies() {
+		if c.Name == name {
+			found = append(found, c.Value)
+		}
+	}
+	if len(found) == 1 && checkKey(found[0]) == nil && (err != nil || key != found[0]) {
+		t.Fatalf("cookie %s in %q: %q, %v; net/http reads %q", name, r.Header.Get("Cookie"), key, err, found[0])
 	}
 }

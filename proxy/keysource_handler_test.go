@@ -177,12 +177,13 @@ func TestKeyHashIsTheStorageKeyForEverySource(t *testing.T) {
 	for _, tc := range []struct{ source, key, body string }{
 		{"header:X-Delivery", "d-1", `{}`},
 		{"query:key", "q-1", `{}`},
+		{"cookie:idem", "c-1", `{}`},
 		{"json:/id", "evt_1", `{"id":"evt_1"}`},
 		{"json:/id", "42", `{"id":42}`},
 		{"body_sha256", "", "a=1&b=2"},
 	} {
 		t.Run(tc.source, func(t *testing.T) {
-			e := newEnv(t, nil, withPolicy(keySources(t, "header:X-Delivery", "query:key", "json:/id", "body_sha256")))
+			e := newEnv(t, nil, withPolicy(keySources(t, "header:X-Delivery", "query:key", "cookie:idem", "json:/id", "body_sha256")))
 			path := "/v1/things"
 			var header []string
 			switch {
@@ -190,6 +191,8 @@ func TestKeyHashIsTheStorageKeyForEverySource(t *testing.T) {
 				header = []string{"X-Delivery", tc.key}
 			case strings.HasPrefix(tc.source, "query:"):
 				path += "?key=" + tc.key
+			case strings.HasPrefix(tc.source, "cookie:"):
+				header = []string{"Cookie", `theme=dark; idem="` + tc.key + `"`}
 			}
 			if r := e.do(t, "POST", path, "", tc.body, header...); r.StatusCode != http.StatusCreated {
 				t.Fatalf("status %d", r.StatusCode)

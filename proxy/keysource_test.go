@@ -21,6 +21,8 @@ func TestParseKeySourceForms(t *testing.T) {
 		{"header:x-github-delivery", "header:X-Github-Delivery", KeyFromHeader},
 		{"header: X-Shopify-Webhook-Id", "header:X-Shopify-Webhook-Id", KeyFromHeader},
 		{"query:idempotency_key", "query:idempotency_key", KeyFromQuery},
+		{"cookie:idem_key", "cookie:idem_key", KeyFromCookie},
+		{"cookie: Idem", "cookie:Idem", KeyFromCookie},
 		{"json:/id", "json:/id", KeyFromJSON},
 		{"json:/a/b~1c/order_id", "json:/a/b~1c/order_id", KeyFromJSON},
 		{"body_sha256", "body_sha256", KeyFromBodySHA256},
@@ -43,7 +45,7 @@ func TestParseKeySourceForms(t *testing.T) {
 
 func TestParseKeySourceRejectsWithAReason(t *testing.T) {
 	for in, want := range map[string]string{
-		"":                  "empty key source: want header:NAME, query:NAME, json:/pointer or body_sha256",
+		"":                  "empty key source: want header:NAME, query:NAME, cookie:NAME, json:/pointer or body_sha256",
 		"Idempotency-Key":   `key source "Idempotency-Key": want header:NAME`,
 		"header:":           "header: needs a header name",
 		"header:Bad Name":   `"Bad Name" is not a valid header name`,
@@ -53,7 +55,9 @@ func TestParseKeySourceRejectsWithAReason(t *testing.T) {
 		"json:":             "json: needs a pointer to a member",
 		"json:/a~2":         `"~" must be followed by 0`,
 		"body_sha256:x":     "body_sha256 takes no argument",
-		"cookie:session":    `unknown kind "cookie"`,
+		"cookie:":           "cookie: needs a cookie name",
+		"cookie:a b":        `"a b" is not a valid cookie name`,
+		"form:session":      `unknown kind "form"`,
 		"Header:X-Delivery": `unknown kind "Header"`,
 	} {
 		_, err := parseKeySource(in)
@@ -325,5 +329,38 @@ func TestDescribeKeySources(t *testing.T) {
 		if got := describeKeySources(mustSources(t, tc.specs...)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
 		}
+	}
+}
+
+// A cookie source reads the cookie as the scope and net/http do: its name
+// trimmed, its value without the quotes it may wear, in any Cookie line,
+// and only when it appears once; without it the next source is tried.
+func TestCookieKeySource(t *testing.T) {
+	sources := mustSources(t, "cookie:idem", "query:key")
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  string
+		err   error
+	}{
+		{"plain", []string{"theme=dark; idem=k-1"}, "k-1", nil},
+		{"quoted", []string{`idem="k-1"`}, "k-1", nil},
+		{"name spaced", []string{"idem =k-1"}, "k-1", nil},
+		{"second line", []string{"theme=dark", "idem=k-2"}, "k-2", nil},
+		{"another cookie", []string{"idempotency=k-1"}, "q", nil},
+		{"no cookie", nil, "q", nil},
+		{"repeated", []string{"idem=a; idem=b"}, "", errKeyMultiple},
+		{"empty", []string{"idem="}, "", errEmptyKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.lines != nil {
+				h["Cookie"] = tc.lines
+			}
+			got, _, err := requestKeyFrom(keyRequest("/?key=q", h), sources, nil, false)
+			if !errors.Is(err, tc.err) || got != tc.want {
+				t.Fatalf("key %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+		})
 	}
 }
