@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"log/slog"
 	"net/url"
 	"time"
 
@@ -44,7 +43,7 @@ type Config struct {
 	// AdminListen serves /metrics, /healthz and /readyz, host:port.
 	AdminListen string `config:"admin_listen" flag:"admin-listen"`
 	// LogLevel is the minimum level of the JSON logs on stderr.
-	LogLevel slog.Level `config:"log_level" flag:"log-level" reload:"live"`
+	LogLevel LogLevel `config:"log_level" flag:"log-level" reload:"live"`
 	// AccessLog logs one line per request at info level (msg "access").
 	AccessLog bool `config:"access_log" reload:"live"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM/SIGINT.
@@ -177,7 +176,7 @@ func Default() *Config {
 	return &Config{
 		Listen:          ":8080",
 		AdminListen:     ":9090",
-		LogLevel:        slog.LevelInfo,
+		LogLevel:        LogInfo,
 		AccessLog:       true,
 		ShutdownTimeout: 30 * time.Second,
 		Upstream: Upstream{

@@ -3,7 +3,6 @@ package config
 import (
 	"encoding"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/url"
 	"reflect"
@@ -91,7 +90,6 @@ func (d *decoder) mapping(path string, raw any, v reflect.Value) {
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
-	levelType    = reflect.TypeFor[slog.Level]()
 	urlType      = reflect.TypeFor[*url.URL]()
 	routesType   = reflect.TypeFor[[]Route]()
 
@@ -109,9 +107,6 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 	switch v.Type() {
 	case durationType:
 		duration(d, path, raw, v)
-		return
-	case levelType:
-		logLevel(d, path, raw, v)
 		return
 	case urlType:
 		urlValue(d, path, raw, v)

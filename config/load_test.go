@@ -1,7 +1,6 @@
 package config
 
 import (
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -141,7 +140,7 @@ defaults:
 		check func(t *testing.T, c *Config)
 	}{
 		{"file over default", nil, nil, func(t *testing.T, c *Config) {
-			if c.Listen != ":1000" || c.LogLevel != slog.LevelWarn || c.ShutdownTimeout != 30*time.Second {
+			if c.Listen != ":1000" || c.LogLevel != LogWarn || c.ShutdownTimeout != 30*time.Second {
 				t.Errorf("listen=%s log_level=%s shutdown=%s", c.Listen, c.LogLevel, c.ShutdownTimeout)
 			}
 		}},
@@ -167,7 +166,7 @@ defaults:
 		}},
 		{"flag over env", []string{"IDEMPOTENCY_PROXY_LISTEN=:1001", "IDEMPOTENCY_PROXY_LOG_LEVEL=error"},
 			map[string]string{"listen": ":1002", "log_level": "debug"}, func(t *testing.T, c *Config) {
-				if c.Listen != ":1002" || c.LogLevel != slog.LevelDebug {
+				if c.Listen != ":1002" || c.LogLevel != LogDebug {
 					t.Errorf("listen=%s log_level=%s, want the flags", c.Listen, c.LogLevel)
 				}
 			}},

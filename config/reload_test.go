@@ -16,7 +16,7 @@ func TestRestartNeeded(t *testing.T) {
 		{"policies and routes reload", func(c *Config) {
 			c.Defaults.TTL = time.Hour
 			c.Routes = append(c.Routes, Route{Match: "/new/", Enabled: true})
-			c.LogLevel = 8
+			c.LogLevel = LogError
 		}, nil},
 		{"listeners", func(c *Config) { c.Listen, c.AdminListen = ":1", ":2" }, []string{"listen", "admin_listen"}},
 		{"store", func(c *Config) {

@@ -4,7 +4,6 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net"
 	"net/textproto"
@@ -18,7 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
 
 // The decoders of single values. Each sets v only when raw is valid: a
@@ -156,24 +154,6 @@ func durations(d *decoder, path string, raw any, v reflect.Value) {
 // size decodes an int64 tagged "size".
 func size(d *decoder, path string, raw any, v reflect.Value) {
 	number(d, path, raw, v, "size", bytesize.Parse)
-}
-
-// logLevels are log_level's words, in the order of levels. slog also
-// accepts "warn+2" and the like, and any case; the configuration has four
-// words, in any case.
-var (
-	logLevels = enum.Words{"debug", "info", "warn", "error"}
-	levels    = []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}
-)
-
-func logLevel(d *decoder, path string, raw any, v reflect.Value) {
-	s, _ := scalar(raw)
-	i, err := logLevels.Parse(strings.ToLower(s))
-	if err != nil {
-		d.add(path, raw, "%v", &enum.Error{Given: s, Words: logLevels})
-		return
-	}
-	v.Set(reflect.ValueOf(levels[i]))
 }
 
 func urlValue(d *decoder, path string, raw any, v reflect.Value) {

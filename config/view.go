@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"reflect"
 	"slices"
@@ -249,8 +248,6 @@ func shown(v reflect.Value, option string) string {
 	switch x := v.Interface().(type) {
 	case time.Duration:
 		return formatDuration(x)
-	case slog.Level:
-		return strings.ToLower(x.String())
 	case *url.URL:
 		if x == nil {
 			return ""

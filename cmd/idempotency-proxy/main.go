@@ -82,7 +82,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 
 	level := new(slog.LevelVar)
-	level.Set(cfg.LogLevel)
+	level.Set(cfg.LogLevel.Level())
 	log := newLogger(stderr, level)
 	if err := serve(cfg, src, level, log); err != nil {
 		log.Error("stopped", "error", err)

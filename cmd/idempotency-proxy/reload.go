@@ -150,7 +150,7 @@ func (r *reloader) reload(trigger string) {
 	if r.tombs != nil {
 		r.tombs.Check(rejectsExpired(next))
 	}
-	r.level.Set(next.LogLevel)
+	r.level.Set(next.LogLevel.Level())
 	r.handler.SetAccessLog(next.AccessLog)
 	r.reloadToken(next.Admin)
 	r.reloadKeyring(next.Store.Encryption.Keyring)
