@@ -89,7 +89,7 @@ func keyRequest(target string, header http.Header) *http.Request {
 }
 
 func TestFirstKeySourcePresentGivesTheKey(t *testing.T) {
-	sources := mustSources(t, "header:Idempotency-Key", "header:X-GitHub-Delivery", "query:key", "json:/id", "body_sha256")
+	sources := mustSources(t, "header:Idempotency-Key", "header:X-GitHub-Delivery", "query:key", "cookie:idem", "json:/id", "body_sha256")
 	body := []byte(`{"id":"evt_1","object":"event"}`)
 	tests := []struct {
 		name   string
@@ -101,6 +101,14 @@ func TestFirstKeySourcePresentGivesTheKey(t *testing.T) {
 		{"first header", "/?key=q", http.Header{"Idempotency-Key": {"k1"}, "X-Github-Delivery": {"d1"}}, body, "k1"},
 		{"second header", "/?key=q", http.Header{"X-Github-Delivery": {"d1"}}, body, "d1"},
 		{"query", "/?key=q", nil, body, "q"},
+		{"query before cookie", "/?key=q", http.Header{"Cookie": {"idem=c1"}}, body, "q"},
+		// A cookie is read as the scope and net/http read it: its name
+		// trimmed, its value without the quotes it may wear, in any line.
+		{"cookie", "/", http.Header{"Cookie": {"theme=dark; idem=c1"}}, body, "c1"},
+		{"quoted cookie", "/", http.Header{"Cookie": {`idem="c1"`}}, body, "c1"},
+		{"cookie name spaced", "/", http.Header{"Cookie": {"idem =c1"}}, body, "c1"},
+		{"cookie in a second line", "/", http.Header{"Cookie": {"theme=dark", "idem=c1"}}, body, "c1"},
+		{"another cookie", "/", http.Header{"Cookie": {"idempotency=c1"}}, body, "evt_1"},
 		{"json", "/", nil, body, "evt_1"},
 		{"body hash", "/", nil, []byte(`{"other":1}`), bodyHex([]byte(`{"other":1}`))},
 		{"body hash of a cut body", "/", nil, []byte(`{"object":"event","id":`), bodyHex([]byte(`{"object":"event","id":`))},
@@ -141,7 +149,7 @@ func TestKeyFromBodyAsksForTheBodyOnlyWhenReached(t *testing.T) {
 // A key that is present but invalid is refused: falling through to the
 // next source would let a malformed key silently become another one.
 func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
-	sources := mustSources(t, "header:Idempotency-Key", "query:key", "json:/id")
+	sources := mustSources(t, "header:Idempotency-Key", "query:key", "cookie:idem", "json:/id")
 	tests := []struct {
 		name   string
 		target string
@@ -158,6 +166,9 @@ func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
 		{"query without =", "/?key", nil, `{"id":"x"}`, errEmptyKey},
 		{"bad escape", "/?key=%zz", nil, `{"id":"x"}`, errKeyEscape},
 		{"query control char", "/?key=a%00b", nil, `{"id":"x"}`, errKeyCharset},
+		{"two cookies", "/", http.Header{"Cookie": {"idem=a; idem=b"}}, `{"id":"x"}`, errKeyMultiple},
+		{"cookie in two lines", "/", http.Header{"Cookie": {"idem=a", "idem=b"}}, `{"id":"x"}`, errKeyMultiple},
+		{"empty cookie", "/", http.Header{"Cookie": {"idem="}}, `{"id":"x"}`, errEmptyKey},
 		{"json empty string", "/", nil, `{"id":""}`, errEmptyKey},
 		{"json non-ASCII", "/", nil, `{"id":"caf\u00e9"}`, errKeyCharset},
 		{"json escaped newline", "/", nil, `{"id":"a\nb"}`, errKeyCharset},
@@ -329,38 +340,5 @@ func TestDescribeKeySources(t *testing.T) {
 		if got := describeKeySources(mustSources(t, tc.specs...)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
 		}
-	}
-}
-
-// A cookie source reads the cookie as the scope and net/http do: its name
-// trimmed, its value without the quotes it may wear, in any Cookie line,
-// and only when it appears once; without it the next source is tried.
-func TestCookieKeySource(t *testing.T) {
-	sources := mustSources(t, "cookie:idem", "query:key")
-	for _, tc := range []struct {
-		name  string
-		lines []string
-		want  string
-		err   error
-	}{
-		{"plain", []string{"theme=dark; idem=k-1"}, "k-1", nil},
-		{"quoted", []string{`idem="k-1"`}, "k-1", nil},
-		{"name spaced", []string{"idem =k-1"}, "k-1", nil},
-		{"second line", []string{"theme=dark", "idem=k-2"}, "k-2", nil},
-		{"another cookie", []string{"idempotency=k-1"}, "q", nil},
-		{"no cookie", nil, "q", nil},
-		{"repeated", []string{"idem=a; idem=b"}, "", errKeyMultiple},
-		{"empty", []string{"idem="}, "", errEmptyKey},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := http.Header{}
-			if tc.lines != nil {
-				h["Cookie"] = tc.lines
-			}
-			got, _, err := requestKeyFrom(keyRequest("/?key=q", h), sources, nil, false)
-			if !errors.Is(err, tc.err) || got != tc.want {
-				t.Fatalf("key %q, %v; want %q, %v", got, err, tc.want, tc.err)
-			}
-		})
 	}
 }
