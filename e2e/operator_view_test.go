@@ -178,7 +178,7 @@ func TestKeysShowTheRequestAKeyBelongsTo(t *testing.T) {
 	if code, _ := keyedPost(t, p, "/v1/charges?card=4242424242424242", "meta-1", false); code == 0 {
 		t.Fatal("POST failed")
 	}
-	hash := logKeyHash(t, p, "executed")
+	hash := loggedKeyHash(t, p.Logs, "executed")
 	rec := keysJSON(t, p, "get", hash)
 	if rec["method"] != "POST" || rec["path"] != "/v1/charges" || rec["route"] != "default" || rec["host"] == nil {
 		t.Errorf("keys get = %v, want method POST, host, path /v1/charges and route default", rec)

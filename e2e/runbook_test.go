@@ -110,19 +110,26 @@ func keyedPost(t *testing.T, p *proxyProc, path, key string, hold bool) (int, st
 	return res.StatusCode, b.String()
 }
 
-// logKeyHash waits for a log line with outcome and returns its key_hash.
-func logKeyHash(t *testing.T, p *proxyProc, outcome string) string {
+// loggedKeyHash waits for a log line of logs (a proxy's standard error)
+// with the given outcome and a key_hash — the request's lines are written
+// once the response has gone out, so they may trail the client's answer —
+// and returns the key_hash, which must be the full 32-digit hash.
+func loggedKeyHash(t *testing.T, logs func() string, outcome string) string {
 	t.Helper()
 	var hash string
 	testbin.SucceedsSoon(t, 10*time.Second, func() error {
-		sc := bufio.NewScanner(strings.NewReader(p.Logs()))
+		sc := bufio.NewScanner(strings.NewReader(logs()))
 		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["outcome"] == outcome {
-				if kh, _ := line["key_hash"].(string); kh != "" {
-					hash = kh
-					return nil
+			var l struct {
+				Outcome string `json:"outcome"`
+				KeyHash string `json:"key_hash"`
+			}
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Outcome == outcome && l.KeyHash != "" {
+				if len(l.KeyHash) != 32 {
+					t.Fatalf("key_hash %q in %s, want the full 32-digit hash", l.KeyHash, sc.Bytes())
 				}
+				hash = l.KeyHash
+				return nil
 			}
 		}
 		return fmt.Errorf("no log line with outcome %q and a key_hash", outcome)
@@ -162,7 +169,7 @@ func runStuckKeyRunbook(t *testing.T, storeYAML string) {
 	}
 
 	// The conflict's log line names the key; `keys hash` computes the same.
-	logged := logKeyHash(t, p, "conflict")
+	logged := loggedKeyHash(t, p.Logs, "conflict")
 	hash := keysJSON(t, p, "hash", "--key", key, "--method", "POST", "--path", "/v1/charges", "--host", p.listen,
 		"--header", "Authorization: "+clientAuth)["key_hash"].(string)
 	if !strings.HasPrefix(hash, logged) {

@@ -2,15 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // The stuck-key runbook (docs/operating.md) goes from the key_hash of a
@@ -40,7 +36,7 @@ func TestStuckKeyLeadsToTheTraceOfTheRequestHoldingIt(t *testing.T) {
 	}
 
 	// 1. The key_hash, from the retry's log line.
-	keyHash := loggedKeyHash(t, p, "conflict")
+	keyHash := loggedKeyHash(t, p.proc.Stderr, "conflict")
 
 	// 2. The span that took the lease, exported while its request still runs.
 	begin, ok := col.WaitFor(10*time.Second, func(s collectedSpan) bool {
@@ -108,30 +104,4 @@ func newBlockingUpstream(t *testing.T, held, release chan struct{}) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-// loggedKeyHash waits for the proxy's debug request line with the given
-// outcome — written once the response has gone out, so it may trail the
-// client's answer — and returns its key_hash.
-func loggedKeyHash(t *testing.T, p *tracedProxy, outcome string) string {
-	t.Helper()
-	var hash string
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
-		for _, line := range strings.Split(p.proc.Stderr(), "\n") {
-			var l struct {
-				Msg     string `json:"msg"`
-				Outcome string `json:"outcome"`
-				KeyHash string `json:"key_hash"`
-			}
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "request" && l.Outcome == outcome {
-				if len(l.KeyHash) != 32 {
-					t.Fatalf("key_hash %q in %s, want the full 32-digit hash", l.KeyHash, line)
-				}
-				hash = l.KeyHash
-				return nil
-			}
-		}
-		return fmt.Errorf("no request line with outcome %s in:\n%s", outcome, p.proc.Stderr())
-	})
-	return hash
 }
