@@ -66,12 +66,20 @@ type capture struct {
 	clientGone bool // a write to the client failed
 	written    int64
 
-	// declared is the upstream's Content-Length, -1 when it sent none.
-	declared int64
+	// declared is the upstream's Content-Length, -1 when it sent none;
+	// sentLength is the field as it came.
+	declared   int64
+	sentLength []string
 
 	// upstreamErr is the upstream exchange's failure, told by the reverse
 	// proxy's error handler (upstreamFailed).
 	upstreamErr error
+	// hooks is the upstream call's trace (trace), and rec the record of
+	// its response (record): parts of the capture, not allocations of
+	// their own.
+	hooks httptrace.ClientTrace
+	rec   store.Record
+
 	// sent is set, from the transport's goroutine, once the request's
 	// headers were written to an upstream connection: from then on the
 	// upstream may have acted on it. Until then a failure (a dial error, a
@@ -127,9 +135,11 @@ func (c *capture) WriteHeader(code int) {
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
 	c.recording = !c.route.releases(code) && !c.noStore
-	c.declared = -1
-	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
-		c.declared = n
+	c.declared, c.sentLength = -1, h["Content-Length"]
+	if len(c.sentLength) > 0 {
+		if n, err := strconv.ParseInt(c.sentLength[0], 10, 64); err == nil {
+			c.declared = n
+		}
 	}
 	if c.recording {
 		c.header = recordableHeader(h)
@@ -310,7 +320,8 @@ func (c *capture) cutShort() bool {
 
 // trace reports to the capture when the request starts reaching the upstream.
 func (c *capture) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{WroteHeaders: c.requestSent}
+	c.hooks = httptrace.ClientTrace{WroteHeaders: c.requestSent}
+	return &c.hooks
 }
 
 // record returns the captured response as a store record. Its header
@@ -323,12 +334,12 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		// The announced length is the answer to a HEAD: keep it as sent.
 		delete(c.header, "Content-Length")
 		if c.declared >= 0 {
-			c.header["Content-Length"] = []string{strconv.FormatInt(c.declared, 10)}
+			c.header["Content-Length"] = c.lengthField(c.declared)
 		}
 	default:
-		c.header["Content-Length"] = []string{strconv.Itoa(len(c.body))}
+		c.header["Content-Length"] = c.lengthField(int64(len(c.body)))
 	}
-	return &store.Record{
+	c.rec = store.Record{
 		Status:      c.status,
 		Header:      c.header,
 		Body:        c.body,
@@ -336,4 +347,15 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		Fingerprint: fp,
 		CreatedAt:   c.answered,
 	}
+	return &c.rec
+}
+
+// lengthField is a Content-Length field of n: the upstream's own when it
+// said n as a replay says it, which is nearly always, else a new one.
+func (c *capture) lengthField(n int64) []string {
+	var b [20]byte
+	if v := c.sentLength; len(v) == 1 && v[0] == string(strconv.AppendInt(b[:0], n, 10)) {
+		return v
+	}
+	return []string{strconv.FormatInt(n, 10)}
 }
