@@ -56,9 +56,12 @@ type capture struct {
 	// answered is when the response's status arrived. It is the record's
 	// creation, so that a replay advertises the Idempotency-Expires the
 	// executed response did, however long the body took to arrive.
-	answered   time.Time
-	status     int
+	answered time.Time
+	status   int
+	// header is what the record keeps of the response's header, built in
+	// recHeader when it is that (freeHeader).
 	header     http.Header
+	recHeader  *recordHeader
 	body       []byte
 	omitted    bool
 	recording  bool
@@ -142,7 +145,7 @@ func (c *capture) WriteHeader(code int) {
 		}
 	}
 	if c.recording {
-		c.header = recordableHeader(h)
+		c.header = c.recordableHeader(h)
 		c.bodyLimit = c.limit - headerSize(c.header)
 		if c.bodyLimit < 0 {
 			// The headers alone are over the limit: keep what a client
@@ -253,16 +256,31 @@ func (c *capture) end(gauge prometheus.Gauge) (detached bool) {
 	return c.detached
 }
 
+// recordHeader is a record's header map and the slice its values lie in.
+// Stores encode a record in Complete and keep none of it, so once the key
+// is settled they are used again: a map, its table and a slice less for
+// every executed request.
+type recordHeader struct {
+	h      http.Header
+	values []string
+}
+
+var recordHeaders = sync.Pool{New: func() any { return &recordHeader{h: make(http.Header)} }}
+
 // recordableHeader copies the response header fields worth replaying. The
 // reverse proxy has already removed hop-by-hop fields; Content-Length is
 // set again on replay, and trailers are not recorded.
-func recordableHeader(h http.Header) http.Header {
-	out := make(http.Header, len(h))
+func (c *capture) recordableHeader(h http.Header) http.Header {
+	rh := recordHeaders.Get().(*recordHeader)
+	c.recHeader = rh
 	n := 0
 	for _, v := range h {
 		n += len(v)
 	}
-	values := make([]string, n)
+	if cap(rh.values) < n {
+		rh.values = make([]string, n)
+	}
+	out, values := rh.h, rh.values[:n]
 	for k, v := range h {
 		if k == "Content-Length" || k == "Trailer" || strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
@@ -271,6 +289,22 @@ func recordableHeader(h http.Header) http.Header {
 		out[k], values = values[:n:n], values[n:]
 	}
 	return out
+}
+
+// freeHeader gives the record's header back to its pool, unless one
+// response's fields grew it too large to keep.
+func (c *capture) freeHeader() {
+	rh := c.recHeader
+	if rh == nil {
+		return
+	}
+	c.recHeader, c.header = nil, nil
+	if len(rh.h) > 64 || cap(rh.values) > 256 {
+		return
+	}
+	clear(rh.h)
+	clear(rh.values[:cap(rh.values)])
+	recordHeaders.Put(rh)
 }
 
 // headerSize is what a header counts toward max_response_body: its size

@@ -115,8 +115,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// crash, so no retry executes it before then.
 		h.log.Warn("shutdown_timeout passed while the upstream ran: the key stays locked until lock_ttl",
 			"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", pol.LockTTL.String())
-		h.owners.remove(q.keyHash, q.done)
-		h.settling.Add(-1)
+		h.settled(q)
 		return outcome
 	case f == failUnreachable, f == failShuttingDown:
 		// Nothing reached the upstream: a retry executes safely.
@@ -186,11 +185,18 @@ const (
 // must never let a retry execute again.
 func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 	if h.trySettle(ctx, q, leaseLost) == settled {
-		h.owners.remove(q.keyHash, q.done)
-		h.settling.Add(-1)
+		h.settled(q)
 		return
 	}
 	go h.settleLater(ctx, q, leaseLost)
+}
+
+// settled ends q's part in its key: local waiters wake, and the record's
+// header, which the store has encoded, goes back to its pool.
+func (h *Handler) settled(q *request) {
+	h.owners.remove(q.keyHash, q.done)
+	h.settling.Add(-1)
+	q.capture.freeHeader()
 }
 
 // trySettle records q.rec, or releases the key when there is none.
@@ -207,8 +213,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	if q.rec == nil {
 		giveUp = "could not release key before its lease expired; it unlocks at lock_ttl"
 	}
-	defer h.settling.Add(-1)
-	defer h.owners.remove(q.keyHash, q.done)
+	defer h.settled(q)
 	renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
 	backoff := 50 * time.Millisecond
 	for {

@@ -14,6 +14,8 @@
 //   - Complete with the same token and the same record a second time
 //     succeeds (records encode deterministically), so a completion retried
 //     after a lost reply is not mistaken for a lost lease.
+//   - Complete keeps nothing of the record once it returns: the caller may
+//     reuse its header and body (the proxy reuses header maps).
 //   - For operators, Inspect and Delete act on one key (the storage key the
 //     proxy passes to Begin), List pages through all of them, and Health
 //     says whether the store may evict keys or is full. Deleting a lease

@@ -119,6 +119,29 @@ func testCompleteThenBegin(t *testing.T, h *harness) {
 	}
 }
 
+// testCompleteKeepsNothingOfTheRecord: once Complete returned, the record
+// is the caller's again — the proxy reuses its header for the next one.
+func testCompleteKeepsNothingOfTheRecord(t *testing.T, h *harness) {
+	key := h.key("k")
+	rec, want := records()["binary body"], records()["binary body"]
+	tok := h.acquire(key, rec.Fingerprint, time.Minute)
+	h.complete(key, tok, rec, time.Hour)
+	for _, vals := range rec.Header {
+		for i := range vals {
+			vals[i] = "reused"
+		}
+	}
+	rec.Header["X-Next"] = []string{"another response"}
+	for i := range rec.Body {
+		rec.Body[i] = 'x'
+	}
+	b := h.begin(key, fingerprint(3), time.Minute)
+	if b.State != store.Completed || b.Record == nil {
+		t.Fatalf("Begin after Complete = %+v, want completed with record", b)
+	}
+	assertRecord(t, b.Record, want)
+}
+
 func testLeaseExpiry(t *testing.T, h *harness) {
 	key, lease := h.key("k"), h.lease()
 	old := h.acquire(key, fingerprint(1), lease)

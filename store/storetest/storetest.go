@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RaceExactlyOneAcquires", testRace},
 		{"CompleteThenBeginReplays", testCompleteThenBegin},
 		{"RetriedCompletionIsNotALostLease", testCompleteTwice},
+		{"CompleteKeepsNothingOfTheRecord", testCompleteKeepsNothingOfTheRecord},
 		{"InspectRecord", testInspectRecord},
 		{"SealedRecordIsKeptWhole", testSealedRecordIsKeptWhole},
 		{"InspectLease", testInspectLease},
