@@ -52,7 +52,9 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 		c.Nodes = append(c.Nodes, Start(t,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))
+			"--cluster-node-timeout", "2000",
+			// A master would wait 5 s for more replicas before the first sync.
+			"--repl-diskless-sync-delay", "0"))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(cfg.replicas), "--cluster-yes")
@@ -68,7 +70,28 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 		}
 	}
 	c.findRoles(ctx, t)
+	if cfg.replicas > 0 {
+		c.waitAcknowledging(ctx, t)
+	}
 	return c
+}
+
+// waitAcknowledging waits until each master counts its replica for WAIT,
+// which it does once the replica acknowledged the stream, up to a second
+// after the link is up. The WAITs are not the test's: the masters'
+// command counts start afresh.
+func (c *Cluster) waitAcknowledging(ctx context.Context, t testing.TB) {
+	t.Helper()
+	for _, m := range c.Masters {
+		mc := m.Client(t)
+		poll(ctx, t, "replica of "+m.Addr()+" acknowledging writes", func() (bool, string) {
+			n, err := mc.Do(ctx, "WAIT", 1, 100).Int()
+			return err == nil && n >= 1, fmt.Sprint(n, err)
+		})
+		if err := mc.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatalf("CONFIG RESETSTAT on %s: %v", m.Addr(), err)
+		}
+	}
 }
 
 // findRoles sorts the nodes into Masters and Replicas as redis-cli made

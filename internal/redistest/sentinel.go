@@ -236,14 +236,30 @@ func startReplica(t testing.TB, addr string) *Server {
 	if err != nil {
 		t.Fatalf("replica of %q: %v", addr, err)
 	}
-	r := Start(t, "--replicaof", host, port)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	mc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer mc.Close()
+	// The master would wait 5 s for more replicas before the first sync.
+	if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatalf("CONFIG SET repl-diskless-sync-delay on %s: %v", addr, err)
+	}
+	r := Start(t, "--replicaof", host, port)
 	rc := r.Client(t)
 	poll(ctx, t, "replica link up", func() (bool, string) {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(err)
 	})
+	// The master counts the replica for WAIT once the replica has
+	// acknowledged the stream, up to a second after the link is up.
+	poll(ctx, t, "replica acknowledging writes", func() (bool, string) {
+		n, err := mc.Do(ctx, "WAIT", 1, 100).Int()
+		return err == nil && n >= 1, fmt.Sprint(n, err)
+	})
+	// Tests count the commands they cause: these WAITs are not theirs.
+	if err := mc.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatalf("CONFIG RESETSTAT on %s: %v", addr, err)
+	}
 	return r
 }
 

@@ -34,9 +34,20 @@ import (
 // together in the next. A batch holds at most maxBatch commands: the
 // replies of a batch share one read deadline, and a replay's reply is a
 // whole record, so small batches keep what must arrive by then small.
+//
+// With replica acknowledgement on (waitN > 0), a batch that holds a
+// command whose caller waits for replicas (doAcked) ends with one WAIT,
+// pipelined after its commands on the same connection: WAIT counts the
+// replicas that hold every write of its connection so far, so its answer
+// is each of those commands' answer. In a Cluster those commands go to
+// their masters, a pipeline and a WAIT per master, and the batch's other
+// commands through the Cluster pipeline as without acknowledgement.
 type batcher struct {
 	c       redis.UniversalClient
 	timeout time.Duration
+	// waitN and waitTimeout are the WAIT's arguments; waitN 0: no WAIT.
+	waitN       int
+	waitTimeout time.Duration
 
 	mu     sync.Mutex
 	cur    *batch   // filling
@@ -56,7 +67,16 @@ type batcher struct {
 // or its error.
 type batch struct {
 	cmds []redis.Cmder
-	done chan struct{}
+	// acked are the commands whose callers wait for replicas.
+	acked []ackedCmd
+	done  chan struct{}
+}
+
+// ackedCmd is a command of a batch that is followed by a WAIT.
+type ackedCmd struct {
+	i    int           // in batch.cmds
+	key  string        // its Redis key: which master it goes to in a Cluster
+	wait *redis.IntCmd // the WAIT that covers it, set by exec
 }
 
 func newBatch() *batch {
@@ -65,15 +85,19 @@ func newBatch() *batch {
 
 var errQueueFull = errors.New("too many commands queued for Redis")
 
-func newBatcher(c redis.UniversalClient, timeout time.Duration) *batcher {
+// newBatcher starts the flusher of c's batches. waitN > 0 ends each batch
+// that holds an acknowledged command with WAIT waitN waitTimeout.
+func newBatcher(c redis.UniversalClient, timeout time.Duration, waitN int, waitTimeout time.Duration) *batcher {
 	b := &batcher{
-		c:       c,
-		timeout: timeout,
-		cur:     newBatch(),
-		wake:    make(chan struct{}, 1),
-		permits: make(chan struct{}, maxConcurrentBatches),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		c:           c,
+		timeout:     timeout,
+		waitN:       waitN,
+		waitTimeout: waitTimeout,
+		cur:         newBatch(),
+		wake:        make(chan struct{}, 1),
+		permits:     make(chan struct{}, maxConcurrentBatches),
+		stop:        make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 	go b.flusher()
 	return b
@@ -82,17 +106,46 @@ func newBatcher(c redis.UniversalClient, timeout time.Duration) *batcher {
 // do queues cmd and waits until it has its reply or ctx is done. In the
 // second case cmd must not be read; it still runs if it was sent.
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
+	bt, _, err := b.enqueue(cmd, "", false)
+	if err != nil {
+		return err
+	}
+	return b.await(ctx, bt, cmd)
+}
+
+// doAcked is do for a write to key that must reach waitN replicas: it
+// also returns how many replicas the batch's WAIT counted, or its error.
+// Both are meaningless when err is not nil nor redis.Nil.
+func (b *batcher) doAcked(ctx context.Context, key string, cmd redis.Cmder) (acked int64, waitErr, err error) {
+	bt, j, err := b.enqueue(cmd, key, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := b.await(ctx, bt, cmd); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, nil, err
+	}
+	acked, waitErr = bt.acked[j].wait.Result()
+	return acked, waitErr, cmd.Err()
+}
+
+// enqueue adds cmd to the batch being filled and wakes the flusher. With
+// ack, cmd is one of the batch's acknowledged commands, the j-th.
+func (b *batcher) enqueue(cmd redis.Cmder, key string, ack bool) (bt *batch, j int, err error) {
 	if b.queued.Add(1) > maxQueued {
 		b.queued.Add(-1)
-		return errQueueFull
+		return nil, 0, errQueueFull
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		b.queued.Add(-1)
-		return redis.ErrClosed
+		return nil, 0, redis.ErrClosed
 	}
-	bt := b.cur
+	bt = b.cur
+	if ack {
+		j = len(bt.acked)
+		bt.acked = append(bt.acked, ackedCmd{i: len(bt.cmds), key: key})
+	}
 	bt.cmds = append(bt.cmds, cmd)
 	if len(bt.cmds) == maxBatch {
 		b.full = append(b.full, bt)
@@ -103,6 +156,11 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 	case b.wake <- struct{}{}:
 	default: // the flusher is already due to run
 	}
+	return bt, j, nil
+}
+
+// await waits until bt has been sent and returns cmd's error, or ctx's.
+func (b *batcher) await(ctx context.Context, bt *batch, cmd redis.Cmder) error {
 	select {
 	case <-bt.done:
 		return cmd.Err()
@@ -168,9 +226,79 @@ func (b *batcher) send(bt *batch) {
 func (b *batcher) exec(bt *batch) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, cmd := range bt.cmds {
+	if len(bt.acked) == 0 {
+		pipeline(ctx, b.c, bt.cmds, nil)
+	} else if cc, ok := b.c.(*redis.ClusterClient); ok {
+		b.execCluster(ctx, cc, bt)
+	} else {
+		wait := b.newWait(ctx)
+		for j := range bt.acked {
+			bt.acked[j].wait = wait
+		}
+		pipeline(ctx, b.c, bt.cmds, wait)
+	}
+	b.queued.Add(-int64(len(bt.cmds)))
+	close(bt.done)
+}
+
+func (b *batcher) newWait(ctx context.Context) *redis.IntCmd {
+	return redis.NewIntCmd(ctx, "wait", b.waitN, millis(b.waitTimeout))
+}
+
+// execCluster sends bt's acknowledged commands to their masters, one
+// pipeline ending in WAIT per master (a Cluster pipeline would send a
+// keyless WAIT to any node), and its other commands as one Cluster
+// pipeline, all at once. An acknowledged command is not redirected: a
+// MOVED reply is its error, as it is for a direct command.
+func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, bt *batch) {
+	type group struct {
+		cmds []redis.Cmder
+		wait *redis.IntCmd
+	}
+	groups := map[*redis.Client]*group{}
+	isAcked := make([]bool, len(bt.cmds))
+	for j := range bt.acked {
+		a := &bt.acked[j]
+		isAcked[a.i] = true
+		node, err := cc.MasterForKey(ctx, a.key)
+		if err != nil {
+			bt.cmds[a.i].SetErr(err)
+			a.wait = b.newWait(ctx)
+			a.wait.SetErr(err)
+			continue
+		}
+		g := groups[node]
+		if g == nil {
+			g = &group{wait: b.newWait(ctx)}
+			groups[node] = g
+		}
+		g.cmds = append(g.cmds, bt.cmds[a.i])
+		a.wait = g.wait
+	}
+	var rest []redis.Cmder
+	for i, cmd := range bt.cmds {
+		if !isAcked[i] {
+			rest = append(rest, cmd)
+		}
+	}
+	var wg sync.WaitGroup
+	if len(rest) > 0 {
+		wg.Go(func() { pipeline(ctx, cc, rest, nil) })
+	}
+	for node, g := range groups {
+		wg.Go(func() { pipeline(ctx, node, g.cmds, g.wait) })
+	}
+	wg.Wait()
+}
+
+// pipeline runs cmds, then wait unless it is nil, as one pipeline of c.
+func pipeline(ctx context.Context, c redis.Cmdable, cmds []redis.Cmder, wait redis.Cmder) {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, cmd := range cmds {
 			_ = p.Process(ctx, cmd)
+		}
+		if wait != nil {
+			_ = p.Process(ctx, wait)
 		}
 		return nil
 	})
@@ -178,15 +306,18 @@ func (b *batcher) exec(bt *batch) {
 	// the first of those — except when the pipeline never ran: a
 	// connection that could not be made ready (a wrong password, a
 	// database out of range) leaves the commands untouched.
-	if err != nil && !slices.ContainsFunc(bt.cmds, func(c redis.Cmder) bool { return c.Err() == err }) {
-		for _, cmd := range bt.cmds {
-			if cmd.Err() == nil {
-				cmd.SetErr(err)
-			}
+	if err == nil || slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() == err }) ||
+		wait != nil && wait.Err() == err {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil {
+			cmd.SetErr(err)
 		}
 	}
-	b.queued.Add(-int64(len(bt.cmds)))
-	close(bt.done)
+	if wait != nil && wait.Err() == nil {
+		wait.SetErr(err)
+	}
 }
 
 // drain sends what is still queued, once the store is closing: its

@@ -87,7 +87,7 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 	var acked int64
 	var waitErr, err error
 	if s.acks.n > 0 {
-		acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+		acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
 	} else {
 		err = s.do(ctx, cmd, false)
 	}
@@ -189,9 +189,14 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	var n, acked int64
 	var waitErr, err error
 	if s.acks.n > 0 {
+		direct := len(val) > maxPipelined
 		n, err = s.runWith(ctx, completeScript, rkey, []any{token, val, millis(ttl)}, func(cmd redis.Cmder) error {
 			var err error
-			acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+			if direct {
+				acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+			} else {
+				acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+			}
 			return err
 		})
 	} else {

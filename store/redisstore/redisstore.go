@@ -163,29 +163,32 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, errors.New("redis store: set a URL, or addresses for Sentinel or Cluster")
 	}
-	s, err := NewFromClient(c, opts.KeyPrefix, opts.Timeout)
-	if err != nil {
-		return nil, err
+	ackTimeout := opts.ReplicaAckTimeout
+	if ackTimeout <= 0 {
+		ackTimeout = DefaultReplicaAckTimeout
 	}
+	s := fromClient(c, opts.KeyPrefix, opts.Timeout, opts.ReplicaAck, ackTimeout)
 	s.sentinel = sn
-	s.acks.n = opts.ReplicaAck
-	s.acks.timeout = opts.ReplicaAckTimeout
-	if s.acks.timeout <= 0 {
-		s.acks.timeout = DefaultReplicaAckTimeout
-	}
 	return s, nil
 }
 
 // NewFromClient wraps an existing client; prefix "" means DefaultKeyPrefix,
 // timeout 0 means DefaultTimeout. Close closes c.
 func NewFromClient(c redis.UniversalClient, prefix string, timeout time.Duration) (*Store, error) {
+	return fromClient(c, prefix, timeout, 0, 0), nil
+}
+
+func fromClient(c redis.UniversalClient, prefix string, timeout time.Duration, ackN int, ackTimeout time.Duration) *Store {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Store{c: c, batch: newBatcher(c, timeout), prefix: prefix, timeout: timeout}, nil
+	s := &Store{c: c, prefix: prefix, timeout: timeout}
+	s.acks.n, s.acks.timeout = ackN, ackTimeout
+	s.batch = newBatcher(c, timeout, ackN, ackTimeout)
+	return s
 }
 
 // The client must fail fast: a slow answer is as bad as none, since the

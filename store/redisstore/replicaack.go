@@ -14,19 +14,20 @@ import (
 // Redis replicates asynchronously: a lease or record a master acknowledged
 // is lost with it if it fails before a replica has it, and the promoted
 // replica then lets the key execute again. With Options.ReplicaAck = N the
-// store sends the lease's SET and the completion's script each followed by
-// WAIT N timeout, pipelined on one connection to the key's master (WAIT
-// counts the replicas holding every write of its connection). These
-// commands go directly, not through the batcher: a batch's connection is
-// not the caller's to follow with a WAIT, and one WAIT per batch would hold
-// every command of the batch to the slowest replica.
+// lease's SET and the completion's script are followed by WAIT N timeout on
+// the connection that wrote them, to the key's master (WAIT counts the
+// replicas holding every write of its connection). They go through the
+// batcher: one WAIT at the end of a batch covers every write of the batch
+// (batch.go), a WAIT per master in a Cluster. A completion too large to be
+// batched goes directly, pipelined with a WAIT of its own (doAcked).
 //
 // A lease fewer than N replicas hold is released and Begin fails with
 // ErrUnavailable, so the route's on_store_error decides. A record fewer
 // than N hold stays written, and Complete fails with ErrUnavailable: the
 // caller retries, and the completion script writes the same record again
 // (completeScript), so the retry's WAIT covers it on whichever node is
-// master by then. Both count in acks.failures.
+// master by then. Both count in acks.failures. A WAIT that fell short
+// fails every acknowledged command of its batch alike.
 type acks struct {
 	n       int           // replicas to wait for; 0: off
 	timeout time.Duration // per WAIT
