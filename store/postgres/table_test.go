@@ -28,7 +28,7 @@ func TestTable(t *testing.T) {
 
 func testCreated(t *testing.T, srv *pgtest.Server) {
 	ctx := context.Background()
-	s, err := New(Options{URL: srv.URL(), Table: "created", Timeout: 5 * time.Second})
+	s, err := New(Options{URL: srv.URL(), Table: "created", Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func testOtherShape(t *testing.T, srv *pgtest.Server) {
 	if _, err := srv.Conn(t).Exec(ctx, `CREATE TABLE orders (key text PRIMARY KEY, token integer, amount numeric)`); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{URL: srv.URL(), Table: "orders", Timeout: 5 * time.Second})
+	s, err := New(Options{URL: srv.URL(), Table: "orders", Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func testMigrationRefused(t *testing.T, srv *pgtest.Server) {
 		t.Fatal(err)
 	}
 	u.User = url.UserPassword("limited", "limited")
-	s, err := New(Options{URL: u.String(), Table: "locked", Timeout: 5 * time.Second})
+	s, err := New(Options{URL: u.String(), Table: "locked", Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
