@@ -50,8 +50,9 @@ func (cl *chaosLog) fault(name, base string) (ended func()) {
 // after, retried while its lease lasts). Only then can the store lose the
 // lease of a proxy that is running: it renews the lease every lock_ttl/3 and
 // records right after the upstream answers, so a store that answers keeps
-// the lease. A loss anywhere else is a lease that did not hold. cl.mu must
-// be held.
+// the lease unless the proxy stalls past lock_ttl, which the run never makes
+// it do. A loss anywhere else is a lease that did not hold. cl.mu must be
+// held.
 func (cl *chaosLog) storeDownAround(e execution) bool {
 	from, to := e.At.Add(-lockTTL), e.At.Add(e.Work+lockTTL)
 	for _, f := range cl.faults {
