@@ -24,10 +24,26 @@ const TombstoneSuffix = "/expired"
 // switches it on while some route rejects expired keys. Then a Begin that
 // takes a lease reads the tombstone's key once more (a replay does not),
 // and a completion with a tombstone writes it in two more operations.
+//
+// Over a TombstoneKeeper it steps aside: every call goes to the store,
+// which keeps tombstones in its own Begin and Complete, and Check
+// switches the store's.
 type Tombstones struct {
 	Store
-	on  atomic.Bool
-	now func() time.Time
+	keeper TombstoneKeeper // nil unless the store keeps tombstones itself
+	on     atomic.Bool
+	now    func() time.Time
+}
+
+// TombstoneKeeper is a Store that keeps tombstones itself, as Tombstones
+// does over any store, without the operations Tombstones adds: a Begin
+// that looks for the tombstone in its own round trip while
+// CheckTombstones(true), a Complete that writes record and tombstone
+// together, a Delete that deletes both, and a List without tombstones.
+type TombstoneKeeper interface {
+	Store
+	// CheckTombstones switches looking for tombstones in Begin on or off.
+	CheckTombstones(on bool)
 }
 
 // WithTombstones returns next keeping tombstones. now is the clock of
@@ -36,17 +52,23 @@ func WithTombstones(next Store, now func() time.Time) *Tombstones {
 	if now == nil {
 		now = time.Now
 	}
-	return &Tombstones{Store: next, now: now}
+	k, _ := next.(TombstoneKeeper)
+	return &Tombstones{Store: next, keeper: k, now: now}
 }
 
 // Check switches looking for tombstones in Begin on or off.
-func (s *Tombstones) Check(on bool) { s.on.Store(on) }
+func (s *Tombstones) Check(on bool) {
+	s.on.Store(on)
+	if s.keeper != nil {
+		s.keeper.CheckTombstones(on)
+	}
+}
 
 // Begin is the store's Begin; with tombstones on, a key it found free is
 // reported Expired when its tombstone is there, and its lease released.
 func (s *Tombstones) Begin(ctx context.Context, key string, l Lease, ttl time.Duration) (BeginResult, error) {
 	res, err := s.Store.Begin(ctx, key, l, ttl)
-	if err != nil || res.State != Acquired || !s.on.Load() {
+	if err != nil || res.State != Acquired || !s.on.Load() || s.keeper != nil {
 		return res, err
 	}
 	e, err := s.Store.Inspect(ctx, key+TombstoneSuffix)
@@ -76,7 +98,7 @@ func (s *Tombstones) Begin(ctx context.Context, key string, l Lease, ttl time.Du
 // not be written is an error: the record is stored, and a retried
 // Complete of the same record succeeds and writes it.
 func (s *Tombstones) Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error {
-	if err := s.Store.Complete(ctx, key, token, rec, ttl); err != nil || rec.Tombstone <= 0 {
+	if err := s.Store.Complete(ctx, key, token, rec, ttl); err != nil || rec.Tombstone <= 0 || s.keeper != nil {
 		return err
 	}
 	tomb := &Record{Status: 410, Fingerprint: rec.Fingerprint, CreatedAt: s.now().Add(ttl).Truncate(time.Millisecond)}
@@ -115,6 +137,9 @@ func tombErr(err error) error {
 // Delete deletes key and its tombstone: a key an operator deleted is new.
 func (s *Tombstones) Delete(ctx context.Context, key string) error {
 	err := s.Store.Delete(ctx, key)
+	if s.keeper != nil {
+		return err
+	}
 	if terr := s.Store.Delete(ctx, key+TombstoneSuffix); terr != nil && !errors.Is(terr, ErrNotFound) {
 		return terr
 	}
@@ -124,6 +149,9 @@ func (s *Tombstones) Delete(ctx context.Context, key string) error {
 // List is the store's List without the tombstones.
 func (s *Tombstones) List(ctx context.Context, state State, cursor string, limit int) ([]Entry, string, error) {
 	entries, next, err := s.Store.List(ctx, state, cursor, limit)
+	if s.keeper != nil {
+		return entries, next, err
+	}
 	out := entries[:0]
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Key, TombstoneSuffix) {

@@ -16,10 +16,18 @@ import (
 // other data, then checks what the store does for a request in flight: its
 // completion is refused with ErrFull (the OOM cause in the message), the
 // lease stays and can be extended, Begin still reports the key, Health says
-// full, and once room returns a completion succeeds.
+// full, and once room returns a completion succeeds. It holds with Begin
+// looking for tombstones (one script) as with its SET.
 func TestFullRedisKeepsLease(t *testing.T) {
+	for _, tombs := range []bool{false, true} {
+		t.Run(fmt.Sprint("tombstones=", tombs), func(t *testing.T) { testFullRedisKeepsLease(t, tombs) })
+	}
+}
+
+func testFullRedisKeepsLease(t *testing.T, tombs bool) {
 	srv := redistest.Start(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
 	s := newStore(t, Options{URL: srv.URL(), Timeout: time.Second})
+	s.CheckTombstones(tombs)
 	admin := srv.Client(t)
 	ctx := context.Background()
 	fp := store.Fingerprint{5}

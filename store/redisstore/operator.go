@@ -37,18 +37,18 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
 	return decodeEntry(key, v, ttl.Val(), true)
 }
 
-// Delete removes the lease or record under key, or returns
-// store.ErrNotFound. The owner of a deleted lease then gets
+// Delete removes the lease or record under key and its tombstone, or
+// returns store.ErrNotFound when there was no lease or record. The owner of a deleted lease then gets
 // store.ErrLockLost from Extend and Complete: their scripts find no lease
 // with its token.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	n, err := s.c.Del(ctx, s.redisKey(key)).Result()
+	found, err := s.deleteWithTombstone(ctx, key, s.redisKey(key))
 	if err != nil {
 		return s.translate("delete", err)
 	}
-	if n == 0 {
+	if !found {
 		return fmt.Errorf("redis delete: %w", store.ErrNotFound)
 	}
 	return nil
@@ -187,6 +187,9 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 		v, err := gets[i].Bytes()
 		if err != nil {
 			continue // expired or deleted since the SCAN
+		}
+		if strings.HasSuffix(k, store.TombstoneSuffix+"}") {
+			continue // an earlier version's tombstone (tombstone.go)
 		}
 		e, err := decodeEntry(s.storageKey(k), v, ttls[i].Val(), false)
 		if err != nil {

@@ -68,7 +68,9 @@ return 0`)
 )
 
 // Begin takes a lease on key, described by l, with one SET NX PX GET, or
-// reports the lease or record already there.
+// reports the lease or record already there. While tombstones are looked
+// for (CheckTombstones), it is one script instead that also reports a
+// tombstone there, as Expired, without taking the lease.
 func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time.Duration) (store.BeginResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -83,13 +85,23 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 	val = store.AppendLease(val, &l)
 
 	rkey := s.redisKey(key)
-	cmd := redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
 	var acked int64
 	var waitErr, err error
-	if s.acks.n > 0 {
-		acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+	send := func(cmd redis.Cmder) error {
+		if s.acks.n > 0 {
+			var err error
+			acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+			return err
+		}
+		return s.do(ctx, cmd, false)
+	}
+	var tombs *redis.Cmd
+	var cmd *redis.StringCmd
+	if s.tombs.Load() {
+		tombs, err = s.beginTombs(ctx, key, rkey, val, lease, send)
 	} else {
-		err = s.do(ctx, cmd, false)
+		cmd = redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
+		err = send(cmd)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -107,6 +119,8 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 		return s.beginFull(ctx, key, token, err)
 	case err != nil:
 		return store.BeginResult{}, s.translate("begin", err)
+	case tombs != nil:
+		return decodeTombReply(tombs.Val(), token)
 	}
 	old, _ := cmd.Bytes()
 	return decodeExisting(old, token)
@@ -178,7 +192,8 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 	return nil
 }
 
-// Complete replaces the lease of token on key with rec, kept for ttl.
+// Complete replaces the lease of token on key with rec, kept for ttl. A
+// record with a Tombstone has its tombstone written by the same script.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -186,21 +201,33 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	val[0] = kindRecord
 	val = store.AppendRecord(val, rec)
 	rkey := s.redisKey(key)
-	var n, acked int64
-	var waitErr, err error
-	if s.acks.n > 0 {
-		direct := len(val) > maxPipelined
-		n, err = s.runWith(ctx, completeScript, rkey, []any{token, val, millis(ttl)}, func(cmd redis.Cmder) error {
-			var err error
-			if direct {
-				acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
-			} else {
-				acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
-			}
-			return err
-		})
+	direct := len(val) > maxPipelined
+	var acked int64
+	var waitErr error
+	send := func(cmd redis.Cmder) error {
+		var err error
+		switch {
+		case s.acks.n == 0:
+			return s.do(ctx, cmd, direct)
+		case direct:
+			acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+		default:
+			acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+		}
+		return err
+	}
+	var n int64
+	var err error
+	if rec.Tombstone > 0 {
+		tomb := tombstoneValue(rec.Fingerprint, time.Now().Add(ttl))
+		var cmd *redis.Cmd
+		cmd, err = s.eval(ctx, completeTombScript, []string{rkey, tombKey(rkey)},
+			[]any{token, val, millis(ttl), tomb, millis(ttl + rec.Tombstone)}, send)
+		if err == nil {
+			n, err = cmd.Int64()
+		}
 	} else {
-		n, err = s.run(ctx, completeScript, len(val) > maxPipelined, rkey, token, val, millis(ttl))
+		n, err = s.runWith(ctx, completeScript, rkey, []any{token, val, millis(ttl)}, send)
 	}
 	if err != nil {
 		return s.translate("complete", err)
@@ -282,14 +309,29 @@ func (s *Store) run(ctx context.Context, sc script, direct bool, key string, arg
 
 // runWith is run with the command sent by send.
 func (s *Store) runWith(ctx context.Context, sc script, key string, args []any, send func(redis.Cmder) error) (int64, error) {
-	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sc.sha, 1, key}, args...)...)
-	err := send(cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = redis.NewCmd(ctx, append([]any{"eval", sc.src, 1, key}, args...)...)
-		err = send(cmd)
-	}
+	cmd, err := s.eval(ctx, sc, []string{key}, args, send)
 	if err != nil {
 		return 0, err
 	}
 	return cmd.Int64()
+}
+
+// eval runs sc on keys with args, the command sent by send, and returns
+// the command with its reply; a nil reply is redis.Nil.
+func (s *Store) eval(ctx context.Context, sc script, keys []string, args []any, send func(redis.Cmder) error) (*redis.Cmd, error) {
+	cmdArgs := func(op, body string) []any {
+		a := make([]any, 0, 3+len(keys)+len(args))
+		a = append(a, op, body, len(keys))
+		for _, k := range keys {
+			a = append(a, k)
+		}
+		return append(a, args...)
+	}
+	cmd := redis.NewCmd(ctx, cmdArgs("evalsha", sc.sha)...)
+	err := send(cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = redis.NewCmd(ctx, cmdArgs("eval", sc.src)...)
+		err = send(cmd)
+	}
+	return cmd, err
 }

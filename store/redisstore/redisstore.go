@@ -12,6 +12,11 @@
 //	                                   an in-flight lease, with PX = lease
 //	'R' encoded store.Record           a completed record, with PX = ttl
 //
+// With expired_keys: reject a record may have a tombstone beside it,
+// under its Redis key followed by store.TombstoneSuffix (tombstone.go):
+//
+//	'T' fingerprint(32 bytes) expiry(8) with PX = ttl + expired_key_window
+//
 // A lease's description is store.AppendLease's encoding of the request
 // that holds it and the proxy instance running it; a lease written before
 // leases were described ends at its token, and reads as describing
@@ -20,9 +25,12 @@
 // # Round trips
 //
 // Begin is one SET NX PX GET (Redis 7.0+): it takes the lease or returns
-// what was there. Extend, Complete and Release are token-checked Lua scripts
-// run with EVALSHA (EVAL once per node after a restart). Inspect is one GET
-// and PTTL, Delete one DEL; List SCANs every master.
+// what was there; while tombstones are looked for, one script that reads
+// the tombstone too. Extend, Complete and Release are token-checked Lua
+// scripts run with EVALSHA (EVAL once per node after a restart); a
+// Complete with a tombstone writes both in its script. Inspect is one GET
+// and PTTL, Delete one DEL of the key and its tombstone; List SCANs every
+// master.
 //
 // Commands are batched: those of concurrent requests are written to Redis
 // as one pipeline and their replies read in one go (batch.go). A
@@ -124,6 +132,8 @@ type Store struct {
 	lastFull atomic.Int64
 
 	acks acks // replica acknowledgement (replicaack.go); off when acks.n == 0
+	// tombs is set while Begin looks for tombstones (tombstone.go).
+	tombs atomic.Bool
 
 	epochs   epochs    // memory-loss markers (epoch.go)
 	sentinel *sentinel // nil unless the deployment is Sentinel's

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -13,13 +14,37 @@ type nopCloser struct{ Store }
 
 func (nopCloser) Close() error { return nil }
 
+// keeperCloser is nopCloser for a store that keeps tombstones itself, so
+// that store.Tombstones finds it does.
+type keeperCloser struct {
+	nopCloser
+	k interface{ CheckTombstones(bool) }
+}
+
+func (k keeperCloser) CheckTombstones(on bool) { k.k.CheckTombstones(on) }
+
+// withTombstones is the Store under test keeping tombstones, in its own
+// operations if it keeps them itself (store.TombstoneKeeper), looking for
+// them until the test ends.
+func withTombstones(t *testing.T, s Store) *store.Tombstones {
+	var ts *store.Tombstones
+	if k, ok := s.(interface{ CheckTombstones(bool) }); ok {
+		ts = store.WithTombstones(keeperCloser{nopCloser{s}, k}, nil)
+	} else {
+		ts = store.WithTombstones(nopCloser{s}, nil)
+	}
+	ts.Check(true)
+	t.Cleanup(func() { ts.Check(false) })
+	return ts
+}
+
 // testExpiredKeyIsRemembered: with tombstones kept over the store, a key
 // whose record expired is reported Expired, with its fingerprint and
 // without a lease, until the window after its record passes; then it is
-// new. A record completed without Tombstone leaves none.
+// new. A record completed without Tombstone leaves none, and a key an
+// operator deleted loses its tombstone.
 func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
-	ts := store.WithTombstones(nopCloser{h.Store}, nil)
-	ts.Check(true)
+	ts := withTombstones(t, h.Store)
 	ctx := context.Background()
 	ttl := h.lease()
 	window := 2 * ttl
@@ -31,15 +56,15 @@ func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
 		}
 		return b
 	}
-	key, forgotten := h.key("k"), h.key("forgotten")
+	key, forgotten, deleted := h.key("k"), h.key("forgotten"), h.key("deleted")
 	started := time.Now()
-	for _, k := range []string{key, forgotten} {
+	for _, k := range []string{key, forgotten, deleted} {
 		b := begin(k)
 		if b.State != store.Acquired {
 			t.Fatalf("Begin(%q) = %v, want acquired", k, b.State)
 		}
 		rec := *records()["binary body"]
-		if k == key {
+		if k != forgotten {
 			rec.Tombstone = window
 		}
 		if err := ts.Complete(ctx, k, b.Token, &rec, ttl); err != nil {
@@ -71,6 +96,12 @@ func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
 	if b := begin(forgotten); b.State != store.Acquired {
 		t.Errorf("Begin of a record completed without Tombstone = %v, want acquired", b.State)
 	}
+	if err := ts.Delete(ctx, deleted); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Delete of an expired key: %v", err)
+	}
+	if b := begin(deleted); b.State != store.Acquired {
+		t.Errorf("Begin of an expired key an operator deleted = %v, want acquired: its tombstone goes with it", b.State)
+	}
 	h.pass(window)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -88,8 +119,7 @@ func testExpiredKeyIsRemembered(t *testing.T, h *harness) {
 // testTombstonesOffCostNothing: with tombstones off, Begin of a key whose
 // tombstone is there takes the lease, as a store without them does.
 func testTombstonesOff(t *testing.T, h *harness) {
-	ts := store.WithTombstones(nopCloser{h.Store}, nil)
-	ts.Check(true)
+	ts := withTombstones(t, h.Store)
 	ctx := context.Background()
 	ttl := h.lease()
 	key := h.key("k")
