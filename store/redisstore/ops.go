@@ -98,7 +98,7 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 	var tombs *redis.Cmd
 	var cmd *redis.StringCmd
 	if s.tombs.Load() {
-		tombs, err = s.beginTombs(ctx, key, rkey, val, lease, send)
+		tombs, err = s.beginTombs(ctx, key, rkey, val, lease, token, send)
 	} else {
 		cmd = redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
 		err = send(cmd)

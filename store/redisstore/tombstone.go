@@ -27,9 +27,9 @@ import (
 // An earlier version kept tombstones through store.Tombstones: a record
 // (kind 'R', status 410, CreatedAt when the key's record expires) under
 // the storage key key + TombstoneSuffix, whose Redis key has a hash tag
-// of its own. Begin still reads those on a single node or behind Sentinel
-// (the script may read any key there); in a Cluster they are in another
-// slot and are not looked for (docs/redis.md).
+// of its own. Begin still reads those: in its script on a single node or
+// behind Sentinel (the script may read any key there), with a GET beside
+// the script in a Cluster, where they are in another slot.
 const (
 	kindTombstone = 'T'
 	tombstoneLen  = 1 + len(store.Fingerprint{}) + 8
@@ -105,13 +105,35 @@ func decodeTombstone(v []byte) (store.BeginResult, error) {
 }
 
 // beginTombs runs Begin's command with tombstones on, beginTombScript,
-// sent by send; redis.Nil means it took the lease.
-func (s *Store) beginTombs(ctx context.Context, key, rkey string, val []byte, lease time.Duration, send func(redis.Cmder) error) (*redis.Cmd, error) {
+// sent by send; redis.Nil means it took the lease. In a Cluster an
+// earlier version's tombstone is in another slot: a GET of it is queued
+// just before the script, most often into the same batch and so the same
+// round trip, and a lease the script took on a key it remembers is given
+// back.
+func (s *Store) beginTombs(ctx context.Context, key, rkey string, val []byte, lease time.Duration, token string, send func(redis.Cmder) error) (*redis.Cmd, error) {
 	keys := []string{rkey, tombKey(rkey)}
+	legacyKey := s.redisKey(key + store.TombstoneSuffix)
 	if _, cluster := s.c.(*redis.ClusterClient); !cluster {
-		keys = append(keys, s.redisKey(key+store.TombstoneSuffix))
+		return s.eval(ctx, beginTombScript, append(keys, legacyKey), []any{val, millis(lease)}, send)
 	}
-	return s.eval(ctx, beginTombScript, keys, []any{val, millis(lease)}, send)
+	legacy := redis.NewStringCmd(ctx, "get", legacyKey)
+	bt, _, qerr := s.batch.enqueue(legacy, "", false)
+	cmd, err := s.eval(ctx, beginTombScript, keys, []any{val, millis(lease)}, send)
+	if qerr == nil {
+		qerr = s.batch.await(ctx, bt, legacy)
+	}
+	if !errors.Is(err, redis.Nil) || errors.Is(qerr, redis.Nil) {
+		return cmd, err // found something, failed, or nothing remembered
+	}
+	// The lease is taken; the key is remembered, or unknown whether it is.
+	_ = s.Release(ctx, key, token)
+	if qerr != nil {
+		return cmd, fmt.Errorf("earlier tombstone: %w", qerr)
+	}
+	v, _ := legacy.Result()
+	cmd.SetErr(nil)
+	cmd.SetVal([]any{v})
+	return cmd, nil
 }
 
 // decodeTombReply interprets what beginTombScript found.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
@@ -154,13 +156,23 @@ func TestTombstoneSharesItsRecordsSlot(t *testing.T) {
 
 // TestEarlierTombstoneIsHonoured checks a rolling upgrade: a tombstone an
 // earlier version kept through store.Tombstones (a record under the key
-// followed by the suffix, inside the braces) still refuses its key, is not
-// listed, and goes when the key is deleted.
+// followed by the suffix, inside the braces: in a Cluster, another slot)
+// still refuses its key, is not listed, and goes when the key is deleted.
 func TestEarlierTombstoneIsHonoured(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL()})
+	t.Run("redis-server", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testEarlierTombstone(t, newStore(t, Options{URL: srv.URL()}), srv.Client(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+		t.Cleanup(func() { _ = admin.Close() })
+		testEarlierTombstone(t, newStore(t, Options{Addrs: cl.Addrs(), Timeout: 2 * time.Second}), admin)
+	})
+}
+
+func testEarlierTombstone(t *testing.T, s *Store, admin redis.UniversalClient) {
 	s.CheckTombstones(true)
-	admin := srv.Client(t)
 	ctx := context.Background()
 	fp := store.Fingerprint{5}
 	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
