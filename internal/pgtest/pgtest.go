@@ -18,12 +18,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,21 +31,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest/pgcluster"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // BinDir holds initdb and postgres: Debian's postgresql package (15).
-const BinDir = "/usr/lib/postgresql/15/bin"
+const BinDir = pgcluster.BinDir
 
 const (
 	// readyTimeout bounds how long a server may take to accept connections.
 	readyTimeout = 30 * time.Second
 	// stopTimeout bounds a fast shutdown before the server is killed.
 	stopTimeout = 10 * time.Second
-	// osUser runs the server when the tests run as root.
-	osUser = "postgres"
 	// defaultPort is the machine's own server's: never used.
-	defaultPort = 5432
+	defaultPort = pgcluster.DefaultPort
 )
 
 // Binary returns the path of one of PostgreSQL's programs. It skips the
@@ -76,9 +72,10 @@ type Server struct {
 // never shows.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	initdb, _ := Binary(t, "initdb"), Binary(t, "postgres")
+	Binary(t, "initdb")
+	Binary(t, "postgres")
 	s := &Server{t: t, port: freePort(t), password: "pw-" + randomHex(8)}
-	cred, err := credential()
+	cred, err := pgcluster.Credential()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -94,25 +91,12 @@ func Start(t testing.TB) *Server {
 		}
 		_ = os.RemoveAll(s.dir)
 	})
-	if cred != nil {
-		if err := os.Chown(s.dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	pwfile := filepath.Join(s.dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(s.password+"\n"), 0o600); err != nil {
+	if err := pgcluster.Own(s.dir, cred); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	if cred != nil {
-		_ = os.Chown(pwfile, int(cred.Uid), int(cred.Gid))
+	if err := pgcluster.Init(s.dir, s.password, cred); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	cmd := exec.Command(initdb, "-D", s.dataDir(), "-U", "postgres", "--pwfile", pwfile,
-		"--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
-	}
-	_ = os.Remove(pwfile)
 	s.Start()
 	return s
 }
@@ -154,16 +138,12 @@ func (s *Server) Start() {
 		s.t.Fatalf("pgtest: %v", err)
 	}
 	defer log.Close()
-	cmd := exec.Command(filepath.Join(BinDir, "postgres"), "-D", s.dataDir(),
-		"-p", strconv.Itoa(s.port), "-k", s.dir,
-		"-c", "listen_addresses=127.0.0.1",
-		// Tests do not simulate power loss: what a committed transaction
-		// wrote reaches the kernel either way, which a server stopped or
-		// killed keeps.
-		"-c", "fsync=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=100", "-c", "shared_buffers=16MB")
+	// Tests do not simulate power loss: what a committed transaction
+	// wrote reaches the kernel either way, which a server stopped or
+	// killed keeps.
+	cmd := pgcluster.Command(s.dir, s.port, s.cred,
+		"fsync=off", "full_page_writes=off", "max_connections=100", "shared_buffers=16MB")
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
 		s.t.Fatalf("pgtest: start postgres: %v", err)
@@ -219,29 +199,10 @@ func (s *Server) waitReady(p *testbin.Process) error {
 	})
 }
 
-func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
 
 // dumpLog prints the tail of the server log: enough to see why it failed.
 func (s *Server) dumpLog() { testbin.LogTail(s.t, "postgres "+s.Addr(), s.logPath()) }
-
-// credential is the postgres user's when running as root, else nil (the
-// server then runs as the current user, which it accepts).
-func credential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup(osUser)
-	if err != nil {
-		return nil, fmt.Errorf("running as root needs the OS user %s (Debian's postgresql package creates it): %w", osUser, err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
-}
 
 // freePort returns a loopback port that was free a moment ago, never the
 // machine's own server's.
