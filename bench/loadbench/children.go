@@ -28,56 +28,83 @@ type children struct {
 	mu     sync.Mutex
 	cmds   []*exec.Cmd
 	logs   map[int]string // PID → log file
+	// gentle are the children stopped with SIGINT first (postgres: its
+	// backends exit with the postmaster), killed after stopTimeout.
+	gentle map[int]bool
+	dirs   []string // more directories to remove at the end (postgres's own)
 }
+
+// stopTimeout bounds a child's own shutdown before it is killed.
+const stopTimeout = 10 * time.Second
 
 func newChildren(lay layout) (*children, error) {
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return nil, err
 	}
-	return &children{dir: dir, layout: lay, logs: map[int]string{}}, nil
+	return &children{dir: dir, layout: lay, logs: map[int]string{}, gentle: map[int]bool{}}, nil
 }
 
 // start launches name with args, its output in a log file, on the servers'
 // CPU when the layout pins. The kernel kills it when this process dies
 // (Pdeathsig), so even a SIGKILLed benchmark leaves nothing behind.
 func (c *children) start(label, name string, args []string, env []string) (*exec.Cmd, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, c.launch(label, cmd)
+}
+
+// launch starts a prepared command as start does; its SysProcAttr, which
+// must set Pdeathsig, is its own.
+func (c *children) launch(label string, cmd *exec.Cmd) error {
 	logPath := filepath.Join(c.dir, label+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if c.layout.pinned() {
 		err = startOn(cmd, c.layout.serverCPU)
 	} else {
 		err = cmd.Start()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", label, err)
+		return fmt.Errorf("start %s: %w", label, err)
 	}
 	c.mu.Lock()
 	c.cmds = append(c.cmds, cmd)
 	c.logs[cmd.Process.Pid] = logPath
 	c.mu.Unlock()
-	return cmd, nil
+	return nil
 }
 
 // killAll kills every child by PID and waits for it; it is safe to call twice.
 func (c *children) killAll() {
 	c.mu.Lock()
-	cmds := c.cmds
-	c.cmds = nil
+	cmds, dirs := c.cmds, c.dirs
+	c.cmds, c.dirs = nil, nil
 	c.mu.Unlock()
 	for _, cmd := range cmds {
+		if c.gentle[cmd.Process.Pid] && cmd.Process.Signal(syscall.SIGINT) == nil {
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+				continue
+			case <-time.After(stopTimeout):
+			}
+			_ = cmd.Process.Kill()
+			<-done
+			continue
+		}
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
-	_ = os.RemoveAll(c.dir)
+	for _, d := range append(dirs, c.dir) {
+		_ = os.RemoveAll(d)
+	}
 }
 
 // logTail returns the end of a child's log, for error messages.
@@ -147,6 +174,17 @@ func (c *children) startSelf(ctx context.Context, label string, args ...string) 
 // startProxy starts the idempotency-proxy binary in front of upstream;
 // redisURL selects the Redis store, empty the memory store.
 func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisURL string, pprof bool) (pid int, addr, admin string, err error) {
+	var store []string
+	if redisURL != "" {
+		store = []string{"--redis-url", redisURL}
+	}
+	return c.startProxyOn(ctx, label, bin, upstream, store, nil, pprof)
+}
+
+// startProxyOn starts the idempotency-proxy binary in front of upstream
+// with storeArgs selecting its store (none: memory) and storeEnv more of
+// its settings.
+func (c *children) startProxyOn(ctx context.Context, label, bin, upstream string, storeArgs, storeEnv []string, pprof bool) (pid int, addr, admin string, err error) {
 	addr, err = freeAddr()
 	if err != nil {
 		return 0, "", "", err
@@ -155,13 +193,11 @@ func (c *children) startProxy(ctx context.Context, label, bin, upstream, redisUR
 	if err != nil {
 		return 0, "", "", err
 	}
-	args := []string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin, "--log-level", "warn"}
-	if redisURL != "" {
-		args = append(args, "--redis-url", redisURL)
-	}
+	args := append([]string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin, "--log-level", "warn"}, storeArgs...)
 	// A full run records a few hundred thousand responses; the default
 	// 256 MiB bound would start refusing new keys part-way through.
-	env := append([]string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}, c.layout.childEnv()...)
+	env := append([]string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}, storeEnv...)
+	env = append(env, c.layout.childEnv()...)
 	if pprof {
 		env = append(env, "IDEMPOTENCY_PROXY_ADMIN_PPROF=true")
 	}

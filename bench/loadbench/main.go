@@ -7,6 +7,7 @@
 //	go run ./bench/loadbench --quick           # under 30 s, what CI runs
 //	go run ./bench/loadbench --layout pinned   # generator on one CPU, the rest on another
 //	go run ./bench/loadbench --peers fiber     # Fiber's idempotency middleware beside us, same rounds
+//	go run ./bench/loadbench --stores postgres,file  # the durable stores too, same rounds
 //	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
 //	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
 //	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
@@ -58,8 +59,11 @@ type settings struct {
 	// for each scenario, taken over its first measurement at the highest
 	// concurrency.
 	profileDir string
-	layout     layout
-	quick      bool // --quick: the report says its figures are noise
+	// stores are durable stores measured in the same rounds (stores.go),
+	// each as a target of its name.
+	stores []string
+	layout layout
+	quick  bool // --quick: the report says its figures are noise
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -73,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	proxyBin := fs.String("proxy-bin", "", "idempotency-proxy binary to measure (default: build ./cmd/idempotency-proxy)")
 	compareBin := fs.String("compare-bin", "", "a second idempotency-proxy binary, measured in the same rounds as memory-b and redis-b")
 	peerList := fs.String("peers", "", "comma-separated peers measured in the same rounds: fiber (Fiber v3's idempotency and proxy middleware, memory and Redis)")
+	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
@@ -115,6 +120,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil {
 			s.peers, err = parsePeers(*peerList)
+		}
+		if err == nil {
+			s.stores, err = parseStores(*storeList)
 		}
 		if err == nil && s.profileDir != "" {
 			err = os.MkdirAll(s.profileDir, 0o755)
@@ -187,7 +195,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 	l := &loader{runID: runID}
 	for _, t := range targets {
 		if err := l.warmHits(ctx, t.base, t.isProxy); err != nil {
-			return err
+			return fmt.Errorf("%s: %w\n%s", t.name, err, rg.kids.logTail(t.pid))
 		}
 	}
 	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, quick: s.quick}
@@ -205,7 +213,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 	for _, c := range s.concs {
 		fmt.Fprintf(stderr, "loadbench: concurrency %d\n", c)
 		if err := loadRounds(ctx, l, rep, targets, c, s); err != nil {
-			return err
+			return rg.withLog(err)
 		}
 	}
 	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after\n",
@@ -268,7 +276,7 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 // upstream and this load generator.
 func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, d time.Duration) (round, error) {
 	pids := []int{t.pid, os.Getpid(), t.upPID, t.storePID}
-	before, err := cpuTimes(pids)
+	before, err := cpuTimes(pids, t.storeTree)
 	if err != nil {
 		return round{}, fmt.Errorf("%s: %w", t.name, err)
 	}
@@ -279,7 +287,7 @@ func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, 
 	if smp.requests == 0 {
 		return round{}, fmt.Errorf("%s %s: no request completed", t.name, scen)
 	}
-	after, err := cpuTimes(pids)
+	after, err := cpuTimes(pids, t.storeTree)
 	if err != nil {
 		return round{}, fmt.Errorf("%s: %w", t.name, err)
 	}
@@ -301,14 +309,19 @@ func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, 
 }
 
 // cpuTimes reads the CPU time of each process; a zero PID reads as zero.
-func cpuTimes(pids []int) ([]time.Duration, error) {
+// With storeTree the last one's children count too (postgres's backends).
+func cpuTimes(pids []int, storeTree bool) ([]time.Duration, error) {
 	out := make([]time.Duration, len(pids))
 	for i, pid := range pids {
 		if pid == 0 {
 			continue
 		}
+		read := cpuTime
+		if storeTree && i == len(pids)-1 {
+			read = treeCPUTime
+		}
 		var err error
-		if out[i], err = cpuTime(pid); err != nil {
+		if out[i], err = read(pid); err != nil {
 			return nil, err
 		}
 	}

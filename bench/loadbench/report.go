@@ -17,7 +17,7 @@ type round struct {
 	rate      float64 // requests per second
 	p50, p99  time.Duration
 	cpu       float64 // proxy CPU µs per request
-	storeCPU  float64 // redis-server CPU µs per request; NaN without Redis
+	storeCPU  float64 // redis-server's or postgres's CPU µs per request; NaN without one
 	upCPU     float64 // the upstream's CPU µs per request
 	clientCPU float64 // the load generator's CPU µs per request
 	rateX     float64 // rate / the plain proxy's rate in the same round
@@ -65,6 +65,10 @@ var goals = map[[2]string]goal{
 	{"redis", "miss"}:    {0.70, none, 3, 2},
 	{"redis", "hit"}:     {3.2, none, 3, 1},
 	{"redis", "no-key"}:  {1.00, none, none, 0},
+	// The durable stores pay a transaction per write: a commit, and with
+	// postgres a round trip and a WAL flush.
+	{"postgres", "miss"}: {0.30, none, none, none},
+	{"postgres", "hit"}:  {1.0, none, none, none},
 }
 
 // met reports whether medians of a row meet g.
@@ -135,7 +139,7 @@ func (rep *report) write(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tp99/p50\tproxy CPU µs/req\tredis CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
+	fmt.Fprintln(tw, "conc\tscenario\ttarget\treq/s\tp50\tp99\tp99/p50\tproxy CPU µs/req\tdb CPU µs/req\tupstream CPU µs/req\tclient CPU µs/req\tstore RT/req\treq/s ratio\tCPU ratio\tgoal\tmet\t")
 	for _, c := range rep.concs {
 		for _, s := range scenarios {
 			for _, t := range rep.targets {
@@ -197,7 +201,8 @@ const maxNoKeyRateX = 1.02
 // isProduct reports whether a target is an idempotency-proxy binary, as
 // opposed to the plain proxy, the replay floor or a peer.
 func isProduct(target string) bool {
-	return strings.HasPrefix(target, "memory") || strings.HasPrefix(target, "redis")
+	return strings.HasPrefix(target, "memory") || strings.HasPrefix(target, "redis") ||
+		target == "postgres" || strings.HasPrefix(target, "file")
 }
 
 // baselineSuspects returns one loud line for each product target whose

@@ -25,6 +25,7 @@ type target struct {
 	pid       int
 	storePID  int    // redis-server, or 0
 	storeAddr string // redis-server host:port, or ""
+	storeTree bool   // the store's CPU is its process's and its children's (postgres)
 	upPID     int    // the upstream every target forwards to
 	upAddr    string // its host:port
 	admin     string // the idempotency-proxy's admin address, or ""
@@ -78,12 +79,30 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 		more, err = startPeers(ctx, kids, s.peers, rg.targets, s.profileDir != "")
 		rg.targets = append(rg.targets, more...)
 	}
+	if err == nil && len(s.stores) > 0 {
+		var more []target
+		more, err = startStores(ctx, kids, bin, s.stores, rg.targets, s.profileDir != "")
+		rg.targets = append(rg.targets, more...)
+	}
 	if err == nil && s.compareBin != "" {
 		var more []target
 		more, err = startCompared(ctx, kids, s.compareBin, rg.targets, s.profileDir != "")
 		rg.targets = append(rg.targets, more...)
 	}
 	return rg, err
+}
+
+// withLog adds to an error that names a target the end of that target's
+// log: why a proxy answered 503 is in it.
+func (rg *rig) withLog(err error) error {
+	for _, t := range rg.targets {
+		if strings.HasPrefix(err.Error(), t.name+": ") || strings.HasPrefix(err.Error(), t.name+" ") {
+			if tail := rg.kids.logTail(t.pid); tail != "" {
+				return fmt.Errorf("%w\n%s log:\n%s", err, t.name, tail)
+			}
+		}
+	}
+	return err
 }
 
 func (rg *rig) close() {
@@ -184,7 +203,7 @@ func startCompared(ctx context.Context, kids *children, bin string, ts []target,
 func (rg *rig) describe(w io.Writer) {
 	switch {
 	case rg.layout.pinned():
-		fmt.Fprintf(w, "layout pinned: load generator on CPU %d; upstream, plain proxy, proxies, floor and redis-server together on CPU %d; GOMAXPROCS=1 in every Go process\n",
+		fmt.Fprintf(w, "layout pinned: load generator on CPU %d; upstream, plain proxy, proxies, floor, redis-server and postgres together on CPU %d; GOMAXPROCS=1 in every Go process\n",
 			rg.layout.clientCPU, rg.layout.serverCPU)
 	default:
 		fmt.Fprintf(w, "layout shared: every process on every CPU, default GOMAXPROCS\n")
@@ -213,6 +232,9 @@ func (rg *rig) describe(w io.Writer) {
 				continue
 			}
 			row(t.name, t.pid, proxyGOMAXPROCS(t.admin))
+			if t.storeTree {
+				row(t.name+" server", t.storePID, "–")
+			}
 		}
 	}
 	tw.Flush()
