@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 
@@ -120,22 +121,60 @@ func queryKey(rawQuery, name string) (string, error) {
 	return value, nil
 }
 
+// maxCookies is net/http's limit on the cookies of a request (GODEBUG
+// httpcookiemaxnum): a Go upstream reads none from a request with more.
+const maxCookies = 3000
+
+var (
+	errCookieLines = errors.New("the Cookie header is sent more than once, and upstreams join its lines differently")
+	errCookieCase  = errors.New("a cookie is named like the key's cookie in another case, which some upstreams take for it")
+	errCookieValue = errors.New("the idempotency key cookie holds a double quote or a backslash, which upstreams read differently")
+	errCookieCount = errors.New("more than 3000 cookies are sent, and a Go upstream then reads none")
+)
+
 // cookieKey returns the value of the cookie called name in the Cookie
-// header lines, read as the scope reads cookies (forEachCookie) and without
-// the double quotes a cookie value may wear, which net/http drops too. The
-// cookie must appear once.
+// header lines, read as net/http's (*Request).Cookie reads it: pairs split
+// at ";", name and pair trimmed of spaces and tabs, a pair without "=" a
+// cookie with an empty value, the double quotes a value may wear dropped.
+// The value is taken as sent, not percent-decoded, as net/http takes it.
+// Where upstreams read the cookie differently the key is refused, never
+// guessed: a cookie sent twice, or also in another case (ASP.NET Core
+// matches names case-insensitively), more than one Cookie line (WSGI
+// servers join lines with ","), a value net/http drops, or more cookies
+// than net/http reads.
 func cookieKey(lines []string, name string) (string, error) {
 	var value string
-	n := 0
-	forEachCookie(lines, name, func(v string) { value, n = v, n+1 })
+	n, exact, count := 0, false, 0
+	for _, line := range lines {
+		count += strings.Count(line, ";") + 1
+		for rest := line; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, ";")
+			k, v, _ := strings.Cut(textproto.TrimString(pair), "=")
+			// Equal byte lengths keep the fold to ASCII: no other rune
+			// folds to an ASCII letter in one byte.
+			if k = textproto.TrimString(k); len(k) == len(name) && strings.EqualFold(k, name) {
+				value, exact, n = v, k == name, n+1
+			}
+		}
+	}
 	switch {
 	case n == 0:
 		return "", errNoKey
 	case n > 1:
 		return "", errKeyMultiple
+	case !exact:
+		return "", errCookieCase
+	case len(lines) > 1:
+		return "", errCookieLines
+	case count > maxCookies:
+		return "", errCookieCount
 	}
 	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
 		value = value[1 : len(value)-1]
+	}
+	if strings.ContainsAny(value, "\\\"") {
+		return "", errCookieValue
 	}
 	if err := checkKey(value); err != nil {
 		return "", err

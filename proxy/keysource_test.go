@@ -102,12 +102,11 @@ func TestFirstKeySourcePresentGivesTheKey(t *testing.T) {
 		{"second header", "/?key=q", http.Header{"X-Github-Delivery": {"d1"}}, body, "d1"},
 		{"query", "/?key=q", nil, body, "q"},
 		{"query before cookie", "/?key=q", http.Header{"Cookie": {"idem=c1"}}, body, "q"},
-		// A cookie is read as the scope and net/http read it: its name
-		// trimmed, its value without the quotes it may wear, in any line.
+		// A cookie is read as net/http reads it: its name trimmed, its
+		// value without the quotes it may wear.
 		{"cookie", "/", http.Header{"Cookie": {"theme=dark; idem=c1"}}, body, "c1"},
 		{"quoted cookie", "/", http.Header{"Cookie": {`idem="c1"`}}, body, "c1"},
 		{"cookie name spaced", "/", http.Header{"Cookie": {"idem =c1"}}, body, "c1"},
-		{"cookie in a second line", "/", http.Header{"Cookie": {"theme=dark", "idem=c1"}}, body, "c1"},
 		{"another cookie", "/", http.Header{"Cookie": {"idempotency=c1"}}, body, "evt_1"},
 		{"json", "/", nil, body, "evt_1"},
 		{"body hash", "/", nil, []byte(`{"other":1}`), bodyHex([]byte(`{"other":1}`))},
@@ -168,6 +167,7 @@ func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
 		{"query control char", "/?key=a%00b", nil, `{"id":"x"}`, errKeyCharset},
 		{"two cookies", "/", http.Header{"Cookie": {"idem=a; idem=b"}}, `{"id":"x"}`, errKeyMultiple},
 		{"cookie in two lines", "/", http.Header{"Cookie": {"idem=a", "idem=b"}}, `{"id":"x"}`, errKeyMultiple},
+		{"cookie beside another line", "/", http.Header{"Cookie": {"theme=dark", "idem=a"}}, `{"id":"x"}`, errCookieLines},
 		{"empty cookie", "/", http.Header{"Cookie": {"idem="}}, `{"id":"x"}`, errEmptyKey},
 		{"json empty string", "/", nil, `{"id":""}`, errEmptyKey},
 		{"json non-ASCII", "/", nil, `{"id":"caf\u00e9"}`, errKeyCharset},
@@ -183,6 +183,72 @@ func TestPresentInvalidKeyIsRefusedNotSkipped(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), kerr.source.String()) {
 				t.Errorf("error %q does not name its source", err)
+			}
+		})
+	}
+}
+
+// A cookie key is the value a Go upstream's r.Cookie reads, or it is
+// refused where upstreams read the cookie differently: never a key the
+// upstream does not see, nor one read from a request it reads otherwise.
+func TestCookieKeyIsReadAsTheUpstreamReadsItOrRefused(t *testing.T) {
+	sources := mustSources(t, "cookie:idem", "json:/id")
+	body := []byte(`{"id":"evt_1"}`)
+	read := []struct {
+		name  string
+		lines []string
+		want  string
+	}{
+		{"among others", []string{"theme=dark;idem=c1; x=y"}, "c1"},
+		{"quoted", []string{`idem="c1"`}, "c1"},
+		{"spaces around the pair", []string{" \tidem = c1 ;"}, " c1"},
+		{"a comma is part of the value", []string{"idem=a,b"}, "a,b"},
+		{"percent-encoding is kept", []string{"idem=a%41"}, "a%41"},
+		{"no such cookie", []string{"theme=dark"}, "evt_1"},
+		{"a longer name", []string{"idempotency=c1"}, "evt_1"},
+		{"a name led by a no-break space", []string{"\u00a0idem=c1"}, "evt_1"},
+		{"the most cookies net/http reads", []string{strings.Repeat("a=1; ", maxCookies-1) + "idem=c1"}, "c1"},
+	}
+	for _, tc := range read {
+		t.Run(tc.name, func(t *testing.T) {
+			r := keyRequest("/", http.Header{"Cookie": tc.lines})
+			got, _, err := requestKeyFrom(r, sources, body, true)
+			if err != nil || got != tc.want {
+				t.Fatalf("key = %q, %v; want %q", got, err, tc.want)
+			}
+			if c, err := r.Cookie("idem"); got != "evt_1" && (err != nil || c.Value != got) {
+				t.Fatalf("net/http reads %v, %v; the proxy %q", c, err, got)
+			}
+		})
+	}
+	refused := []struct {
+		name  string
+		lines []string
+		want  error
+	}{
+		{"a bare name is an empty cookie", []string{"idem"}, errEmptyKey},
+		{"a bare name before the cookie", []string{"idem; idem=c1"}, errKeyMultiple},
+		{"two cookies", []string{"idem=a; idem=b"}, errKeyMultiple},
+		{"two lines with it", []string{"idem=a", "idem=b"}, errKeyMultiple},
+		{"another case too", []string{"IDEM=a; idem=b"}, errKeyMultiple},
+		{"only another case", []string{"Idem=c1"}, errCookieCase},
+		{"another line", []string{"theme=dark", "idem=c1"}, errCookieLines},
+		{"an empty second line", []string{"idem=c1", ""}, errCookieLines},
+		{"a backslash", []string{`idem=a\b`}, errCookieValue},
+		{"a quote inside", []string{`idem=a"b`}, errCookieValue},
+		{"one quote", []string{`idem="c1`}, errCookieValue},
+		{"an octal escape in quotes", []string{`idem="a\073b"`}, errCookieValue},
+		{"a trailing no-break space", []string{"idem=c1\u00a0"}, errKeyCharset},
+		{"more cookies than net/http reads", []string{strings.Repeat("a=1; ", maxCookies) + "idem=c1"}, errCookieCount},
+		{"empty", []string{"idem="}, errEmptyKey},
+		{"empty in quotes", []string{`idem=""`}, errEmptyKey},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := requestKeyFrom(keyRequest("/", http.Header{"Cookie": tc.lines}), sources, body, true)
+			var kerr *keySourceError
+			if !errors.Is(err, tc.want) || !errors.As(err, &kerr) {
+				t.Fatalf("key = %q, %v; want a *keySourceError wrapping %v", got, err, tc.want)
 			}
 		})
 	}
