@@ -51,14 +51,15 @@ func keepKeyHeader(h http.Header, name string) {
 	}
 }
 
-// keepKeyHeaders keeps the header of every header source: any of them may
-// carry the key of a later retry, which the upstream may deduplicate on.
+// keepKeyHeaders keeps the header of every header and cookie source: any
+// of them may carry the key of a later retry, which the upstream may
+// deduplicate on.
 func keepKeyHeaders(h http.Header, sources []KeySource) {
 	if _, ok := h["Connection"]; !ok {
 		return
 	}
 	for _, k := range sources {
-		if name := k.header(); name != "" {
+		if name := k.forwarded(); name != "" {
 			keepKeyHeader(h, name)
 		}
 	}

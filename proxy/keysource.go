@@ -57,15 +57,23 @@ func (k KeySourceKind) fromPayload() bool {
 }
 
 // header is the name of the header the source reads, "" when it reads
-// none: the header is kept when a client names it in Connection, and an
-// operator's key is read from it as a client would send it. A cookie
-// source answers "": an operator gives the cookie's value, and a client
-// that names Cookie in Connection has the header dropped, as it asked.
+// none: an operator's key is read from it as a client would send it. A
+// cookie source answers "": an operator gives the cookie's value.
 func (k KeySource) header() string {
 	if k.Kind == KeyFromHeader {
 		return k.Name
 	}
 	return ""
+}
+
+// forwarded is the header that carries the source's key to the upstream,
+// "" when none does: it is kept when a client names it in Connection, so
+// the upstream reads the key the proxy read. A cookie source's is Cookie.
+func (k KeySource) forwarded() string {
+	if k.Kind == KeyFromCookie {
+		return "Cookie"
+	}
+	return k.header()
 }
 
 // KeySource is one place an idempotency key may come from, written

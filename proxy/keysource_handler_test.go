@@ -171,6 +171,21 @@ func TestEveryKeyHeaderIsForwardedDespiteConnection(t *testing.T) {
 	}
 }
 
+// A key cookie reaches the upstream as the key header does, even when the
+// client lists Cookie in Connection: the upstream reads the key the proxy
+// read, and may deduplicate on it too.
+func TestKeyCookieIsForwardedDespiteConnection(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(keySources(t, "header:X-Request-Id", "cookie:idem")))
+	e.do(t, "POST", "/form", "", `{}`, "Cookie", "theme=dark; idem=c-9", "Connection", "Cookie, X-Other", "X-Other", "gone")
+	seen := e.up.last().Header
+	if c, err := (&http.Request{Header: seen}).Cookie("idem"); err != nil || c.Value != "c-9" {
+		t.Fatalf("upstream read the idem cookie as %v, %v; want c-9", c, err)
+	}
+	if got := seen.Get("X-Other"); got != "" {
+		t.Errorf("X-Other, named in Connection, reached the upstream: %q", got)
+	}
+}
+
 // The hash the admin API computes is the storage key the request path
 // used, for every kind of source.
 func TestKeyHashIsTheStorageKeyForEverySource(t *testing.T) {
