@@ -165,7 +165,7 @@ func TestReplicaAckShortfallFailsEveryWriteOfTheBatch(t *testing.T) {
 // short while the others, in the same batches, do not.
 func TestReplicaAckClusterWaitsOnEachMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas())
-	s := newStore(t, Options{Addrs: cl.Addrs(), Timeout: 5 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: time.Second})
+	s := newStore(t, Options{Addrs: cl.Addrs(), Timeout: 5 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: 5 * time.Second})
 	ctx := context.Background()
 	var masters, replicas []*redis.Client
 	for _, n := range cl.Masters {
@@ -207,8 +207,9 @@ func TestReplicaAckClusterWaitsOnEachMaster(t *testing.T) {
 	}
 
 	// (A batch that holds a write to the paused replica's master takes
-	// replica_ack_timeout, and so does every command in it.)
-	s = newStore(t, Options{Addrs: cl.Addrs(), Timeout: 5 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: 300 * time.Millisecond})
+	// replica_ack_timeout, and so does every command in it; a second is
+	// room enough for the other masters' replicas on a busy machine.)
+	s = newStore(t, Options{Addrs: cl.Addrs(), Timeout: 5 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: time.Second})
 	paused, pausedMaster := cl.Replicas[0], cl.Masters[0].Addr()
 	paused.Pause()
 	t.Cleanup(paused.Resume)
@@ -252,7 +253,7 @@ func patientlyReplicated(t *testing.T) (s *Store, master, replica *redistest.Ser
 	t.Helper()
 	master = redistest.Start(t)
 	replica = redistest.StartReplica(t, master)
-	return newStore(t, Options{URL: master.URL(), ReplicaAck: 1, ReplicaAckTimeout: 500 * time.Millisecond, Timeout: 5 * time.Second}), master, replica
+	return newStore(t, Options{URL: master.URL(), ReplicaAck: 1, ReplicaAckTimeout: 2 * time.Second, Timeout: 30 * time.Second}), master, replica
 }
 
 // warm loads the scripts, so that the commands counted afterwards are
