@@ -153,7 +153,9 @@ func (c *capture) WriteHeader(code int) {
 			c.header = contentTypeOnly(c.header)
 			c.omitted, c.bodyLimit = true, 0
 		}
-		if n := c.declared; n >= 0 && !c.omitted {
+		// A HEAD, 204 or 304 response announces a length it does not
+		// carry: nothing of it is left out, however large.
+		if n := c.declared; n >= 0 && !c.omitted && !c.head && bodyAllowed(code) {
 			if n > c.bodyLimit {
 				c.omitted = true
 			} else if n > 0 {
