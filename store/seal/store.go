@@ -2,6 +2,7 @@ package seal
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,12 @@ type Store struct {
 }
 
 type pendingSeal struct {
-	key    string
-	clear  *store.Record // the caller's record, compared by identity
+	key string
+	// clear is a digest of the caller's record in clear: a retry must
+	// bring the same record. The record itself is not kept, so an
+	// abandoned completion does not pin its response (or the request
+	// that made it) until the entry is swept.
+	clear  [sha256.Size]byte
 	sealed *store.Record
 	at     time.Time
 }
@@ -86,7 +91,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 	sealed.Tombstone = rec.Tombstone
 	err := s.next.Complete(ctx, key, token, sealed, ttl)
 	if err != nil && !errors.Is(err, store.ErrLockLost) && !errors.Is(err, store.ErrFull) {
-		s.remember(token, pendingSeal{key: key, clear: rec, sealed: sealed, at: time.Now()})
+		s.remember(token, pendingSeal{key: key, clear: digest(rec), sealed: sealed, at: time.Now()})
 	}
 	return err
 }
@@ -101,10 +106,15 @@ func (s *Store) retried(key, token string, rec *store.Record) *store.Record {
 	}
 	p, ok := s.pending[token]
 	delete(s.pending, token)
-	if !ok || p.key != key || p.clear != rec {
+	if !ok || p.key != key || p.clear != digest(rec) {
 		return nil
 	}
 	return p.sealed
+}
+
+// digest identifies rec by its encoding, which is deterministic.
+func digest(rec *store.Record) [sha256.Size]byte {
+	return sha256.Sum256(store.AppendRecord(make([]byte, 0, store.EncodedSize(rec)), rec))
 }
 
 func (s *Store) remember(token string, p pendingSeal) {
