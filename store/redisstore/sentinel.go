@@ -39,6 +39,7 @@ type sentinel struct {
 	// master.
 	switched chan struct{}
 	closed   chan struct{} // closed by close: a waiting dial gives up
+	closing  sync.Once     // a store may be closed more than once
 	// waiting counts the dials waiting for a new master; lastDialErr is
 	// why the last dial to the master failed.
 	waiting     int
@@ -224,11 +225,13 @@ func (s *sentinel) failoverTime(ctx context.Context) (time.Duration, error) {
 }
 
 func (s *sentinel) close() {
-	close(s.closed)
-	for _, sub := range s.subs {
-		sub.Close()
-	}
-	for _, c := range s.clients {
-		c.Close()
-	}
+	s.closing.Do(func() {
+		close(s.closed)
+		for _, sub := range s.subs {
+			sub.Close()
+		}
+		for _, c := range s.clients {
+			c.Close()
+		}
+	})
 }
