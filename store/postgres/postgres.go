@@ -113,6 +113,11 @@ type Store struct {
 	// shape; until then each operation checks it first (Prepare).
 	prepared  atomic.Bool
 	prepareMu sync.Mutex
+	// migrateErr is why the last migration failed, at migratedAt: ready
+	// gives it back until migrateRetry has passed (see migrate). Guarded
+	// by prepareMu.
+	migrateErr error
+	migratedAt time.Time
 	// serving is set by Prepare: from then on Ping prepares too.
 	serving atomic.Bool
 

@@ -157,7 +157,11 @@ func (s *Store) ready(ctx context.Context) error {
 		return err
 	}
 	if err := s.checkShape(ctx); errors.Is(err, errNoLeaseColumn) {
+		if s.migrateErr != nil && time.Since(s.migratedAt) < migrateRetry {
+			return s.migrateErr
+		}
 		if err := s.migrate(ctx); err != nil {
+			s.migrateErr, s.migratedAt = err, time.Now()
 			return err
 		}
 	} else if err != nil {
@@ -196,6 +200,12 @@ func (s *Store) create(ctx context.Context) error {
 	s.log.Info("postgres table created", "table", s.table)
 	return nil
 }
+
+// migrateRetry is how long a failed migration is not tried again: each
+// try queues the table's other queries, an earlier version's replicas'
+// among them, behind its ALTER TABLE for as long as it waits for its lock,
+// and every operation would try while a long transaction holds the table.
+const migrateRetry = 30 * time.Second
 
 // errNoLeaseColumn is a table of the store's shape but for the lease
 // column, which versions before leases were described did not make.

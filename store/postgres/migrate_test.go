@@ -1,0 +1,65 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// While a long transaction holds an earlier version's table, a migration
+// that gave up on its lock is not tried again by every operation: each try
+// queues the table's other queries (an earlier replica's among them)
+// behind its ALTER TABLE.
+func TestFailedMigrationIsNotRetriedByEveryOperation(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(ctx, fmt.Sprintf(earlierTable, "held")); err != nil {
+		t.Fatal(err)
+	}
+	holder := srv.Conn(t)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM held`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{URL: srv.URL(), Table: "held", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prepare(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Prepare while the table is held = %v, want ErrUnavailable", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("Begin before the table is migrated = %v, want ErrUnavailable", err)
+			}
+			return
+		default:
+		}
+		var waiting int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE 'ALTER TABLE%' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			t.Fatal("Begin right after a failed migration queued another ALTER TABLE behind the held lock")
+		}
+	}
+}
