@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 )
 
 // Problem type URIs of the proxy's RFC 9457 error responses (docs/clients.md lists them with
@@ -61,6 +62,11 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
+	// StartedAt is when the request holding the key began, on a 409
+	// in-flight: how long a retry has been waiting for it. Zero when the
+	// problem has none (a lease taken by an earlier proxy version, or any
+	// other problem).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // MismatchError is returned for the proxy's 422 payload-mismatch answer.

@@ -324,3 +324,79 @@ func TestDoAgainstProxyReportsOmittedBody(t *testing.T) {
 		t.Errorf("executions = %d, want %d", got, want)
 	}
 }
+
+// A 409 in-flight says since when the first request has been running: the
+// client decodes started_at from the real proxy's problem, and the detail
+// names the same instant.
+func TestInFlightProblemCarriesStartedAt(t *testing.T) {
+	u := &upstream{}
+	started, release := make(chan struct{}), make(chan struct{})
+	u.steps = []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second): // bound: never hang the test
+		}
+		u.execute(w, r)
+	}}
+	base := startProxy(t, startUpstream(t, u), nil)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+
+	before := time.Now().Truncate(time.Millisecond)
+	first := newCharge(t, base, "amount=7")
+	first.Header.Set("Idempotency-Key", "in-flight-started-at")
+	firstDone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(first)
+		if err == nil {
+			resp.Body.Close()
+		}
+		firstDone <- err
+	}()
+	<-started
+
+	c, _, _ := newTestClient(0)
+	c.MaxAttempts = 2
+	var problems []*Problem
+	c.OnRetry = func(r Retry) { problems = append(problems, r.Problem) }
+	retry := newCharge(t, base, "amount=7")
+	retry.Header.Set("Idempotency-Key", "in-flight-started-at")
+	_, err := c.Do(t.Context(), retry)
+	after := time.Now()
+	once.Do(func() { close(release) })
+	if err := <-firstDone; err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+
+	var re *RetryError
+	if !errors.As(err, &re) {
+		t.Fatalf("Do = %v, want a *RetryError after two 409s", err)
+	}
+	if len(problems) != 1 || problems[0] == nil || problems[0].Type != ProblemInFlight {
+		t.Fatalf("retried after %+v, want one in-flight problem", problems)
+	}
+	p := problems[0]
+	if p.StartedAt.Before(before) || p.StartedAt.After(after) {
+		t.Errorf("StartedAt = %v, want between %v and %v", p.StartedAt, before, after)
+	}
+	if re.Problem == nil || !re.Problem.StartedAt.Equal(p.StartedAt) {
+		t.Errorf("RetryError.Problem = %+v, want the last 409's StartedAt", re.Problem)
+	}
+	if stamp := p.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z"); !strings.Contains(p.Detail, stamp) {
+		t.Errorf("detail %q does not name StartedAt %s", p.Detail, stamp)
+	}
+}
+
+// A problem without started_at (any but in-flight, or a lease an earlier
+// proxy version took) decodes with a zero StartedAt.
+func TestProblemWithoutStartedAtIsZero(t *testing.T) {
+	resp := &http.Response{
+		Header: http.Header{"Content-Type": {"application/problem+json"}},
+		Body:   io.NopCloser(strings.NewReader(`{"type":"` + ProblemInFlight + `","status":409}`)),
+	}
+	p := readProblem(resp)
+	if p == nil || p.Type != ProblemInFlight || !p.StartedAt.IsZero() {
+		t.Errorf("readProblem = %+v, want an in-flight problem with a zero StartedAt", p)
+	}
+}
