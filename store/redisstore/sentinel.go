@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +34,9 @@ type sentinel struct {
 	subs    []*redis.PubSub // +switch-master on every sentinel
 
 	mu sync.Mutex
-	// masters are the addresses known to be or to have been the master.
-	masters map[string]bool
+	// masters are the last keptMasters addresses known to be or to have
+	// been the master, the latest last.
+	masters []string
 	// switched is closed, and replaced, when a sentinel announces a new
 	// master.
 	switched chan struct{}
@@ -56,9 +58,17 @@ const dialWait = time.Minute
 // master, should an announcement be missed.
 const reresolve = 250 * time.Millisecond
 
+// keptMasters bounds the former masters remembered. A dial needs them only
+// to tell a master that just failed from a sentinel: go-redis dials the
+// address the sentinels named last, and an address that was the master
+// before many failovers is neither dialled nor worth waiting for. A
+// long-lived proxy whose master moves through ever new addresses (pods
+// rescheduled, say) thus holds a few addresses, not all it ever saw.
+const keptMasters = 8
+
 func newSentinel(opts Options) *sentinel {
 	s := &sentinel{master: opts.MasterName, timeout: opts.Timeout, tls: opts.TLSConfig,
-		masters: map[string]bool{}, switched: make(chan struct{}), closed: make(chan struct{})}
+		switched: make(chan struct{}), closed: make(chan struct{})}
 	for _, addr := range opts.Addrs {
 		s.clients = append(s.clients, redis.NewSentinelClient(&redis.Options{
 			Addr: addr, TLSConfig: opts.TLSConfig,
@@ -84,8 +94,8 @@ func (s *sentinel) follow(sub *redis.PubSub) {
 			continue
 		}
 		s.mu.Lock()
-		s.masters[net.JoinHostPort(f[1], f[2])] = true
-		s.masters[net.JoinHostPort(f[3], f[4])] = true
+		s.noteMaster(net.JoinHostPort(f[1], f[2]))
+		s.noteMaster(net.JoinHostPort(f[3], f[4]))
 		close(s.switched)
 		s.switched = make(chan struct{})
 		s.mu.Unlock()
@@ -170,13 +180,25 @@ func (s *sentinel) dialOnce(ctx context.Context, network, addr string) (net.Conn
 // sentinels when it is not known yet (a sentinel's address never is).
 func (s *sentinel) wasMaster(ctx context.Context, addr string) bool {
 	s.mu.Lock()
-	known := s.masters[addr]
+	known := slices.Contains(s.masters, addr)
 	s.mu.Unlock()
 	if known {
 		return true
 	}
 	cur, err := s.masterAddr(ctx)
 	return err == nil && cur == addr
+}
+
+// noteMaster records addr as the latest master, forgetting the oldest
+// beyond keptMasters. s.mu is held.
+func (s *sentinel) noteMaster(addr string) {
+	if i := slices.Index(s.masters, addr); i >= 0 {
+		s.masters = slices.Delete(s.masters, i, i+1)
+	}
+	s.masters = append(s.masters, addr)
+	if extra := len(s.masters) - keptMasters; extra > 0 {
+		s.masters = slices.Delete(s.masters, 0, extra)
+	}
 }
 
 // masterAddr asks the sentinels, in turn, for the master's address.
@@ -190,7 +212,7 @@ func (s *sentinel) masterAddr(ctx context.Context) (string, error) {
 		if err == nil {
 			addr := net.JoinHostPort(hp[0], hp[1])
 			s.mu.Lock()
-			s.masters[addr] = true
+			s.noteMaster(addr)
 			s.mu.Unlock()
 			return addr, nil
 		}
