@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -30,10 +31,11 @@ type sentinel struct {
 	master  string
 	timeout time.Duration
 	tls     *tls.Config
+	addrs   []string // the sentinels', as configured
 	clients []*redis.SentinelClient
-	subs    []*redis.PubSub // +switch-master on every sentinel
 
-	mu sync.Mutex
+	mu   sync.Mutex
+	subs []*redis.PubSub // +switch-master on every sentinel
 	// masters are the last keptMasters addresses known to be or to have
 	// been the master, the latest last.
 	masters []string
@@ -67,7 +69,7 @@ const reresolve = 250 * time.Millisecond
 const keptMasters = 8
 
 func newSentinel(opts Options) *sentinel {
-	s := &sentinel{master: opts.MasterName, timeout: opts.Timeout, tls: opts.TLSConfig,
+	s := &sentinel{master: opts.MasterName, timeout: opts.Timeout, tls: opts.TLSConfig, addrs: opts.Addrs,
 		switched: make(chan struct{}), closed: make(chan struct{})}
 	for _, addr := range opts.Addrs {
 		s.clients = append(s.clients, redis.NewSentinelClient(&redis.Options{
@@ -77,17 +79,29 @@ func newSentinel(opts Options) *sentinel {
 		}))
 	}
 	for _, c := range s.clients {
-		// The subscription connects, and reconnects, on its own.
-		sub := c.Subscribe(context.Background(), "+switch-master")
-		s.subs = append(s.subs, sub)
-		go s.follow(sub)
+		go s.follow(c)
 	}
 	return s
 }
 
-// follow notes every announcement of a new master for s.master:
-// "<name> <old-ip> <old-port> <new-ip> <new-port>".
-func (s *sentinel) follow(sub *redis.PubSub) {
+// follow subscribes to c's announcements, and notes every one of a new
+// master for s.master: "<name> <old-ip> <old-port> <new-ip> <new-port>".
+// Subscribing dials the sentinel and waits on it: one that accepts
+// connections and never answers holds it for the store's timeout, which
+// New, subscribing to one sentinel after another, spent on each. The
+// subscription reconnects on its own.
+func (s *sentinel) follow(c *redis.SentinelClient) {
+	sub := c.Subscribe(context.Background(), "+switch-master")
+	s.mu.Lock()
+	select {
+	case <-s.closed:
+		s.mu.Unlock()
+		sub.Close()
+		return
+	default:
+	}
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
 	for msg := range sub.Channel() {
 		f := strings.Fields(msg.Payload)
 		if len(f) != 5 || f[0] != s.master {
@@ -119,6 +133,9 @@ func (s *sentinel) follow(sub *redis.PubSub) {
 // deadline (translate then names the dial's error): one that arrives just
 // before the announcement gets the new master instead of an error.
 func (s *sentinel) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if slices.Contains(s.addrs, addr) {
+		return s.dialSentinel(ctx, network, addr)
+	}
 	conn, err := s.dialOnce(ctx, network, addr)
 	if err == nil || !s.wasMaster(ctx, addr) {
 		return conn, err
@@ -155,6 +172,55 @@ func (s *sentinel) dial(ctx context.Context, network, addr string) (net.Conn, er
 		s.lastDialErr = err
 		s.mu.Unlock()
 	}
+}
+
+// dialSentinel dials a sentinel for go-redis, and returns the connection
+// once the sentinel has answered a PING (any reply will do: one that wants
+// a password still answers).
+//
+// go-redis finds the master by asking every sentinel at once and taking
+// the first answer, but waits for every question to end: a sentinel that
+// accepts connections and never answers held that wait, and the first
+// command with it, for a whole read timeout (the store's), so a store
+// started with such a sentinel failed its first Ping. A command waiting
+// for a connection gives up as soon as its context ends, which go-redis's
+// cancels once a sentinel has answered: waiting here for the sentinel's
+// PING, rather than in a read on the connection, lets a live sentinel's
+// answer end the wait. A dial that is given up finishes, and fails, on its
+// own within twice the timeout.
+func (s *sentinel) dialSentinel(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := s.dialOnce(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := probe(conn, s.timeout); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sentinel %s did not answer PING: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// probe sends PING on conn and reads the reply's first line within
+// timeout, leaving nothing of the reply unread.
+func probe(conn net.Conn, timeout time.Duration) error {
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"); err != nil {
+		return err
+	}
+	// Byte by byte: a buffered reader could take bytes of a later reply.
+	// A reply to PING is a single line (+PONG, or an error).
+	var b [1]byte
+	for n := 0; n < 512; n++ {
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			return err
+		}
+		if b[0] == '\n' {
+			return conn.SetDeadline(time.Time{})
+		}
+	}
+	return errors.New("reply line too long")
 }
 
 // noMaster returns the error of the last failed dial to the master while a
@@ -201,41 +267,109 @@ func (s *sentinel) noteMaster(addr string) {
 	}
 }
 
-// masterAddr asks the sentinels, in turn, for the master's address.
+// answer is one sentinel's reply to a question asked of them all.
+type answer[T any] struct {
+	i   int // the sentinel's place in Addrs
+	v   T
+	err error
+}
+
+// askAll asks every sentinel q at once and sends every reply on the
+// channel it returns, which has room for all of them: a caller that stops
+// listening (at its deadline, the store's timeout at most) leaves no
+// goroutine blocked. Asked in turn, a sentinel that accepts connections
+// and never answers, or drops packets, delayed those after it by a timeout
+// each: two of them ahead of a live one cost a Health check its failover
+// time, and a waiting dial its master.
+func askAll[T any](ctx context.Context, s *sentinel, q func(context.Context, *redis.SentinelClient) (T, error)) <-chan answer[T] {
+	out := make(chan answer[T], len(s.clients))
+	for i, c := range s.clients {
+		go func() {
+			v, err := q(ctx, c)
+			out <- answer[T]{i: i, v: v, err: err}
+		}()
+	}
+	return out
+}
+
+// unanswered adds to errs the sentinels whose reply is still missing when
+// ctx ends.
+func (s *sentinel) unanswered(ctx context.Context, what string, errs []error, got []bool) []error {
+	for i, err := range errs {
+		if err == nil && !got[i] {
+			errs[i] = fmt.Errorf("%s %s at %s: %w", what, s.master, s.clients[i].String(), context.Cause(ctx))
+		}
+	}
+	return errs
+}
+
+// masterAddr asks the sentinels for the master's address and takes the
+// first that names one: the sentinels agree but briefly during a failover,
+// when a stale answer only means a failed dial and another question, and
+// go-redis picks the master it dials the same way (sentinelFailover's
+// MasterAddr).
 func (s *sentinel) masterAddr(ctx context.Context) (string, error) {
-	var errs []error
-	for _, c := range s.clients {
-		hp, err := c.GetMasterAddrByName(ctx, s.master).Result()
-		if err == nil && len(hp) != 2 {
-			err = fmt.Errorf("reply %q", hp)
+	const what = "SENTINEL GET-MASTER-ADDR-BY-NAME"
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	answers := askAll(ctx, s, func(ctx context.Context, c *redis.SentinelClient) ([]string, error) {
+		return c.GetMasterAddrByName(ctx, s.master).Result()
+	})
+	errs, got := make([]error, len(s.clients)), make([]bool, len(s.clients))
+	for range s.clients {
+		var a answer[[]string]
+		select {
+		case a = <-answers:
+			got[a.i] = true
+		case <-ctx.Done():
+			return "", errors.Join(s.unanswered(ctx, what, errs, got)...)
+		}
+		err := a.err
+		if err == nil && len(a.v) != 2 {
+			err = fmt.Errorf("reply %q", a.v)
 		}
 		if err == nil {
-			addr := net.JoinHostPort(hp[0], hp[1])
+			addr := net.JoinHostPort(a.v[0], a.v[1])
 			s.mu.Lock()
 			s.noteMaster(addr)
 			s.mu.Unlock()
 			return addr, nil
 		}
-		errs = append(errs, fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME %s at %s: %w", s.master, c.String(), err))
+		errs[a.i] = fmt.Errorf("%s %s at %s: %w", what, s.master, s.clients[a.i].String(), err)
 	}
 	return "", errors.Join(errs...)
 }
 
 // failoverTime is the longest time the master may go without a successor:
-// the largest down-after-milliseconds any sentinel that answers has for it,
-// plus FailoverMargin.
+// the largest down-after-milliseconds any sentinel that answers (within
+// the store's timeout, and ctx) has for it, plus FailoverMargin.
 func (s *sentinel) failoverTime(ctx context.Context) (time.Duration, error) {
+	const what = "SENTINEL MASTER"
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	answers := askAll(ctx, s, func(ctx context.Context, c *redis.SentinelClient) (map[string]string, error) {
+		return c.Master(ctx, s.master).Result()
+	})
 	var longest time.Duration
-	var errs []error
-	for _, c := range s.clients {
-		m, err := c.Master(ctx, s.master).Result()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SENTINEL MASTER %s at %s: %w", s.master, c.String(), err))
+	errs, got := make([]error, len(s.clients)), make([]bool, len(s.clients))
+	for range s.clients {
+		var a answer[map[string]string]
+		select {
+		case a = <-answers:
+			got[a.i] = true
+		case <-ctx.Done():
+			if longest > 0 {
+				return longest + FailoverMargin, nil
+			}
+			return 0, errors.Join(s.unanswered(ctx, what, errs, got)...)
+		}
+		if a.err != nil {
+			errs[a.i] = fmt.Errorf("%s %s at %s: %w", what, s.master, s.clients[a.i].String(), a.err)
 			continue
 		}
-		ms, err := strconv.ParseInt(m["down-after-milliseconds"], 10, 64)
+		ms, err := strconv.ParseInt(a.v["down-after-milliseconds"], 10, 64)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("SENTINEL MASTER %s: down-after-milliseconds %q", s.master, m["down-after-milliseconds"]))
+			errs[a.i] = fmt.Errorf("%s %s: down-after-milliseconds %q", what, s.master, a.v["down-after-milliseconds"])
 			continue
 		}
 		longest = max(longest, time.Duration(ms)*time.Millisecond)
@@ -246,14 +380,22 @@ func (s *sentinel) failoverTime(ctx context.Context) (time.Duration, error) {
 	return longest + FailoverMargin, nil
 }
 
+// close closes the subscriptions and the clients all at once: closing one
+// may wait on a sentinel that never answers, and one after another they
+// held Close for a timeout each.
 func (s *sentinel) close() {
 	s.closing.Do(func() {
-		close(s.closed)
-		for _, sub := range s.subs {
-			sub.Close()
+		close(s.closed) // a subscription made from now on closes itself
+		s.mu.Lock()
+		subs := s.subs
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, sub := range subs {
+			wg.Go(func() { sub.Close() })
 		}
 		for _, c := range s.clients {
-			c.Close()
+			wg.Go(func() { c.Close() })
 		}
+		wg.Wait()
 	})
 }

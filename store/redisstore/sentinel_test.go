@@ -3,12 +3,16 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
@@ -62,5 +66,100 @@ func TestSentinelRemembersOnlyTheLatestMasters(t *testing.T) {
 	}
 	if !sn.wasMaster(context.Background(), previous) {
 		t.Errorf("wasMaster(%s) = false for the master the latest replaced", previous)
+	}
+}
+
+// blackhole is the address of a loopback listener that accepts every
+// connection and never answers: a sentinel whose process hangs.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Two sentinels that accept connections and never answer, listed ahead of
+// a live one, cost the store one timeout in all, not one each: New returns
+// at once, the first Ping succeeds, Health reports the failover time the
+// live sentinel gives, and the store names the master, all well within
+// twice its timeout. Before, New subscribed to one sentinel after another
+// (a timeout each), go-redis's search for the master waited out the dead
+// sentinels' reads (the first Ping failed), the first dead sentinel used
+// up Health's deadline (the failover time read 0, and a lock_ttl too short
+// went unwarned), and naming the master took a timeout per dead sentinel.
+func TestSentinelThatNeverAnswersDelaysTheStoreOneTimeoutInAll(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	const timeout = 3 * time.Second
+	addrs := append([]string{blackhole(t), blackhole(t)}, sn.SentinelAddrs()...)
+	master := sn.MasterAddr(t)
+	ctx := context.Background()
+
+	start := time.Now()
+	s := newStore(t, Options{Addrs: addrs, MasterName: sn.MasterName(), Timeout: timeout})
+	if elapsed := time.Since(start); elapsed >= timeout {
+		t.Errorf("New took %v with %d dead sentinels; it contacts none of them itself", elapsed.Round(time.Millisecond), len(addrs)-1)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	h, err := s.Health(ctx)
+	if err != nil {
+		t.Fatalf("Health: %v", err)
+	}
+	if want := time.Second + FailoverMargin; h.FailoverTime != want {
+		t.Errorf("FailoverTime = %v, want %v from the live sentinel", h.FailoverTime, want)
+	}
+	if got, err := s.sentinel.masterAddr(ctx); err != nil || got != master {
+		t.Errorf("masterAddr = %q, %v; want %s from the live sentinel", got, err, master)
+	}
+	if elapsed := time.Since(start); elapsed >= 2*timeout {
+		t.Errorf("starting, Health and naming the master took %v with %d dead sentinels; want under %v (one timeout of %v in all)",
+			elapsed.Round(time.Millisecond), len(addrs)-1, 2*timeout, timeout)
+	}
+}
+
+// When no sentinel answers, asking them gives up at the store's timeout
+// with every sentinel's reason, each named by its address.
+func TestSentinelsThatNeverAnswerAreEachNamed(t *testing.T) {
+	a, b := blackhole(t), blackhole(t)
+	const timeout = 300 * time.Millisecond
+	sn := newSentinel(Options{Addrs: []string{a, b}, MasterName: "mymaster", Timeout: timeout})
+	t.Cleanup(sn.close)
+	start := time.Now()
+	_, err := sn.masterAddr(context.Background())
+	elapsed := time.Since(start)
+	if err == nil {
+		t.Fatal("masterAddr named a master no sentinel gave")
+	}
+	for _, addr := range []string{a, b} {
+		if !strings.Contains(err.Error(), addr) {
+			t.Errorf("error %q does not name sentinel %s", err, addr)
+		}
+	}
+	if elapsed >= 2*timeout {
+		t.Errorf("gave up after %v, want within about one timeout (%v)", elapsed.Round(time.Millisecond), timeout)
 	}
 }
