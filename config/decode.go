@@ -221,7 +221,7 @@ func describe(raw any) string {
 		return "a mapping"
 	case bool:
 		return "a boolean"
-	case int, int64, uint64, float64:
+	case literal, int, int64, uint64, float64:
 		return "a number"
 	default:
 		return fmt.Sprintf("%v", raw)
@@ -236,6 +236,8 @@ func scalar(raw any) (string, bool) {
 		return v, true
 	case sourced:
 		return v.value, true
+	case literal:
+		return string(v), true
 	case int, int64, uint64, float64, bool:
 		return fmt.Sprint(v), true
 	}

@@ -69,5 +69,31 @@ func checkEnum(t *testing.T, key string, typ reflect.Type) {
 		if got.Elem().Interface() != want.Interface() {
 			t.Errorf("%s: %q is %v, want the value of its place in the words, %v", key, w, got.Elem(), want)
 		}
+		upper := reflect.New(typ)
+		if err := upper.Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(strings.ToUpper(w))); err != nil || upper.Elem().Interface() != want.Interface() {
+			t.Errorf("%s: %q is %v, %v; want %v, as %q: words match in any case", key, strings.ToUpper(w), upper.Elem(), err, want, w)
+		}
+	}
+}
+
+// A word reads the same in any case from the file and from the
+// environment, store.kind included, and is kept as the word is spelled.
+func TestWordsMatchInAnyCaseFromEverySource(t *testing.T) {
+	file := mustLoad(t, Source{File: writeFile(t, upstreamOnly+
+		"log_level: WARN\nstore:\n  kind: Memory\n  memory:\n    when_full: EVICT_OLDEST\ndefaults:\n  concurrent: Wait\n  on_store_error: FAIL_OPEN\n")})
+	env := mustLoad(t, Source{Env: []string{
+		"IDEMPOTENCY_PROXY_UPSTREAM_URL=http://127.0.0.1:3000",
+		"IDEMPOTENCY_PROXY_LOG_LEVEL=Warn",
+		"IDEMPOTENCY_PROXY_STORE_KIND=MEMORY",
+		"IDEMPOTENCY_PROXY_STORE_MEMORY_WHEN_FULL=Evict_Oldest",
+		"IDEMPOTENCY_PROXY_DEFAULTS_CONCURRENT=WAIT",
+		"IDEMPOTENCY_PROXY_DEFAULTS_ON_STORE_ERROR=Fail_Open",
+	}})
+	for name, cfg := range map[string]*Config{"file": file, "environment": env} {
+		got := []string{cfg.LogLevel.String(), cfg.Store.Kind, cfg.Store.Memory.WhenFull.String(), cfg.Defaults.Concurrent.String(), cfg.Defaults.OnStoreError.String()}
+		want := []string{"warn", StoreMemory, "evict_oldest", "wait", "fail_open"}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("from the %s: %q, want %q", name, got, want)
+		}
 	}
 }

@@ -3,12 +3,14 @@ package config
 import (
 	"errors"
 	"maps"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 // Source is where Load reads from. Later layers win key by key:
@@ -58,6 +60,13 @@ func Load(src Source) (*Config, error) {
 			}
 		}
 	}
+	// store.kind is a word like any other: matched in any case, kept as
+	// the kind spells it.
+	for _, n := range kindNames() {
+		if strings.EqualFold(cfg.Store.Kind, n) {
+			cfg.Store.Kind = n
+		}
+	}
 	cfg.Store.Kind = cfg.Store.kind()
 	cfg.origins = d.origins
 
@@ -92,10 +101,12 @@ func reported(problems []*Problem, path string) bool {
 
 // readFile returns the file as a raw tree with lower-case keys. Viper does
 // the reading and the case folding; decoding is ours, to report exact paths.
+// A number in a YAML or JSON file is kept as written (keepNumberText).
 func readFile(path string) (map[string]any, error) {
 	v := viper.New()
 	v.SetConfigFile(path)
-	switch strings.ToLower(filepath.Ext(path)) {
+	ext := strings.ToLower(filepath.Ext(path))
+	switch ext {
 	case ".json", ".toml", ".yaml", ".yml":
 	default:
 		v.SetConfigType("yaml")
@@ -103,7 +114,74 @@ func readFile(path string) (map[string]any, error) {
 	if err := v.ReadInConfig(); err != nil {
 		return nil, err
 	}
-	return v.AllSettings(), nil
+	tree := v.AllSettings()
+	if ext != ".toml" {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		keepNumberText(doc, tree)
+	}
+	return tree, nil
+}
+
+// literal is a number in a YAML or JSON document as written there: YAML
+// reads 0x10, 0o20, 020 and 1_000 as 16, 16, 16 and 1000, and 1e3 as 1000,
+// but the environment and flags give the text, so a size or a whole number
+// read from YAML's value could be accepted from the file and refused from
+// the environment, or mean 16 in one and 20 in the other. From the text,
+// every source follows one rule: decimal, and a size's binary suffix.
+type literal string
+
+// keepNumberText replaces each number viper decoded in tree with its text
+// in doc, the same YAML (or JSON) document parsed again as nodes. A
+// document that does not parse again leaves tree as it is.
+func keepNumberText(doc []byte, tree map[string]any) {
+	var root yaml.Node
+	if yaml.Unmarshal(doc, &root) != nil || root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
+		return
+	}
+	literals(root.Content[0], tree)
+}
+
+// literals returns v, decoded from n, with every number in it replaced
+// by its text.
+func literals(n *yaml.Node, v any) any {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i].Value, n.Content[i+1]
+			switch m := v.(type) {
+			case map[string]any:
+				for _, key := range []string{k, strings.ToLower(k)} {
+					if item, ok := m[key]; ok {
+						m[key] = literals(val, item)
+					}
+				}
+			case map[any]any:
+				if item, ok := m[k]; ok {
+					m[k] = literals(val, item)
+				}
+			}
+		}
+	case yaml.SequenceNode:
+		if items, ok := v.([]any); ok {
+			for i := range min(len(items), len(n.Content)) {
+				items[i] = literals(n.Content[i], items[i])
+			}
+		}
+	case yaml.ScalarNode:
+		switch v.(type) {
+		case int, int64, uint64, float64:
+			if n.Tag == "!!int" || n.Tag == "!!float" {
+				return literal(n.Value)
+			}
+		}
+	}
+	return v
 }
 
 // parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a
@@ -115,7 +193,9 @@ func parseRoutesDocument(doc string) (any, error) {
 	if err := v.ReadConfig(strings.NewReader(body)); err != nil {
 		return nil, err
 	}
-	routes, ok := v.AllSettings()["routes"]
+	tree := v.AllSettings()
+	keepNumberText([]byte(body), tree)
+	routes, ok := tree["routes"]
 	if !ok {
 		return []any{}, nil
 	}

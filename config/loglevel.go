@@ -2,7 +2,6 @@ package config
 
 import (
 	"log/slog"
-	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
@@ -36,11 +35,11 @@ func (l LogLevel) Level() slog.Level {
 func (l LogLevel) String() string               { return logLevelWords.Name(int(l)) }
 func (l LogLevel) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
-// UnmarshalText reads the level's word in any case.
+// UnmarshalText reads the level's word in any case, as every word key's.
 func (l *LogLevel) UnmarshalText(b []byte) error {
-	i, err := logLevelWords.Parse(strings.ToLower(string(b)))
+	i, err := logLevelWords.Parse(string(b))
 	if err != nil {
-		return &enum.Error{Given: string(b), Words: logLevelWords}
+		return err
 	}
 	*l = LogLevel(i)
 	return nil

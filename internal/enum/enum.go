@@ -1,9 +1,11 @@
 // Package enum reads and writes the words of the configuration's small
 // enumerations (concurrent: reject|wait, when_full: reject|evict_oldest,
-// …), so that every one is parsed the same way and refuses a word with the
-// same message: "must be one of reject, wait; got "queue" (did you mean
-// reject?)". The configuration puts the key path and the value's origin in
-// front of it.
+// …), so that every one is parsed the same way — in any case: "WAIT" and
+// "Wait" are wait, as "INFO" is the log level info, since the environment
+// is where operators write upper case — and refuses a word with the same
+// message, naming the words as they are written: "must be one of reject,
+// wait; got "queue" (did you mean reject?)". The configuration puts the
+// key path and the value's origin in front of it.
 package enum
 
 import (
@@ -17,9 +19,9 @@ import (
 // of value i is Words[i].
 type Words []string
 
-// Parse returns the value of word s, or an *Error.
+// Parse returns the value of word s, in any case, or an *Error.
 func (w Words) Parse(s string) (int, error) {
-	i := slices.Index(w, s)
+	i := slices.IndexFunc(w, func(word string) bool { return strings.EqualFold(word, s) })
 	if i < 0 {
 		return 0, &Error{Given: s, Words: w}
 	}

@@ -21,7 +21,7 @@ func TestParseNamesAndRefuses(t *testing.T) {
 		"evict":        `must be one of reject, evict_oldest; got "evict" (did you mean evict_oldest?)`,
 		"queue":        `must be one of reject, evict_oldest; got "queue"`,
 		"":             `must be one of reject, evict_oldest; got ""`,
-		"Reject":       `must be one of reject, evict_oldest; got "Reject" (did you mean reject?)`,
+		"REJECTED":     `must be one of reject, evict_oldest; got "REJECTED" (did you mean reject?)`,
 	} {
 		if _, err := w.Parse(given); err == nil || err.Error() != want {
 			t.Errorf("Parse(%q) = %v, want %q", given, err, want)
@@ -29,6 +29,17 @@ func TestParseNamesAndRefuses(t *testing.T) {
 	}
 	if err := w.Check(2); err == nil || err.Error() != `must be one of reject, evict_oldest; got "invalid(2)"` {
 		t.Errorf("Check(2) = %v", err)
+	}
+}
+
+// A word reads the same in any case: operators write the environment in
+// upper case, and "INFO" was always a log level.
+func TestParseIgnoresCase(t *testing.T) {
+	w := Words{"reject", "evict_oldest"}
+	for given, want := range map[string]int{"reject": 0, "REJECT": 0, "Reject": 0, "EVICT_OLDEST": 1, "Evict_Oldest": 1} {
+		if i, err := w.Parse(given); i != want || err != nil {
+			t.Errorf("Parse(%q) = %d, %v; want %d", given, i, err, want)
+		}
 	}
 }
 
