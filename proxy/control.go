@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"time"
 
@@ -35,11 +34,11 @@ func CheckUpstreamControlHeader(name string) error {
 // comma-separated list, matched without regard to case, with any
 // "=value" or ";parameters" after a token ignored, as Cache-Control
 // directives are; unknown tokens are ignored. An empty name disables it.
+// name is canonical, as a route keeps it (newRoute).
 func takeUpstreamControl(h http.Header, name string) (noStore bool) {
 	if name == "" {
 		return false
 	}
-	name = textproto.CanonicalMIMEHeaderKey(name)
 	values, ok := h[name]
 	if !ok {
 		return false
@@ -93,12 +92,11 @@ func unannounceTrailer(h http.Header, name string) {
 // the reverse proxy left in the response header h once the body was
 // copied: announced ones under their own name, others under
 // http.TrailerPrefix. Run before the handler returns, when net/http's
-// server sends them.
+// server sends them. name is canonical, as a route keeps it.
 func dropControlTrailers(h http.Header, name string) {
 	if name == "" {
 		return
 	}
-	name = textproto.CanonicalMIMEHeaderKey(name)
 	delete(h, name)
 	for k := range h {
 		if len(k) > len(http.TrailerPrefix) && strings.HasPrefix(k, http.TrailerPrefix) &&

@@ -53,6 +53,31 @@ func TestUpstreamNoStoreReleasesTheKey(t *testing.T) {
 	}
 }
 
+// A control header configured in lower case is the same header: the
+// route keeps its name canonical, so it is read and removed from keyed
+// and unkeyed responses alike, and from the trailers of an unkeyed one.
+func TestUpstreamControlHeaderConfiguredInLowerCaseIsRemoved(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Proxy-Control")
+		w.Header().Set("X-Proxy-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "ok")
+		w.Header().Set("X-Proxy-Control", "no-store")
+		w.Header().Set(http.TrailerPrefix+"X-Proxy-Control", "no-store")
+	}, withPolicy(func(p *Policy) { p.UpstreamControlHeader = "x-proxy-control" }))
+	keyed := e.do(t, "POST", "/jobs", "k-1", `{}`)
+	if keyed.Header["X-Proxy-Control"] != nil || keyed.Trailer["X-Proxy-Control"] != nil {
+		t.Errorf("keyed response carries the control header: header %q, trailer %q", keyed.Header["X-Proxy-Control"], keyed.Trailer["X-Proxy-Control"])
+	}
+	if again := e.do(t, "POST", "/jobs", "k-1", `{}`); again.replayed() || e.up.calls.Load() != 2 {
+		t.Errorf("no-store under a lower-case name: replayed=%v executions=%d, want executed again", again.replayed(), e.up.calls.Load())
+	}
+	unkeyed := e.do(t, "POST", "/jobs", "", `{}`)
+	if unkeyed.Header["X-Proxy-Control"] != nil || unkeyed.Trailer["X-Proxy-Control"] != nil {
+		t.Errorf("unkeyed response carries the control header: header %q, trailer %q", unkeyed.Header["X-Proxy-Control"], unkeyed.Trailer["X-Proxy-Control"])
+	}
+}
+
 func TestUpstreamControlHeaderCanBeDisabled(t *testing.T) {
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotency-Control", "no-store")

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestUpstreamNoStoreIsReadAndTheHeaderRemoved(t *testing.T) {
@@ -41,8 +43,14 @@ func TestUpstreamNoStoreIsReadAndTheHeaderRemoved(t *testing.T) {
 
 func TestUpstreamControlHeaderIsConfigurable(t *testing.T) {
 	h := http.Header{"X-Proxy-Control": {"no-store"}, "Idempotency-Control": {"no-store"}}
-	if !takeUpstreamControl(h, "x-proxy-control") {
+	p := DefaultPolicy()
+	p.UpstreamControlHeader = "x-proxy-control"
+	rt := newRoute(defaultRoute, false, p, NewMetrics(prometheus.NewRegistry(), ""))
+	if !takeUpstreamControl(h, rt.policy.UpstreamControlHeader) {
 		t.Error("a configured name written in lower case was not found")
+	}
+	if _, ok := h["X-Proxy-Control"]; ok {
+		t.Error("a configured name written in lower case was left for the client")
 	}
 	if h["Idempotency-Control"] == nil {
 		t.Error("the default header was removed although another is configured")

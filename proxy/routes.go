@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 )
@@ -27,6 +28,9 @@ type route struct {
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), sources: p.sources()}
+	// Canonical once here rather than on every response: the control
+	// header is looked up and removed on each of them, keyed or not.
+	rt.policy.UpstreamControlHeader = textproto.CanonicalMIMEHeaderKey(p.UpstreamControlHeader)
 	rt.scope = make([]ScopeHeader, len(p.ScopeHeaders))
 	for i, s := range p.ScopeHeaders {
 		rt.scope[i] = s.canonical()
