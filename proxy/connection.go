@@ -33,7 +33,8 @@ func isUpgrade(r *http.Request) bool {
 func dropUpgrade(h http.Header) {
 	_, up := h["Upgrade"]
 	_, settings := h["Http2-Settings"]
-	if !up && !settings && !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") && !httpguts.HeaderValuesContainsToken(h["Connection"], "http2-settings") {
+	conn := h["Connection"]
+	if !up && !settings && !httpguts.HeaderValuesContainsToken(conn, "upgrade") && !httpguts.HeaderValuesContainsToken(conn, "http2-settings") {
 		return
 	}
 	delete(h, "Upgrade")

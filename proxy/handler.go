@@ -177,12 +177,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		haveBody = true
 		key, from, err = requestKeyFrom(r, q.route.sources, q.body, true)
 	}
+	// errNoKey, the common case, is tested before errors.Is walks a
+	// chain it is not in.
 	switch {
 	case err == errNoKey && pol.RequireKey:
 		h.refuse(w, q, failMissingKey, err)
-		return
-	case errors.Is(err, jsonread.ErrDuplicateName):
-		h.refuse(w, q, failAmbiguousBody, err)
 		return
 	case err == errNoKey:
 		q.outcome = OutcomeNoKey
@@ -191,6 +190,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.passThrough(q.unrecorded(w), r)
 		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
+		return
+	case errors.Is(err, jsonread.ErrDuplicateName):
+		h.refuse(w, q, failAmbiguousBody, err)
 		return
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)
