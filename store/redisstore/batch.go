@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -35,16 +36,33 @@ import (
 // replies of a batch share one read deadline, and a replay's reply is a
 // whole record, so small batches keep what must arrive by then small.
 //
+// Each command carries its operation's deadline (begun + timeout), and a
+// batch runs until the earliest deadline of its commands, under one
+// context for the whole batch: the caller waits for its batch and its own
+// context, with no timer of its own. Commands queue in the order their
+// operations began, so a batch in flight ends by the deadline of every
+// command queued behind it; a command whose deadline passed while it
+// queued (every pipeline connection held by batches Redis had not
+// answered) fails without being sent, and the rest of its batch goes on
+// without it. No caller waits past its deadline. The price is that a
+// command shares its batch's deadline: one that joined a batch after
+// another had queued for a while gets less than its whole timeout, short
+// by how long that one had waited for a pipeline connection — nothing
+// while one is free, up to a timeout when Redis has answered nothing for
+// that long.
+//
 // With replica acknowledgement on (waitN > 0), a batch that holds a
 // command whose caller waits for replicas (doAcked) ends with one WAIT,
 // pipelined after its commands on the same connection: WAIT counts the
 // replicas that hold every write of its connection so far, so its answer
 // is each of those commands' answer. In a Cluster those commands go to
 // their masters, a pipeline and a WAIT per master, and the batch's other
-// commands through the Cluster pipeline as without acknowledgement.
+// commands through the Cluster pipeline as without acknowledgement. The
+// WAIT is bounded by the batch's deadline as its commands are.
 type batcher struct {
-	c       redis.UniversalClient
-	timeout time.Duration
+	c redis.UniversalClient
+	// epoch is what the commands' deadlines are counted from (monotonic).
+	epoch time.Time
 	// waitN and waitTimeout are the WAIT's arguments; waitN 0: no WAIT.
 	waitN       int
 	waitTimeout time.Duration
@@ -67,9 +85,19 @@ type batcher struct {
 // or its error.
 type batch struct {
 	cmds []redis.Cmder
+	// dls are the commands' deadlines, since the batcher's epoch.
+	dls []time.Duration
 	// acked are the commands whose callers wait for replicas.
 	acked []ackedCmd
 	done  chan struct{}
+	// When the first moved commands had passed their deadline as the
+	// batch was sent, they failed, and the others went on as next. Both
+	// are set before done is closed.
+	next  *batch
+	moved int
+	// The first commands' room, in the batch's own allocation.
+	cmdBuf [8]redis.Cmder
+	dlBuf  [8]time.Duration
 }
 
 // ackedCmd is a command of a batch that is followed by a WAIT.
@@ -80,17 +108,24 @@ type ackedCmd struct {
 }
 
 func newBatch() *batch {
-	return &batch{cmds: make([]redis.Cmder, 0, 8), done: make(chan struct{})}
+	bt := &batch{done: make(chan struct{})}
+	bt.cmds, bt.dls = bt.cmdBuf[:0], bt.dlBuf[:0]
+	return bt
 }
 
-var errQueueFull = errors.New("too many commands queued for Redis")
+var (
+	errQueueFull = errors.New("too many commands queued for Redis")
+	// errQueuedTooLong is the error of a command whose deadline passed
+	// before a pipeline connection was free to send it.
+	errQueuedTooLong = fmt.Errorf("%w: not sent, every pipeline connection still waiting for Redis", context.DeadlineExceeded)
+)
 
 // newBatcher starts the flusher of c's batches. waitN > 0 ends each batch
 // that holds an acknowledged command with WAIT waitN waitTimeout.
-func newBatcher(c redis.UniversalClient, timeout time.Duration, waitN int, waitTimeout time.Duration) *batcher {
+func newBatcher(c redis.UniversalClient, waitN int, waitTimeout time.Duration) *batcher {
 	b := &batcher{
 		c:           c,
-		timeout:     timeout,
+		epoch:       time.Now(),
 		waitN:       waitN,
 		waitTimeout: waitTimeout,
 		cur:         newBatch(),
@@ -103,34 +138,42 @@ func newBatcher(c redis.UniversalClient, timeout time.Duration, waitN int, waitT
 	return b
 }
 
-// do queues cmd and waits until it has its reply or ctx is done. In the
-// second case cmd must not be read; it still runs if it was sent.
-func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
-	bt, _, err := b.enqueue(cmd, "", false)
+// do queues cmd, to be answered by dl, and waits until it has its reply
+// or ctx is done. In the second case cmd must not be read; it still runs
+// if it was sent.
+func (b *batcher) do(ctx context.Context, dl time.Time, cmd redis.Cmder) error {
+	bt, i, err := b.enqueue(cmd, dl, "", false)
 	if err != nil {
 		return err
 	}
-	return b.await(ctx, bt, cmd)
+	_, _, err = b.await(ctx, bt, i)
+	return err
 }
 
 // doAcked is do for a write to key that must reach waitN replicas: it
 // also returns how many replicas the batch's WAIT counted, or its error.
 // Both are meaningless when err is not nil nor redis.Nil.
-func (b *batcher) doAcked(ctx context.Context, key string, cmd redis.Cmder) (acked int64, waitErr, err error) {
-	bt, j, err := b.enqueue(cmd, key, true)
+func (b *batcher) doAcked(ctx context.Context, dl time.Time, key string, cmd redis.Cmder) (acked int64, waitErr, err error) {
+	bt, i, err := b.enqueue(cmd, dl, key, true)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := b.await(ctx, bt, cmd); err != nil && !errors.Is(err, redis.Nil) {
+	bt, i, err = b.await(ctx, bt, i)
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, nil, err
 	}
-	acked, waitErr = bt.acked[j].wait.Result()
-	return acked, waitErr, cmd.Err()
+	for _, a := range bt.acked {
+		if a.i == i {
+			acked, waitErr = a.wait.Result()
+		}
+	}
+	return acked, waitErr, err
 }
 
-// enqueue adds cmd to the batch being filled and wakes the flusher. With
-// ack, cmd is one of the batch's acknowledged commands, the j-th.
-func (b *batcher) enqueue(cmd redis.Cmder, key string, ack bool) (bt *batch, j int, err error) {
+// enqueue adds cmd, to be answered by dl, to the batch being filled and
+// wakes the flusher; cmd is the batch's i-th command. With ack, it is one
+// of the batch's acknowledged commands.
+func (b *batcher) enqueue(cmd redis.Cmder, dl time.Time, key string, ack bool) (bt *batch, i int, err error) {
 	if b.queued.Add(1) > maxQueued {
 		b.queued.Add(-1)
 		return nil, 0, errQueueFull
@@ -142,11 +185,12 @@ func (b *batcher) enqueue(cmd redis.Cmder, key string, ack bool) (bt *batch, j i
 		return nil, 0, redis.ErrClosed
 	}
 	bt = b.cur
+	i = len(bt.cmds)
 	if ack {
-		j = len(bt.acked)
-		bt.acked = append(bt.acked, ackedCmd{i: len(bt.cmds), key: key})
+		bt.acked = append(bt.acked, ackedCmd{i: i, key: key})
 	}
 	bt.cmds = append(bt.cmds, cmd)
+	bt.dls = append(bt.dls, dl.Sub(b.epoch))
 	if len(bt.cmds) == maxBatch {
 		b.full = append(b.full, bt)
 		b.cur = newBatch()
@@ -156,16 +200,23 @@ func (b *batcher) enqueue(cmd redis.Cmder, key string, ack bool) (bt *batch, j i
 	case b.wake <- struct{}{}:
 	default: // the flusher is already due to run
 	}
-	return bt, j, nil
+	return bt, i, nil
 }
 
-// await waits until bt has been sent and returns cmd's error, or ctx's.
-func (b *batcher) await(ctx context.Context, bt *batch, cmd redis.Cmder) error {
-	select {
-	case <-bt.done:
-		return cmd.Err()
-	case <-ctx.Done():
-		return ctx.Err()
+// await waits until the i-th command of bt has its reply and returns its
+// error, or until ctx is done and returns ctx's. It also returns the
+// batch the command was sent in, and its place there.
+func (b *batcher) await(ctx context.Context, bt *batch, i int) (*batch, int, error) {
+	for {
+		select {
+		case <-bt.done:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		if bt.next == nil || i < bt.moved {
+			return bt, i, bt.cmds[i].Err()
+		}
+		bt, i = bt.next, i-bt.moved
 	}
 }
 
@@ -216,7 +267,7 @@ func (b *batcher) take() *batch {
 	return bt
 }
 
-// send runs bt as one pipeline, bounded by the store's timeout, and
+// send runs bt as one pipeline, bounded by its commands' deadlines, and
 // releases its permit.
 func (b *batcher) send(bt *batch) {
 	defer func() { <-b.permits }()
@@ -224,7 +275,13 @@ func (b *batcher) send(bt *batch) {
 }
 
 func (b *batcher) exec(bt *batch) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	bt = b.dropExpired(bt)
+	if bt == nil {
+		return
+	}
+	// One deadline for the whole pipeline, its earliest command's: no
+	// caller waits past its own.
+	ctx, cancel := context.WithDeadline(context.Background(), b.epoch.Add(slices.Min(bt.dls)))
 	defer cancel()
 	if len(bt.acked) == 0 {
 		pipeline(ctx, b.c, bt.cmds, nil)
@@ -239,6 +296,43 @@ func (b *batcher) exec(bt *batch) {
 	}
 	b.queued.Add(-int64(len(bt.cmds)))
 	close(bt.done)
+}
+
+// dropExpired fails, unsent, the commands of bt whose deadline has passed
+// and answers their callers at once. It returns the batch of the others,
+// or nil if there are none.
+func (b *batcher) dropExpired(bt *batch) *batch {
+	now := time.Since(b.epoch)
+	// Deadlines run in the order the commands queued, give or take the
+	// moment between an operation's start and its queueing: those up to
+	// the last one passed fail, so that a batch's deadline is ahead.
+	k := 0
+	for i, dl := range bt.dls {
+		if dl <= now {
+			k = i + 1
+		}
+	}
+	if k == 0 {
+		return bt
+	}
+	for _, cmd := range bt.cmds[:k] {
+		cmd.SetErr(errQueuedTooLong)
+	}
+	b.queued.Add(-int64(k))
+	if k == len(bt.cmds) {
+		close(bt.done)
+		return nil
+	}
+	next := &batch{cmds: bt.cmds[k:], dls: bt.dls[k:], done: make(chan struct{})}
+	for _, a := range bt.acked {
+		if a.i >= k {
+			a.i -= k
+			next.acked = append(next.acked, a)
+		}
+	}
+	bt.next, bt.moved = next, k
+	close(bt.done)
+	return next
 }
 
 func (b *batcher) newWait(ctx context.Context) *redis.IntCmd {
@@ -322,7 +416,7 @@ func pipeline(ctx context.Context, c redis.Cmdable, cmds []redis.Cmder, wait red
 
 // drain sends what is still queued, once the store is closing: its
 // callers get an answer or the closed client's error rather than waiting
-// for their timeout.
+// for their deadline.
 func (b *batcher) drain() {
 	for bt := b.take(); bt != nil; bt = b.take() {
 		b.exec(bt)

@@ -72,8 +72,7 @@ return 0`)
 // for (CheckTombstones), it is one script instead that also reports a
 // tombstone there, as Expired, without taking the lease.
 func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time.Duration) (store.BeginResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	dl := time.Now().Add(s.timeout)
 	fp := l.Fingerprint
 	val := make([]byte, leaseFixed, leaseFixed+store.EncodedLeaseSize(&l))
 	val[0] = kindLease
@@ -90,15 +89,15 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 	send := func(cmd redis.Cmder) error {
 		if s.acks.n > 0 {
 			var err error
-			acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+			acked, waitErr, err = s.batch.doAcked(ctx, dl, rkey, cmd)
 			return err
 		}
-		return s.do(ctx, cmd, false)
+		return s.do(ctx, dl, cmd, false)
 	}
 	var tombs *redis.Cmd
 	var cmd *redis.StringCmd
 	if s.tombs.Load() {
-		tombs, err = s.beginTombs(ctx, key, rkey, val, lease, token, send)
+		tombs, err = s.beginTombs(ctx, dl, key, rkey, val, lease, token, send)
 	} else {
 		cmd = redis.NewStringCmd(ctx, "set", rkey, val, "px", millis(lease), "nx", "get")
 		err = send(cmd)
@@ -108,7 +107,7 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 		if s.acks.n > 0 && (waitErr != nil || acked < int64(s.acks.n)) {
 			// The lease could be lost in a failover: give it back, so
 			// that the key is free for the retry on_store_error invites.
-			_ = s.Release(ctx, key, token)
+			_ = s.release(ctx, dl, key, token)
 			return store.BeginResult{}, s.shortfall(ackBegin, "lease", acked, waitErr)
 		}
 		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
@@ -116,7 +115,7 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 		// SET is refused when Redis is out of memory, even on a key that
 		// exists: look at what is there, so that a completed key still
 		// replays and an in-flight one still answers "in flight".
-		return s.beginFull(ctx, key, token, err)
+		return s.beginFull(ctx, dl, key, token, err)
 	case err != nil:
 		return store.BeginResult{}, s.translate("begin", err)
 	case tombs != nil:
@@ -127,11 +126,12 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, lease time
 }
 
 // beginFull reports what is under key after Begin was refused for lack of
-// memory (oom), or that refusal when the key is free.
-func (s *Store) beginFull(ctx context.Context, key, token string, oom error) (store.BeginResult, error) {
+// memory (oom), or that refusal when the key is free, by Begin's deadline
+// dl.
+func (s *Store) beginFull(ctx context.Context, dl time.Time, key, token string, oom error) (store.BeginResult, error) {
 	full := s.translate("begin", oom)
 	cmd := redis.NewStringCmd(ctx, "get", s.redisKey(key))
-	if err := s.do(ctx, cmd, false); err != nil { // redis.Nil: nothing there
+	if err := s.do(ctx, dl, cmd, false); err != nil { // redis.Nil: nothing there
 		return store.BeginResult{}, full
 	}
 	old, _ := cmd.Bytes()
@@ -180,9 +180,7 @@ func decodeLease(v []byte) (store.Lease, error) {
 
 // Extend renews the lease of token on key.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	n, err := s.extend(ctx, s.redisKey(key), token, millis(lease))
+	n, err := s.extend(ctx, time.Now().Add(s.timeout), s.redisKey(key), token, millis(lease))
 	if err != nil {
 		return s.translate("extend", err)
 	}
@@ -195,8 +193,8 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 // Complete replaces the lease of token on key with rec, kept for ttl. A
 // record with a Tombstone has its tombstone written by the same script.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	now := time.Now()
+	dl := now.Add(s.timeout)
 	val := make([]byte, 1, 1+store.EncodedSize(rec))
 	val[0] = kindRecord
 	val = store.AppendRecord(val, rec)
@@ -208,18 +206,18 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 		var err error
 		switch {
 		case s.acks.n == 0:
-			return s.do(ctx, cmd, direct)
+			return s.do(ctx, dl, cmd, direct)
 		case direct:
-			acked, waitErr, err = s.doAcked(ctx, rkey, cmd)
+			acked, waitErr, err = s.doAcked(ctx, dl, rkey, cmd)
 		default:
-			acked, waitErr, err = s.batch.doAcked(ctx, rkey, cmd)
+			acked, waitErr, err = s.batch.doAcked(ctx, dl, rkey, cmd)
 		}
 		return err
 	}
 	var n int64
 	var err error
 	if rec.Tombstone > 0 {
-		tomb := tombstoneValue(rec.Fingerprint, time.Now().Add(ttl))
+		tomb := tombstoneValue(rec.Fingerprint, now.Add(ttl))
 		var cmd *redis.Cmd
 		cmd, err = s.eval(ctx, completeTombScript, []string{rkey, tombKey(rkey)},
 			[]any{token, val, millis(ttl), tomb, millis(ttl + rec.Tombstone)}, send)
@@ -246,9 +244,13 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 // Release deletes the lease of token on key; it does nothing when token does
 // not own key.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	_, err := s.run(ctx, releaseScript, false, s.redisKey(key), token)
+	return s.release(ctx, time.Now().Add(s.timeout), key, token)
+}
+
+// release is Release by the deadline dl: its own, or that of the
+// operation giving back the lease it took.
+func (s *Store) release(ctx context.Context, dl time.Time, key, token string) error {
+	_, err := s.run(ctx, dl, releaseScript, false, s.redisKey(key), token)
 	return s.translate("release", err)
 }
 
@@ -259,15 +261,15 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // PEXPIRE is not one it refuses when out of memory, so the legacy script
 // runs then too; the flag keeps that true should a later Redis check
 // flagless scripts as a whole.
-func (s *Store) extend(ctx context.Context, key, token string, ms int64) (int64, error) {
+func (s *Store) extend(ctx context.Context, dl time.Time, key, token string, ms int64) (int64, error) {
 	if !s.legacyScripts.Load() {
-		n, err := s.run(ctx, extendScript, false, key, token, ms)
+		n, err := s.run(ctx, dl, extendScript, false, key, token, ms)
 		if err == nil || !strings.Contains(err.Error(), "Error compiling script") {
 			return n, err
 		}
 		s.legacyScripts.Store(true)
 	}
-	return s.run(ctx, extendScriptLegacy, false, key, token, ms)
+	return s.run(ctx, dl, extendScriptLegacy, false, key, token, ms)
 }
 
 // millis converts d to whole milliseconds, at least 1: PX rejects 0.
@@ -275,22 +277,34 @@ func millis(d time.Duration) int64 {
 	return max(d.Milliseconds(), 1)
 }
 
-// do runs cmd and waits for its reply until ctx is done. It returns the
-// command's error, or ctx's; in the second case cmd must not be read.
+// do runs cmd and waits for its reply until ctx is done or the deadline
+// dl passes. It returns the command's error, or ctx's; in the second case
+// cmd must not be read.
+//
+// dl is the operation's: when it began, plus the store's timeout. An
+// operation that sends several commands (a script sent again by its
+// source, a look after an out-of-memory refusal, a lease given back) sends
+// each by the same deadline, so that the whole is bounded by one timeout.
+// A batched command needs no timer of its own: its batch runs until the
+// earliest deadline among its commands (batcher). A direct command, rare,
+// has a context with dl.
 //
 // Commands are batched (see batcher): those of concurrent requests are
 // written to Redis together and their replies read together, a syscall
 // and a wake-up of Redis per batch instead of per command. A queued
-// command does not leave the queue when its caller gives up, so it may
-// still run when Redis answers again, as a command whose reply was lost
-// would (see the package documentation for what that does). A direct
+// command whose deadline passes before it is sent is not sent; one does
+// not leave the queue when its caller's context ends, so it may still run
+// when Redis answers again, as a command whose reply was lost would (see
+// the package documentation for what that does). A direct
 // command runs on a pooled connection of the client's own; its context
 // bounds the write and the wait for the reply.
-func (s *Store) do(ctx context.Context, cmd redis.Cmder, direct bool) error {
+func (s *Store) do(ctx context.Context, dl time.Time, cmd redis.Cmder, direct bool) error {
 	if direct {
+		ctx, cancel := context.WithDeadline(ctx, dl)
+		defer cancel()
 		return s.c.Process(ctx, cmd)
 	}
-	return s.batch.do(ctx, cmd)
+	return s.batch.do(ctx, dl, cmd)
 }
 
 // script is a Lua script run by its SHA-1, and by its source when Redis does
@@ -302,9 +316,9 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// run runs sc on key and returns its integer result.
-func (s *Store) run(ctx context.Context, sc script, direct bool, key string, args ...any) (int64, error) {
-	return s.runWith(ctx, sc, key, args, func(cmd redis.Cmder) error { return s.do(ctx, cmd, direct) })
+// run runs sc on key by the deadline dl and returns its integer result.
+func (s *Store) run(ctx context.Context, dl time.Time, sc script, direct bool, key string, args ...any) (int64, error) {
+	return s.runWith(ctx, sc, key, args, func(cmd redis.Cmder) error { return s.do(ctx, dl, cmd, direct) })
 }
 
 // runWith is run with the command sent by send.

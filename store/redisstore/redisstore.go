@@ -40,11 +40,13 @@
 //
 // # Failures
 //
-// Every operation runs under Options.Timeout: its caller gets an answer or
-// an error by then. A command the caller gave up on may still run once
-// Redis answers again, as a command whose reply was lost would: a pipelined
-// one stays queued until then, and a direct one may already be written. A
-// Begin run that way leaves a lease nobody holds, and its key answers "in
+// Every operation runs under Options.Timeout, counted from its start: its
+// caller gets an answer or an error by then, however long its commands
+// queued (batch.go). A pipelined command whose deadline passed before it
+// could be sent is not sent. One whose caller's context ended first may
+// still run once Redis answers again, as a command whose reply was lost
+// would: it stays queued until then, and a direct one may already be
+// written. A Begin run that way leaves a lease nobody holds, and its key answers "in
 // flight" until the lease expires; the other operations change nothing their
 // caller did not own. Any failure to get an answer
 // (network errors, timeouts, LOADING, CLUSTERDOWN, READONLY from a master
@@ -80,7 +82,7 @@ import (
 const (
 	// DefaultKeyPrefix namespaces the store's keys.
 	DefaultKeyPrefix = "idem:"
-	// DefaultTimeout bounds each store operation.
+	// DefaultTimeout bounds each store operation, from its start.
 	DefaultTimeout = 250 * time.Millisecond
 	// DefaultReplicaAckTimeout bounds each wait for replicas (ReplicaAck).
 	DefaultReplicaAckTimeout = 50 * time.Millisecond
@@ -101,7 +103,8 @@ type Options struct {
 	TLSConfig          *tls.Config
 	// KeyPrefix is prepended to every key; empty means DefaultKeyPrefix.
 	KeyPrefix string `config:"key_prefix"`
-	// Timeout bounds every operation, dial included; 0 means DefaultTimeout.
+	// Timeout bounds every operation from its start, its wait in the queue
+	// and dial included; 0 means DefaultTimeout.
 	Timeout time.Duration `config:"timeout"`
 	// PoolSize is the connection pool size (per node for a Cluster) for
 	// commands sent directly; 0 means the go-redis default of 10 per CPU.
@@ -197,7 +200,7 @@ func fromClient(c redis.UniversalClient, prefix string, timeout time.Duration, a
 	}
 	s := &Store{c: c, prefix: prefix, timeout: timeout}
 	s.acks.n, s.acks.timeout = ackN, ackTimeout
-	s.batch = newBatcher(c, timeout, ackN, ackTimeout)
+	s.batch = newBatcher(c, ackN, ackTimeout)
 	return s
 }
 
@@ -302,7 +305,7 @@ func (s *Store) translate(op string, err error) error {
 		s.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("redis %s: %w: %w", op, store.ErrFull, err)
 	}
-	if s.sentinel != nil && errors.Is(err, context.DeadlineExceeded) {
+	if s.sentinel != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errWaitedForMaster) {
 		// The command waited for a connection to a master that is gone:
 		// say why, rather than only that time ran out.
 		if cause := s.sentinel.noMaster(); cause != nil {

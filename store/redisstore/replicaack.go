@@ -60,9 +60,11 @@ func (s *Store) shortfall(op int, what string, got int64, err error) error {
 }
 
 // doAcked runs cmd, then WAIT, as one pipeline on one connection to the
-// master of rkey. It returns cmd's error (as do does; redis.Nil is a
-// reply) and the replicas WAIT counted, or WAIT's error.
-func (s *Store) doAcked(ctx context.Context, rkey string, cmd redis.Cmder) (acked int64, waitErr, err error) {
+// master of rkey, by the deadline dl. It returns cmd's error (as do does;
+// redis.Nil is a reply) and the replicas WAIT counted, or WAIT's error.
+func (s *Store) doAcked(ctx context.Context, dl time.Time, rkey string, cmd redis.Cmder) (acked int64, waitErr, err error) {
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
 	var p redis.Pipeliner
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
 		// A Cluster pipeline sends a keyless WAIT to any node: send both

@@ -110,23 +110,23 @@ func decodeTombstone(v []byte) (store.BeginResult, error) {
 // just before the script, most often into the same batch and so the same
 // round trip, and a lease the script took on a key it remembers is given
 // back.
-func (s *Store) beginTombs(ctx context.Context, key, rkey string, val []byte, lease time.Duration, token string, send func(redis.Cmder) error) (*redis.Cmd, error) {
+func (s *Store) beginTombs(ctx context.Context, dl time.Time, key, rkey string, val []byte, lease time.Duration, token string, send func(redis.Cmder) error) (*redis.Cmd, error) {
 	keys := []string{rkey, tombKey(rkey)}
 	legacyKey := s.redisKey(key + store.TombstoneSuffix)
 	if _, cluster := s.c.(*redis.ClusterClient); !cluster {
 		return s.eval(ctx, beginTombScript, append(keys, legacyKey), []any{val, millis(lease)}, send)
 	}
 	legacy := redis.NewStringCmd(ctx, "get", legacyKey)
-	bt, _, qerr := s.batch.enqueue(legacy, "", false)
+	bt, i, qerr := s.batch.enqueue(legacy, dl, "", false)
 	cmd, err := s.eval(ctx, beginTombScript, keys, []any{val, millis(lease)}, send)
 	if qerr == nil {
-		qerr = s.batch.await(ctx, bt, legacy)
+		_, _, qerr = s.batch.await(ctx, bt, i)
 	}
 	if !errors.Is(err, redis.Nil) || errors.Is(qerr, redis.Nil) {
 		return cmd, err // found something, failed, or nothing remembered
 	}
 	// The lease is taken; the key is remembered, or unknown whether it is.
-	_ = s.Release(ctx, key, token)
+	_ = s.release(ctx, dl, key, token)
 	if qerr != nil {
 		return cmd, fmt.Errorf("earlier tombstone: %w", qerr)
 	}

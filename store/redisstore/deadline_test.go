@@ -1,0 +1,199 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// holdPipelines takes every pipeline connection's permit, so that what
+// is queued meanwhile goes out as one batch when the returned function
+// gives them back.
+func holdPipelines(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	for range maxConcurrentBatches {
+		s.batch.permits <- struct{}{}
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			for range maxConcurrentBatches {
+				<-s.batch.permits
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// queuedSoon waits until n commands are queued.
+func queuedSoon(t *testing.T, s *Store, n int64) {
+	t.Helper()
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if q := s.batch.queued.Load(); q != n {
+			return fmt.Errorf("%d commands queued, want %d", q, n)
+		}
+		return nil
+	})
+}
+
+// TestCommandPastItsDeadlineIsNotSent checks that a command whose
+// deadline passed while it queued fails with the timeout, unsent, and that
+// the others of its batch still go, with a deadline of their own.
+func TestCommandPastItsDeadlineIsNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 10 * time.Second})
+	admin := srv.Client(t)
+	ctx := context.Background()
+
+	release := holdPipelines(t, s)
+	late := redis.NewStatusCmd(ctx, "set", "late", "1")
+	fresh := redis.NewStatusCmd(ctx, "set", "fresh", "1")
+	lateErr, freshErr := make(chan error, 1), make(chan error, 1)
+	go func() { lateErr <- s.batch.do(ctx, time.Now().Add(-time.Millisecond), late) }()
+	queuedSoon(t, s, 1)
+	go func() { freshErr <- s.batch.do(ctx, time.Now().Add(10*time.Second), fresh) }()
+	queuedSoon(t, s, 2)
+	release()
+
+	if err := <-lateErr; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("command past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if err := <-freshErr; err != nil {
+		t.Errorf("command within its deadline, batched with one past it: %v, want sent", err)
+	}
+	if n := admin.Exists(ctx, "late").Val(); n != 0 {
+		t.Errorf("the command past its deadline was sent")
+	}
+	if v := admin.Get(ctx, "fresh").Val(); v != "1" {
+		t.Errorf("fresh = %q, want 1", v)
+	}
+	if q := s.batch.queued.Load(); q != 0 {
+		t.Errorf("%d commands counted as queued after both were answered", q)
+	}
+}
+
+// TestCommandPastItsDeadlineIsAnsweredAtOnce checks that the caller of a
+// command whose deadline passed while it queued is answered when its batch
+// is formed, not when the rest of the batch has its answer from a Redis
+// that has stopped answering.
+func TestCommandPastItsDeadlineIsAnsweredAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 2 * time.Second
+	s := newStore(t, Options{URL: srv.URL(), Timeout: timeout})
+	ctx := context.Background()
+	if err := s.batch.do(ctx, time.Now().Add(timeout), redis.NewStatusCmd(ctx, "ping")); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+
+	release := holdPipelines(t, s)
+	lateErr, freshErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		lateErr <- s.batch.do(ctx, time.Now().Add(-time.Millisecond), redis.NewStatusCmd(ctx, "set", "late", "1"))
+	}()
+	queuedSoon(t, s, 1)
+	go func() {
+		freshErr <- s.batch.do(ctx, time.Now().Add(timeout), redis.NewStatusCmd(ctx, "set", "fresh", "1"))
+	}()
+	queuedSoon(t, s, 2)
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	start := time.Now()
+	release()
+
+	err := <-lateErr
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > timeout/2 {
+		t.Errorf("command past its deadline: %v after %v, want context.DeadlineExceeded at once (the rest of its batch waits %v)", err, took, timeout)
+	}
+	if err := <-freshErr; err == nil {
+		t.Errorf("command sent to a paused Redis succeeded")
+	}
+}
+
+// TestStalledRedisFailsEveryOperationWithinItsTimeout checks the bound of
+// store.redis.timeout against a Redis that stops answering: the
+// operations in flight, one queued behind them and one that joined the
+// same queue, and so the same batch, most of a timeout later each fail
+// within their own timeout of their start — not twice it, as one that
+// waited for a pipeline connection and then for a batch timed from its
+// sending would, nor the later one's timeout, as one in a batch timed by
+// its latest command would — and a caller that cancels is answered at
+// once.
+func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = time.Second
+	// Generous for a busy machine; a bound twice the timeout, or the
+	// timeout plus the gap between the two queued operations, exceeds it.
+	const bound = timeout + 400*time.Millisecond
+	s := newStore(t, Options{URL: srv.URL(), Timeout: timeout})
+	ctx := context.Background()
+	if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+
+	type result struct {
+		name string
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, maxConcurrentBatches+3)
+	begin := func(ctx context.Context, name string) {
+		start := time.Now()
+		_, err := s.Begin(ctx, name, store.Lease{}, time.Minute)
+		results <- result{name, time.Since(start), err}
+	}
+	// Each of these is a batch of its own, until every pipeline
+	// connection waits for Redis.
+	stalled := time.Now()
+	for i := range maxConcurrentBatches {
+		go begin(ctx, "in-flight-"+strconv.Itoa(i))
+		testbin.SucceedsSoon(t, 10*time.Second, func() error {
+			if n := len(s.batch.permits); n != i+1 {
+				return fmt.Errorf("%d batches in flight, want %d", n, i+1)
+			}
+			if q := s.batch.queued.Load(); q != int64(i+1) {
+				return fmt.Errorf("%d commands queued or in flight, want %d", q, i+1)
+			}
+			return nil
+		})
+	}
+	// The two queued operations are spaced in time on purpose: the first
+	// must still be within its timeout when the batches ahead of it end,
+	// and the later one join it well after it started. There is nothing
+	// to wait for but time.
+	time.Sleep(time.Until(stalled.Add(timeout * 2 / 10)))
+	go begin(ctx, "queued-first")
+	queuedSoon(t, s, maxConcurrentBatches+1)
+	cctx, cancel := context.WithCancel(ctx)
+	go begin(cctx, "cancelled")
+	queuedSoon(t, s, maxConcurrentBatches+2)
+	cancel()
+	if r := <-results; r.name != "cancelled" || !errors.Is(r.err, context.Canceled) || r.took > timeout/2 {
+		t.Errorf("first answer: %s after %v: %v; want the cancelled Begin, context.Canceled, at once", r.name, r.took, r.err)
+	}
+	time.Sleep(time.Until(stalled.Add(timeout * 8 / 10)))
+	go begin(ctx, "queued-later")
+
+	for range maxConcurrentBatches + 2 {
+		r := <-results
+		t.Logf("%s: %v after %v", r.name, r.err, r.took)
+		if !errors.Is(r.err, store.ErrUnavailable) {
+			t.Errorf("%s: %v, want ErrUnavailable", r.name, r.err)
+		}
+		if r.took > bound {
+			t.Errorf("%s answered after %v, want within its timeout (%v, allowing up to %v)", r.name, r.took, timeout, bound)
+		}
+	}
+}
