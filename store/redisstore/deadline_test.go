@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,5 +196,31 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 		if r.took > bound {
 			t.Errorf("%s answered after %v, want within its timeout (%v, allowing up to %v)", r.name, r.took, timeout, bound)
 		}
+	}
+}
+
+// TestCommandWaitingForANewMasterSaysSo checks that a command that waited
+// for a Sentinel master until its deadline fails within its timeout, and
+// that its error names what it waited for and why the dial failed.
+func TestCommandWaitingForANewMasterSaysSo(t *testing.T) {
+	// No failover while the test runs: the command waits for a master.
+	sn := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
+	const timeout = 500 * time.Millisecond
+	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName(), Timeout: timeout})
+	ctx := context.Background()
+	if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	sn.Master.Kill()
+	start := time.Now()
+	_, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+	took := time.Since(start)
+	t.Logf("after %v: %v", took, err)
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) ||
+		strings.Count(err.Error(), "waiting for a new master") != 1 || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Begin with the master gone: %v; want ErrUnavailable, the deadline, and once what it waited for and why", err)
+	}
+	if took > timeout+timeout/2 {
+		t.Errorf("Begin with the master gone answered after %v, want within its timeout (%v)", took, timeout)
 	}
 }
