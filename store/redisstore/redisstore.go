@@ -305,7 +305,7 @@ func (s *Store) translate(op string, err error) error {
 		s.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("redis %s: %w: %w", op, store.ErrFull, err)
 	}
-	if s.sentinel != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errWaitedForMaster) {
+	if s.sentinel != nil && errors.Is(err, context.DeadlineExceeded) {
 		// The command waited for a connection to a master that is gone:
 		// say why, rather than only that time ran out.
 		if cause := s.sentinel.noMaster(); cause != nil {

@@ -155,9 +155,7 @@ func (s *sentinel) dial(ctx context.Context, network, addr string) (net.Conn, er
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			// This is the error the waiting commands get (their batch's
-			// deadline is this context's): say what they waited for.
-			return nil, fmt.Errorf("%w (%w: %w)", ctx.Err(), errWaitedForMaster, err)
+			return nil, err
 		case <-s.closed:
 			return nil, err
 		case <-switched:
@@ -224,10 +222,6 @@ func probe(conn net.Conn, timeout time.Duration) error {
 	}
 	return errors.New("reply line too long")
 }
-
-// errWaitedForMaster marks the error of a dial that waited for a new
-// master until its deadline.
-var errWaitedForMaster = errors.New("waiting for a new master")
 
 // noMaster returns the error of the last failed dial to the master while a
 // dial waits for a new one, or nil.
