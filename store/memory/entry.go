@@ -89,9 +89,27 @@ func decode(enc []byte) (*store.Record, error) {
 // tokenLen is the length of a token: 128 random bits, hex-encoded.
 const tokenLen = 32
 
-// newToken returns 128 random bits, and their hex encoding: the token.
-func newToken() ([tokenLen / 2]byte, string) {
-	var b [tokenLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return b, hex.EncodeToString(b[:])
+// tokenBatch is how many tokens a shard draws at once: one read of the
+// random source and one string for 32 tokens, in place of one each a miss.
+const tokenBatch = 32
+
+// tokens hands out a shard's lease tokens. Its shard's mutex guards it.
+type tokens struct {
+	raw  [tokenBatch * tokenLen / 2]byte
+	hex  string // raw, hex-encoded
+	next int    // the index of the next token
+}
+
+// take returns 128 random bits, and their hex encoding: the token. The
+// token is a substring of the batch's, which it keeps alive while it is
+// held; the others in it are as random, and no less secret.
+func (t *tokens) take() (raw [tokenLen / 2]byte, token string) {
+	if t.hex == "" || t.next == tokenBatch {
+		_, _ = rand.Read(t.raw[:]) // crypto/rand.Read never fails (Go 1.24+)
+		t.hex, t.next = hex.EncodeToString(t.raw[:]), 0
+	}
+	i := t.next
+	t.next++
+	copy(raw[:], t.raw[i*tokenLen/2:])
+	return raw, t.hex[i*tokenLen : (i+1)*tokenLen]
 }

@@ -80,8 +80,9 @@ type Store struct {
 }
 
 type shard struct {
-	mu sync.Mutex
-	t  table
+	mu     sync.Mutex
+	t      table
+	tokens tokens
 }
 
 // New returns a store and starts its sweeper.
@@ -148,7 +149,7 @@ func (s *Store) Begin(_ context.Context, key string, l store.Lease, ttl time.Dur
 			return store.BeginResult{}, s.fullError("begin")
 		}
 	}
-	raw, token := newToken()
+	raw, token := sh.tokens.take()
 	ne := entry{token: raw, fp: l.Fingerprint, expires: now.Add(ttl).UnixNano()}
 	enc := encodeLease(&l)
 	sh.t.put(h, key, ne, *enc)
