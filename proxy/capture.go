@@ -36,6 +36,11 @@ type capture struct {
 	ended bool
 	// wroteClient is the status that went to the client, 0 until it did.
 	wroteClient int
+	// flushed is set once the reverse proxy flushed. It adds fields to hdr
+	// after the status only for trailers, and flushes before it does
+	// (httputil.ReverseProxy forces chunking so): until then hdr is as
+	// the status left it, and the client's header holds all of it.
+	flushed bool
 	// stop says why the call's context was cancelled, if it was (a
 	// stopCause); aborted is the handler's, set by a shutdown out of time.
 	stop    atomic.Uint32
@@ -145,8 +150,9 @@ func (c *capture) WriteHeader(code int) {
 		}
 	}
 	if c.recording {
-		c.header = c.recordableHeader(h)
-		c.bodyLimit = c.limit - headerSize(c.header)
+		var size int64
+		c.header, size = c.recordableHeader(h)
+		c.bodyLimit = c.limit - size
 		if c.bodyLimit < 0 {
 			// The headers alone are over the limit: keep what a client
 			// needs to read the answer, the status and Content-Type.
@@ -208,6 +214,7 @@ func (c *capture) Write(p []byte) (int, error) {
 func (c *capture) FlushError() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.flushed = true
 	if !c.toClient() {
 		return nil
 	}
@@ -244,13 +251,16 @@ func (c *capture) detach(gauge prometheus.Gauge) (ok bool, status int) {
 
 // end notes that the upstream call returned and reports whether the client
 // had been let go. Fields the reverse proxy set after the status (trailers)
-// reach the client's header here.
+// reach the client's header here, without the control header's.
 func (c *capture) end(gauge prometheus.Gauge) (detached bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
-	if c.toClient() && c.wroteClient != 0 {
-		c.copyHeader()
+	if c.flushed {
+		dropControlTrailers(c.hdr, c.route.policy.UpstreamControlHeader)
+		if c.toClient() && c.wroteClient != 0 {
+			c.copyHeader()
+		}
 	}
 	if c.detached {
 		gauge.Dec()
@@ -269,10 +279,12 @@ type recordHeader struct {
 
 var recordHeaders = sync.Pool{New: func() any { return &recordHeader{h: make(http.Header)} }}
 
-// recordableHeader copies the response header fields worth replaying. The
-// reverse proxy has already removed hop-by-hop fields; Content-Length is
-// set again on replay, and trailers are not recorded.
-func (c *capture) recordableHeader(h http.Header) http.Header {
+// recordableHeader copies the response header fields worth replaying, and
+// returns what they count toward max_response_body: their size on the wire,
+// "Name: value\r\n" per value. The reverse proxy has already removed
+// hop-by-hop fields; Content-Length is set again on replay, and trailers
+// are not recorded.
+func (c *capture) recordableHeader(h http.Header) (http.Header, int64) {
 	rh := recordHeaders.Get().(*recordHeader)
 	c.recHeader = rh
 	n := 0
@@ -283,14 +295,18 @@ func (c *capture) recordableHeader(h http.Header) http.Header {
 		rh.values = make([]string, n)
 	}
 	out, values := rh.h, rh.values[:n]
+	var size int64
 	for k, v := range h {
 		if k == "Content-Length" || k == "Trailer" || strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
 		n := copy(values, v)
 		out[k], values = values[:n:n], values[n:]
+		for _, s := range v {
+			size += int64(len(k) + len(s) + 4)
+		}
 	}
-	return out
+	return out, size
 }
 
 // freeHeader gives the record's header back to its pool, unless one
@@ -307,18 +323,6 @@ func (c *capture) freeHeader() {
 	clear(rh.h)
 	clear(rh.values[:cap(rh.values)])
 	recordHeaders.Put(rh)
-}
-
-// headerSize is what a header counts toward max_response_body: its size
-// on the wire, "Name: value\r\n" per value.
-func headerSize(h http.Header) int64 {
-	var n int64
-	for k, v := range h {
-		for _, s := range v {
-			n += int64(len(k) + len(s) + 4)
-		}
-	}
-	return n
 }
 
 func contentTypeOnly(h http.Header) http.Header {

@@ -55,7 +55,6 @@ func (h *Handler) call(q *request) {
 	ctx := q.detached
 	start := time.Now()
 	aborted := h.serveUpstream(q, q.upstream)
-	dropControlTrailers(q.capture.hdr, q.route.policy.UpstreamControlHeader)
 	q.capture.mu.Lock() // timerFired may be re-arming it
 	q.deadline.Stop()
 	q.deadlineStopped = true
