@@ -53,14 +53,15 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 // on to the client's goroutine, which aborts the client's response with it.
 func (h *Handler) call(q *request) {
 	ctx := q.detached
-	start := time.Now()
+	start := h.clock.Now()
 	aborted := h.serveUpstream(q, q.upstream)
 	q.capture.mu.Lock() // timerFired may be re-arming it
 	q.deadline.Stop()
 	q.deadlineStopped = true
 	q.capture.mu.Unlock()
 	q.cancel()
-	q.route.metrics.upstream.Observe(time.Since(start).Seconds())
+	q.returned = h.clock.Now()
+	q.route.metrics.upstream.Observe(q.returned.Sub(start).Seconds())
 	detached := q.capture.end(h.metrics.detached)
 	q.ran.status = q.capture.status
 	q.ran.outcome = h.conclude(ctx, q, aborted)
@@ -241,7 +242,14 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 // the caller keeps trying.
 func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) attempt {
 	ttl := q.route.policy.ttlFor(q.rec.Status)
-	err := h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)
+	// The first try is timed from when the call returned: the clock was
+	// read then, and little but the record's assembly lies between.
+	start := q.returned
+	if q.retried {
+		start = h.clock.Now()
+	}
+	q.retried = true
+	err := h.store.completeFrom(ctx, start, q.keyHash, q.token, q.rec, ttl)
 	if errors.Is(err, store.ErrFull) && len(q.rec.Body) > 0 {
 		q.rec, q.omitReason = withoutBody(q.rec), omitStoreFull
 		err = h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)

@@ -28,7 +28,7 @@ type Handler struct {
 	upstreamTimeout time.Duration
 	maxExecution    time.Duration
 	detachable      detachBudget
-	store           Store
+	store           meteredStore
 	forgetter       forgetter // the store's Delete, when it has one
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
@@ -78,7 +78,7 @@ func New(opts Options) (*Handler, error) {
 	if h.metrics == nil {
 		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
 	}
-	h.store = meteredStore{opts.Store, h.metrics}
+	h.store = meteredStore{opts.Store, h.metrics, &h.clock}
 	h.forgetter, _ = opts.Store.(forgetter)
 	transport := opts.Transport
 	if transport == nil {
@@ -256,7 +256,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	var pace waiter
 	for {
 		q.began = h.clock.Now()
-		res, err := h.store.Begin(detached, q.keyHash, lease, pol.LockTTL)
+		res, err := h.store.beginFrom(detached, q.began, q.keyHash, lease, pol.LockTTL)
 		if err == nil && res.State == store.Completed && res.Record.Sealed != nil {
 			// Sealed, and no keyring opened it (store/seal).
 			err = &store.SealError{KeyID: res.Record.Sealed.KeyID, Err: store.ErrKeyUnknown}

@@ -13,38 +13,50 @@ import (
 // idempotency_proxy_store_errors_total. A lost lease is not a store
 // failure: it is counted in idempotency_proxy_lock_lost_total instead; nor
 // is an unreadable record (idempotency_proxy_record_unreadable_total).
+// It reads the handler's clock, so that a miss can time its Begin and its
+// Complete from readings it takes anyway (beginFrom, completeFrom).
 type meteredStore struct {
 	Store
-	m *Metrics
+	m     *Metrics
+	clock *clock // the handler's, which tests replace
 }
 
 var _ Store = meteredStore{}
 
 func (s meteredStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
-	t := time.Now()
+	return s.beginFrom(ctx, (*s.clock).Now(), key, l, ttl)
+}
+
+// beginFrom is Begin timed from start, a reading of the clock the caller
+// took just before.
+func (s meteredStore) beginFrom(ctx context.Context, start time.Time, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
 	res, err := s.Store.Begin(ctx, key, l, ttl)
-	s.m.observeStore(opBegin, time.Since(t), failed(err))
+	s.m.observeStore(opBegin, (*s.clock).Now().Sub(start), failed(err))
 	return res, err
 }
 
 func (s meteredStore) Extend(ctx context.Context, key, token string, lease time.Duration) error {
-	t := time.Now()
+	t := (*s.clock).Now()
 	err := s.Store.Extend(ctx, key, token, lease)
-	s.m.observeStore(opExtend, time.Since(t), failed(err))
+	s.m.observeStore(opExtend, (*s.clock).Now().Sub(t), failed(err))
 	return err
 }
 
 func (s meteredStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	t := time.Now()
+	return s.completeFrom(ctx, (*s.clock).Now(), key, token, rec, ttl)
+}
+
+// completeFrom is Complete timed from start, as beginFrom.
+func (s meteredStore) completeFrom(ctx context.Context, start time.Time, key, token string, rec *store.Record, ttl time.Duration) error {
 	err := s.Store.Complete(ctx, key, token, rec, ttl)
-	s.m.observeStore(opComplete, time.Since(t), failed(err))
+	s.m.observeStore(opComplete, (*s.clock).Now().Sub(start), failed(err))
 	return err
 }
 
 func (s meteredStore) Release(ctx context.Context, key, token string) error {
-	t := time.Now()
+	t := (*s.clock).Now()
 	err := s.Store.Release(ctx, key, token)
-	s.m.observeStore(opRelease, time.Since(t), err != nil)
+	s.m.observeStore(opRelease, (*s.clock).Now().Sub(t), err != nil)
 	return err
 }
 

@@ -51,6 +51,8 @@ type request struct {
 	executed bool
 	token    string    // the lease's owner token
 	began    time.Time // when Begin was sent: the lease runs from then
+	returned time.Time // when the upstream call returned
+	retried  bool      // settling has tried once: the next try reads the clock
 	capture  capture
 	lease    lease
 	// bodyReader reads body to the upstream; an executed request is never
