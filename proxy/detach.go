@@ -93,9 +93,22 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 	return true
 }
 
+// armDeadline arms q's deadline, due after d, unless the call returned.
+func (h *Handler) armDeadline(q *request, d time.Duration) {
+	q.capture.mu.Lock() // timerFired may run before deadline is set
+	if !q.deadlineStopped {
+		q.deadline = h.clock.AfterFunc(d, func() { h.timerFired(q) })
+	}
+	q.capture.mu.Unlock()
+}
+
 // timerFired runs when upstream.timeout passes, then again when
-// upstream.max_execution does.
+// upstream.max_execution does. When the lease's first renewal is due after
+// upstream.timeout, the renewals start here.
 func (h *Handler) timerFired(q *request) {
+	if every := renewEvery(q.route.policy.LockTTL); every > h.upstreamTimeout {
+		h.renewLease(q.detached, q, every-h.upstreamTimeout, false)
+	}
 	if h.maxExecution > h.upstreamTimeout && !q.timedOut.Swap(true) {
 		q.capture.mu.Lock()
 		if !q.deadlineStopped {

@@ -98,6 +98,30 @@ func TestSlowUpstreamIsWaitedFor(t *testing.T) {
 	}
 }
 
+// When the lease's first renewal comes before upstream.timeout, it is the
+// renewal that arms the deadline: the client is still answered 504 when
+// upstream.timeout passes, and not before.
+func TestTimeoutPassesAfterFirstRenewal(t *testing.T) {
+	e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.LockTTL = testTimeout }))
+	first := e.goDo(t, "k")
+	<-arrived
+	clock.Advance(testTimeout - time.Millisecond) // past the renewals at a third and two thirds
+	select {
+	case r := <-first:
+		t.Fatalf("client before upstream.timeout: %d %s, want no answer yet", r.StatusCode, r.body)
+	default:
+	}
+	clock.Advance(time.Millisecond)
+	select {
+	case r := <-first:
+		if r.StatusCode != http.StatusGatewayTimeout || r.problemType() != "upstream-timeout" {
+			t.Fatalf("client past upstream.timeout: %d %s, want 504 upstream-timeout", r.StatusCode, r.body)
+		}
+	case <-time.After(10 * time.Second): // the answer is due at once: a bound, not a pause
+		t.Fatal("client past upstream.timeout: no answer, want 504 upstream-timeout")
+	}
+}
+
 // When max_execution passes, the call is cancelled and on_upstream_error
 // applies: keep records a 502 that retries get, release frees the key.
 func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {

@@ -34,13 +34,15 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 	if h.aborted.Load() {
 		cancel()
 	}
-	h.startLease(detached, q)
 	q.wake = make(chan struct{}, 1)
-	q.capture.mu.Lock() // timerFired may run before deadline is set
-	q.deadline = h.clock.AfterFunc(h.upstreamTimeout, func() { h.timerFired(q) })
-	q.capture.mu.Unlock()
-
 	q.detached = detached
+	q.startLease()
+	if every := renewEvery(q.route.policy.LockTTL); every <= h.upstreamTimeout {
+		h.renewLease(detached, q, every, true)
+	} else {
+		h.armDeadline(q, h.upstreamTimeout) // it starts the renewals
+	}
+
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(q.upstream, q.body, &q.bodyReader)
 	h.callers.start(q)
@@ -55,8 +57,10 @@ func (h *Handler) call(q *request) {
 	ctx := q.detached
 	start := h.clock.Now()
 	aborted := h.serveUpstream(q, q.upstream)
-	q.capture.mu.Lock() // timerFired may be re-arming it
-	q.deadline.Stop()
+	q.capture.mu.Lock() // timerFired may be re-arming it, renewLease arming it
+	if q.deadline != nil {
+		q.deadline.Stop()
+	}
 	q.deadlineStopped = true
 	q.capture.mu.Unlock()
 	q.cancel()

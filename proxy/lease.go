@@ -41,16 +41,39 @@ type lease struct {
 	stopped bool
 	lost    bool
 	until   time.Time // when the lease expires, as far as this process knows
+	// armsDeadline is set until the first renewal arms the call's deadline.
+	armsDeadline bool
 }
 
-// startLease renews q's lease from a timer. The lease runs from q.began,
-// when Begin was sent, so until never overestimates it.
-func (h *Handler) startLease(ctx context.Context, q *request) {
+// renewEvery is how often a lease of ttl is renewed: after a third of it,
+// so a fast upstream costs no store round trip beyond begin and complete.
+func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
+
+// startLease notes q's lease, which runs from q.began, when Begin was sent,
+// so until never overestimates it.
+func (q *request) startLease() { q.lease.until = q.began.Add(q.route.policy.LockTTL) }
+
+// renewLease renews q's lease from a timer, the first time after first
+// and then every renewEvery, until the lease stops; it does nothing when
+// renewals have started. With thenDeadline, the first renewal arms the
+// call's deadline (armDeadline), due upstream.timeout after the call
+// started. The deadline or the first renewal, whichever is due first, is
+// armed when the call starts, and arms the other when it fires (see
+// timerFired): a call shorter than both, nearly every call, arms one timer,
+// not two.
+func (h *Handler) renewLease(ctx context.Context, q *request, first time.Duration, thenDeadline bool) {
 	ttl := q.route.policy.LockTTL
-	every := max(ttl/3, time.Millisecond)
+	every := renewEvery(ttl)
 	l := &q.lease
-	l.until = q.began.Add(ttl)
 	renew := func() {
+		l.mu.Lock()
+		arm := l.armsDeadline
+		l.armsDeadline = false
+		l.mu.Unlock()
+		if arm {
+			// Before the store is called, which must not delay it.
+			h.armDeadline(q, h.upstreamTimeout-first)
+		}
 		sent := h.clock.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
 		err := h.store.Extend(rctx, q.keyHash, q.token, ttl)
@@ -72,7 +95,9 @@ func (h *Handler) startLease(ctx context.Context, q *request) {
 		}
 	}
 	l.mu.Lock()
-	l.timer = h.clock.AfterFunc(every, renew)
+	if !l.stopped && l.timer == nil {
+		l.timer, l.armsDeadline = h.clock.AfterFunc(first, renew), thenDeadline
+	}
 	l.mu.Unlock()
 }
 
@@ -82,7 +107,9 @@ func (l *lease) stop() (lost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
-	l.timer.Stop()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 	return l.lost
 }
 

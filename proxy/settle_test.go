@@ -48,6 +48,49 @@ func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
 	}
 }
 
+// When upstream.timeout comes before the lease's first renewal, the
+// renewals start when it passes: the call goes on detached, and its lease
+// must outlive lock_ttl as long as the call does.
+func TestLeaseRenewedWhenTimeoutComesBeforeFirstRenewal(t *testing.T) {
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	const lockTTL = 30 * time.Second
+	clock := newFakeClock()
+	st := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-First") != "" { // only the first one blocks
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Write([]byte("done"))
+	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }), func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = time.Second, time.Hour // before lock_ttl/3
+	})
+	e.handler.clock = clock
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
+	<-arrived
+	clock.Advance(time.Second)
+	if r := <-first; r.StatusCode != http.StatusGatewayTimeout {
+		close(release)
+		t.Fatalf("client past upstream.timeout: %d, want 504", r.StatusCode)
+	}
+	for i := range 12 {
+		clock.Advance(lockTTL / 3)
+		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
+			close(release)
+			t.Fatalf("duplicate after %d thirds of lock_ttl: got %d, want 409", i+1, r.StatusCode)
+		}
+	}
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.up.calls.Load() != 1 {
+		t.Fatalf("executions = %d, want 1", e.up.calls.Load())
+	}
+}
+
 func TestLostLeaseIsCountedAndResponseDelivered(t *testing.T) {
 	st := newFlaky(t)
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
