@@ -251,7 +251,7 @@ func TestHandlerAllocations(t *testing.T) {
 		// setup returns the function measured; it runs runs+1 times.
 		setup func(*benchRig) func() int
 	}{
-		{"miss", 47, func(rig *benchRig) func() int {
+		{"miss", 45, func(rig *benchRig) func() int {
 			keys, i := missKeys(0, runs+1), 0
 			return func() int { i++; return rig.serve(keys[i-1]) }
 		}},
