@@ -145,27 +145,18 @@ func keepNumberText(doc []byte, tree map[string]any) {
 }
 
 // literals returns v, decoded from n, with every number in it replaced
-// by its text.
+// by its text. A number is replaced only by the text of the node it was
+// decoded from: a key merged from an anchor (<<: *defaults) is found in the
+// anchor, a dotted key (defaults.max_response_body) under its parts, and
+// text that does not decode to the value viper kept is left alone.
 func literals(n *yaml.Node, v any) any {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i].Value, n.Content[i+1]
-			switch m := v.(type) {
-			case map[string]any:
-				for _, key := range []string{k, strings.ToLower(k)} {
-					if item, ok := m[key]; ok {
-						m[key] = literals(val, item)
-					}
-				}
-			case map[any]any:
-				if item, ok := m[k]; ok {
-					m[k] = literals(val, item)
-				}
-			}
+		for _, e := range entries(n, nil, map[string]bool{}) {
+			replaceAt(v, e.key, e.value)
 		}
 	case yaml.SequenceNode:
 		if items, ok := v.([]any); ok {
@@ -174,14 +165,100 @@ func literals(n *yaml.Node, v any) any {
 			}
 		}
 	case yaml.ScalarNode:
-		switch v.(type) {
-		case int, int64, uint64, float64:
-			if n.Tag == "!!int" || n.Tag == "!!float" {
-				return literal(n.Value)
-			}
+		if (n.Tag == "!!int" || n.Tag == "!!float") && sameNumber(n, v) {
+			return literal(n.Value)
 		}
 	}
 	return v
+}
+
+// entry is a key of a YAML mapping and the node of the value it has.
+type entry struct {
+	key   string
+	value *yaml.Node
+}
+
+// entries appends to out the keys mapping n gives a value, each once, with
+// the node of the value that wins, as YAML merges: the mapping's own keys
+// over merged ones, and an earlier merged mapping over a later one. seen
+// has the keys, in lower case, already given.
+func entries(n *yaml.Node, out []entry, seen map[string]bool) []entry {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		return out
+	}
+	var merged []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			if val.Kind == yaml.SequenceNode {
+				merged = append(merged, val.Content...)
+			} else {
+				merged = append(merged, val)
+			}
+			continue
+		}
+		if lower := strings.ToLower(k.Value); !seen[lower] {
+			seen[lower] = true
+			out = append(out, entry{k.Value, val})
+		}
+	}
+	for _, m := range merged {
+		out = entries(m, out, seen)
+	}
+	return out
+}
+
+// replaceAt replaces the value at key in the mapping v by its literals
+// from val. Viper lower-cases the file's keys but not those of mappings in
+// a list, and nests a dotted key under its parts.
+func replaceAt(v any, key string, val *yaml.Node) {
+	switch m := v.(type) {
+	case map[string]any:
+		for _, k := range []string{key, strings.ToLower(key)} {
+			if item, ok := m[k]; ok {
+				m[k] = literals(val, item)
+				return
+			}
+		}
+		if parent, last, ok := strings.Cut(strings.ToLower(key), "."); ok {
+			if inner, ok := m[parent]; ok {
+				replaceAt(inner, last, val)
+			}
+		}
+	case map[any]any:
+		if item, ok := m[key]; ok {
+			m[key] = literals(val, item)
+		}
+	}
+}
+
+// sameNumber reports whether the scalar n decodes to v, a number viper
+// decoded (a JSON file's as float64).
+func sameNumber(n *yaml.Node, v any) bool {
+	var decoded any
+	if n.Decode(&decoded) != nil {
+		return false
+	}
+	a, ok := asFloat(decoded)
+	b, ok2 := asFloat(v)
+	return ok && ok2 && a == b
+}
+
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
 }
 
 // parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a

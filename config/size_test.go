@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,5 +74,40 @@ func TestHexadecimalSizeInFileIsRefusedAsWritten(t *testing.T) {
 	_, err := Load(Source{File: writeFile(t, upstreamOnly+"defaults:\n  max_response_body: 0x10\n")})
 	if err == nil || !strings.Contains(err.Error(), `defaults.max_response_body: invalid size "0x10"`) {
 		t.Errorf("Load = %v, want max_response_body refused as \"0x10\"", err)
+	}
+}
+
+// A number merged from an anchor, or set by a dotted key, is read as
+// written too: 020 is twenty wherever YAML puts it, the mapping's own key
+// wins over a merged one and an earlier merged mapping over a later one,
+// and a hexadecimal size merged into a route is refused as it is written
+// directly.
+func TestNumbersMergedOrDottedReadAsWritten(t *testing.T) {
+	cfg := mustLoad(t, Source{File: writeFile(t, upstreamOnly+`defaults:
+  <<: &limits
+    max_response_body: 020
+routes:
+  - match: POST /a
+    <<: *limits
+  - match: POST /b
+    <<: [{max_response_body: 030}, {max_response_body: 0x10}]
+  - match: POST /c
+    max_response_body: 040
+    <<: *limits
+`)})
+	got := []int64{cfg.Defaults.MaxResponseBody}
+	for _, r := range cfg.Routes {
+		got = append(got, r.Policy.MaxResponseBody)
+	}
+	if want := []int64{20, 20, 30, 40}; !slices.Equal(got, want) {
+		t.Errorf("max_response_body of the defaults and routes a, b, c = %v, want %v", got, want)
+	}
+	dotted := mustLoad(t, Source{File: writeFile(t, upstreamOnly+"defaults.max_response_body: 020\n")})
+	if got := dotted.Defaults.MaxResponseBody; got != 20 {
+		t.Errorf("defaults.max_response_body: 020 = %d, want 20", got)
+	}
+	_, err := Load(Source{File: writeFile(t, upstreamOnly+"defaults:\n  ttl: 1h\nroutes:\n  - match: POST /a\n    <<: {max_response_body: 0x10}\n")})
+	if err == nil || !strings.Contains(err.Error(), `routes[0].max_response_body: invalid size "0x10"`) {
+		t.Errorf("Load = %v, want the merged max_response_body refused as \"0x10\"", err)
 	}
 }
