@@ -97,3 +97,16 @@ func TestWordsMatchInAnyCaseFromEverySource(t *testing.T) {
 		}
 	}
 }
+
+// store.kind matches in any case of its ASCII letters only: a kind spelled
+// with the long s, which Unicode folds to s, is refused.
+func TestStoreKindRefusesUnicodeLookalike(t *testing.T) {
+	_, err := Load(Source{Env: []string{
+		"IDEMPOTENCY_PROXY_UPSTREAM_URL=http://127.0.0.1:3000",
+		"IDEMPOTENCY_PROXY_STORE_KIND=redi\u017f",
+		"IDEMPOTENCY_PROXY_STORE_REDIS_URL=redis://127.0.0.1:1/0",
+	}})
+	if err == nil || !strings.Contains(err.Error(), "store.kind: must be one of") {
+		t.Errorf("Load = %v, want store.kind redi\\u017f refused", err)
+	}
+}

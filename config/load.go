@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
 
 // Source is where Load reads from. Later layers win key by key:
@@ -62,10 +64,8 @@ func Load(src Source) (*Config, error) {
 	}
 	// store.kind is a word like any other: matched in any case, kept as
 	// the kind spells it.
-	for _, n := range kindNames() {
-		if strings.EqualFold(cfg.Store.Kind, n) {
-			cfg.Store.Kind = n
-		}
+	if i, err := enum.Words(kindNames()).Parse(cfg.Store.Kind); err == nil {
+		cfg.Store.Kind = kindNames()[i]
 	}
 	cfg.Store.Kind = cfg.Store.kind()
 	cfg.origins = d.origins

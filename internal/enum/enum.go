@@ -21,11 +21,34 @@ type Words []string
 
 // Parse returns the value of word s, in any case, or an *Error.
 func (w Words) Parse(s string) (int, error) {
-	i := slices.IndexFunc(w, func(word string) bool { return strings.EqualFold(word, s) })
+	i := slices.IndexFunc(w, func(word string) bool { return foldsTo(s, word) })
 	if i < 0 {
 		return 0, &Error{Given: s, Words: w}
 	}
 	return i, nil
+}
+
+// foldsTo reports whether s is word in another case of its ASCII letters.
+// Unicode's folding would also take the Kelvin sign for k and the long s
+// for s ("fail_clo\u017fed"), a word no one writes by hand.
+func foldsTo(s, word string) bool {
+	if len(s) != len(word) {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		d := word[i]
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
 }
 
 // Name returns the word of value i, or "invalid(i)" for a value that has

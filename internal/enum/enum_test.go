@@ -51,3 +51,14 @@ func TestClosest(t *testing.T) {
 		}
 	}
 }
+
+// Any case means the case of ASCII letters: a word spelled with the
+// Kelvin sign or the long s, which Unicode folds to k and s, is refused.
+func TestParseRefusesUnicodeLookalikes(t *testing.T) {
+	w := Words{"keep", "fail_closed"}
+	for _, given := range []string{"\u212aeep", "fail_clo\u017fed", "FAIL_CLO\u017fED"} {
+		if i, err := w.Parse(given); err == nil {
+			t.Errorf("Parse(%q) = %d, want it refused", given, i)
+		}
+	}
+}
