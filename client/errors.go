@@ -69,6 +69,27 @@ type Problem struct {
 	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
+// UnmarshalJSON reads a problem whose started_at is anything but an RFC
+// 3339 time (an upstream's own extension member, a Unix time say) with a
+// zero StartedAt, rather than refusing the whole problem: the client read
+// such a problem before it knew started_at, and still does.
+func (p *Problem) UnmarshalJSON(b []byte) error {
+	type fields Problem // without this method
+	var v struct {
+		fields
+		StartedAt json.RawMessage `json:"started_at"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Problem(v.fields)
+	var t time.Time
+	if json.Unmarshal(v.StartedAt, &t) == nil {
+		p.StartedAt = t
+	}
+	return nil
+}
+
 // MismatchError is returned for the proxy's 422 payload-mismatch answer.
 type MismatchError struct {
 	// Key is the idempotency key that was reused.

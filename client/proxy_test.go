@@ -400,3 +400,18 @@ func TestProblemWithoutStartedAtIsZero(t *testing.T) {
 		t.Errorf("readProblem = %+v, want an in-flight problem with a zero StartedAt", p)
 	}
 }
+
+// A problem whose started_at is not an RFC 3339 time, such as an
+// upstream's own extension member, is still read, with a zero StartedAt.
+func TestProblemWithForeignStartedAtIsStillRead(t *testing.T) {
+	for _, startedAt := range []string{`1733040000`, `"2026-12-01 09:00"`, `{"at": 1}`, `null`} {
+		resp := &http.Response{
+			Header: http.Header{"Content-Type": {"application/problem+json"}},
+			Body:   io.NopCloser(strings.NewReader(`{"type":"https://upstream.example/problems/busy","status":409,"detail":"busy","started_at":` + startedAt + `}`)),
+		}
+		p := readProblem(resp)
+		if p == nil || p.Type != "https://upstream.example/problems/busy" || p.Status != 409 || p.Detail != "busy" || !p.StartedAt.IsZero() {
+			t.Errorf("started_at %s: readProblem = %+v, want the upstream's problem with a zero StartedAt", startedAt, p)
+		}
+	}
+}
