@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"os"
@@ -100,26 +101,28 @@ func reported(problems []*Problem, path string) bool {
 }
 
 // readFile returns the file as a raw tree with lower-case keys. Viper does
-// the reading and the case folding; decoding is ours, to report exact paths.
-// A number in a YAML or JSON file is kept as written (keepNumberText).
+// the parsing and the case folding; decoding is ours, to report exact paths.
+// A number in a YAML or JSON file is kept as written (keepNumberText). The
+// file is read once: viper's tree and the text it keeps the numbers of are
+// one version of a file that a reload may see being rewritten.
 func readFile(path string) (map[string]any, error) {
-	v := viper.New()
-	v.SetConfigFile(path)
-	ext := strings.ToLower(filepath.Ext(path))
-	switch ext {
-	case ".json", ".toml", ".yaml", ".yml":
-	default:
-		v.SetConfigType("yaml")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
-	if err := v.ReadInConfig(); err != nil {
+	typ := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+	switch typ {
+	case "json", "toml", "yaml", "yml":
+	default:
+		typ = "yaml"
+	}
+	v := viper.New()
+	v.SetConfigType(typ)
+	if err := v.ReadConfig(bytes.NewReader(doc)); err != nil {
 		return nil, err
 	}
 	tree := v.AllSettings()
-	if ext != ".toml" {
-		doc, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
+	if typ != "toml" {
 		keepNumberText(doc, tree)
 	}
 	return tree, nil

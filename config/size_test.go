@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -109,5 +110,19 @@ routes:
 	_, err := Load(Source{File: writeFile(t, upstreamOnly+"defaults:\n  ttl: 1h\nroutes:\n  - match: POST /a\n    <<: {max_response_body: 0x10}\n")})
 	if err == nil || !strings.Contains(err.Error(), `routes[0].max_response_body: invalid size "0x10"`) {
 		t.Errorf("Load = %v, want the merged max_response_body refused as \"0x10\"", err)
+	}
+}
+
+// A number keeps its text only from the node it was decoded from: text
+// that decodes to another number leaves the number viper read as it is,
+// so a document that differs from the tree (a file rewritten between two
+// reads, keys that collide in another case) cannot put one value's text in
+// place of another.
+func TestNumberKeepsOnlyItsOwnText(t *testing.T) {
+	tree := map[string]any{"defaults": map[string]any{"max_response_body": 10, "ttl": "1h"}, "upstream": map[string]any{"max_detached": 16}}
+	keepNumberText([]byte("defaults:\n  max_response_body: 1048576\nupstream:\n  max_detached: 0x10\n"), tree)
+	want := map[string]any{"defaults": map[string]any{"max_response_body": 10, "ttl": "1h"}, "upstream": map[string]any{"max_detached": literal("0x10")}}
+	if !reflect.DeepEqual(tree, want) {
+		t.Errorf("tree = %v, want %v", tree, want)
 	}
 }
