@@ -136,7 +136,19 @@ func (s *sentinel) dial(ctx context.Context, network, addr string) (net.Conn, er
 	if slices.Contains(s.addrs, addr) {
 		return s.dialSentinel(ctx, network, addr)
 	}
-	conn, err := s.dialOnce(ctx, network, addr)
+	// An address not known as a master may be a sentinel too: go-redis
+	// also asks those the sentinels name (SENTINEL SENTINELS, by IP where
+	// the configuration may name them by host). It is dialled as one; a
+	// master answers PING as well, at the cost of one round trip per
+	// new connection to a master the store has not heard named.
+	s.mu.Lock()
+	known := slices.Contains(s.masters, addr)
+	s.mu.Unlock()
+	dial := s.dialSentinel
+	if known {
+		dial = s.dialOnce
+	}
+	conn, err := dial(ctx, network, addr)
 	if err == nil || !s.wasMaster(ctx, addr) {
 		return conn, err
 	}
@@ -174,9 +186,9 @@ func (s *sentinel) dial(ctx context.Context, network, addr string) (net.Conn, er
 	}
 }
 
-// dialSentinel dials a sentinel for go-redis, and returns the connection
-// once the sentinel has answered a PING (any reply will do: one that wants
-// a password still answers).
+// dialSentinel dials a sentinel for go-redis (or an address that may be
+// one), and returns the connection once it has answered a PING (any reply
+// will do: one that wants a password still answers).
 //
 // go-redis finds the master by asking every sentinel at once and taking
 // the first answer, but waits for every question to end: a sentinel that
@@ -195,7 +207,7 @@ func (s *sentinel) dialSentinel(ctx context.Context, network, addr string) (net.
 	}
 	if err := probe(conn, s.timeout); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("sentinel %s did not answer PING: %w", addr, err)
+		return nil, fmt.Errorf("%s did not answer PING: %w", addr, err)
 	}
 	return conn, nil
 }

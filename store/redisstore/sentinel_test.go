@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
@@ -162,5 +163,52 @@ func TestSentinelsThatNeverAnswerAreEachNamed(t *testing.T) {
 	}
 	if elapsed >= 3*timeout {
 		t.Errorf("gave up after %v with %d sentinels, want about one timeout (%v), not one each", elapsed.Round(time.Millisecond), len(addrs), timeout)
+	}
+}
+
+// A sentinel the store was not configured with, but that go-redis learns
+// of from the others (SENTINEL SENTINELS names them by IP, where the store
+// may name them by host), and that accepts connections and never answers,
+// costs the store no more than a configured one: once the sentinel the
+// client follows dies, a search for the master that asks the discovered
+// one too ends as soon as a live sentinel answers.
+func TestDiscoveredSentinelThatNeverAnswersDelaysNothing(t *testing.T) {
+	sn := redistest.StartSentinel(t, redistest.WithSentinels(2))
+	const timeout = 3 * time.Second
+	hung := blackhole(t)
+	ctx := context.Background()
+
+	// A sentinel hears of others through hello messages on the master.
+	host, port, _ := net.SplitHostPort(hung)
+	_, mport, _ := net.SplitHostPort(sn.MasterAddr(t))
+	master := sn.Master.Client(t)
+	first := redis.NewSentinelClient(&redis.Options{Addr: sn.Sentinels[0].Addr()})
+	t.Cleanup(func() { first.Close() })
+	testbin.SucceedsSoon(t, 20*time.Second, func() error {
+		hello := fmt.Sprintf("%s,%s,%s,0,%s,127.0.0.1,%s,0", host, port, strings.Repeat("f", 40), sn.MasterName(), mport)
+		master.Publish(ctx, "__sentinel__:hello", hello)
+		others, err := first.Sentinels(ctx, sn.MasterName()).Result()
+		for _, o := range others {
+			if net.JoinHostPort(o["ip"], o["port"]) == hung {
+				return nil
+			}
+		}
+		return fmt.Errorf("sentinel %s names %v, %v; not yet %s", sn.Sentinels[0].Addr(), others, err, hung)
+	})
+
+	s := newStore(t, Options{Addrs: []string{sn.Sentinels[0].Addr()}, MasterName: sn.MasterName(), Timeout: timeout})
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	sn.Sentinels[0].Kill()
+	// A new connection to the master makes go-redis look for it again.
+	if err := master.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatalf("CLIENT KILL: %v", err)
+	}
+	start := time.Now()
+	err := s.Ping(ctx)
+	if elapsed := time.Since(start); err != nil || elapsed >= timeout {
+		t.Errorf("Ping after the followed sentinel died = %v after %v; want success well within the timeout (%v), from the live sentinel",
+			err, elapsed.Round(time.Millisecond), timeout)
 	}
 }
