@@ -212,3 +212,21 @@ func TestDiscoveredSentinelThatNeverAnswersDelaysNothing(t *testing.T) {
 			err, elapsed.Round(time.Millisecond), timeout)
 	}
 }
+
+// A dial that waits for PING's answer works with a server that wants a
+// password (its -NOAUTH is an answer) and leaves nothing of the answer
+// unread: the client's own AUTH and commands follow on the connection.
+func TestDialAfterPingWorksWithAPassword(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "secret")
+	sn := newSentinel(Options{Addrs: []string{"127.0.0.1:1"}, MasterName: "mymaster", Timeout: time.Second})
+	t.Cleanup(sn.close)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "secret", Dialer: sn.dialSentinel, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through a dial that waited for PING: %v", err)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Errorf("GET = %q, %v; want v", got, err)
+	}
+}
