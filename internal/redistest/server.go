@@ -18,9 +18,11 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -131,19 +133,58 @@ func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 
 // Pause freezes the process (SIGSTOP): it keeps its connections open but
-// answers nothing, like a hung server. Resume undoes it; Kill works on a
-// paused server.
-func (s *Server) Pause() { s.send(syscall.SIGSTOP) }
+// answers nothing, like a hung server. It returns once the kernel reports
+// the process stopped, so that nothing the caller sends next can reach a
+// server still running (a replica acknowledging a write, say). Resume
+// undoes it; Kill works on a paused server.
+func (s *Server) Pause() { s.send(syscall.SIGSTOP, true) }
 
-// Resume continues a paused process (SIGCONT).
-func (s *Server) Resume() { s.send(syscall.SIGCONT) }
+// Resume continues a paused process (SIGCONT) and returns once the kernel
+// reports it running again.
+func (s *Server) Resume() { s.send(syscall.SIGCONT, false) }
 
-func (s *Server) send(sig syscall.Signal) {
+func (s *Server) send(sig syscall.Signal, stopped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running() {
-		_ = s.proc.Signal(sig)
+	if !s.running() {
+		return
 	}
+	_ = s.proc.Signal(sig)
+	// Errorf, not Fatalf: Pause and Resume may be called from a subtest's
+	// goroutine or a cleanup, where s.t may not stop.
+	if err := awaitStopped(s.proc, stopped); err != nil {
+		s.t.Errorf("redis-server %s after %v: %v", s.Addr(), sig, err)
+	}
+}
+
+// awaitStopped waits until p's state (the third field of /proc/PID/stat)
+// is stopped ('T'), or is not, as asked. Without /proc (not Linux) it
+// returns at once: the signal is sent, its effect is not awaited.
+func awaitStopped(p *testbin.Process, stopped bool) error {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return nil
+	}
+	path := "/proc/" + strconv.Itoa(p.PID()) + "/stat"
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	return testbin.Eventually(ctx, func() error {
+		stat, err := os.ReadFile(path)
+		if err != nil {
+			if !p.Running() {
+				return nil // exited: nothing left to wait for
+			}
+			return err
+		}
+		// "pid (comm) state ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return fmt.Errorf("unreadable %s: %q", path, stat)
+		}
+		if state := stat[i+2]; (state == 'T') != stopped {
+			return fmt.Errorf("process state %q", state)
+		}
+		return nil
+	})
 }
 
 // Restart stops the process if it runs, then starts it again with the same
