@@ -210,6 +210,7 @@ func TestReplicaAckClusterWaitsOnEachMaster(t *testing.T) {
 	// replica_ack_timeout, and so does every command in it; a second is
 	// room enough for the other masters' replicas on a busy machine.)
 	s = newStore(t, Options{Addrs: cl.Addrs(), Timeout: 5 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: time.Second})
+	knowsTheCluster(t, s)
 	paused, pausedMaster := cl.Replicas[0], cl.Masters[0].Addr()
 	paused.Pause()
 	t.Cleanup(paused.Resume)
