@@ -15,7 +15,9 @@ import (
 )
 
 // replicated starts a master with one replica and a store on the master
-// that waits for one replica.
+// that waits for one replica, for replica_ack_timeout's default (50 ms).
+// Only a test whose replica is paused uses it: a running replica may miss
+// so short a window on a busy machine (patientlyReplicated gives it room).
 func replicated(t *testing.T) (s *Store, master, replica *redistest.Server) {
 	t.Helper()
 	master = redistest.Start(t)
@@ -24,7 +26,7 @@ func replicated(t *testing.T) (s *Store, master, replica *redistest.Server) {
 }
 
 func TestReplicaAckLeaseAndRecordAreOnTheReplica(t *testing.T) {
-	s, _, replica := replicated(t)
+	s, _, replica := patientlyReplicated(t)
 	ctx := context.Background()
 	rc := replica.Client(t)
 	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
@@ -66,15 +68,24 @@ func TestReplicaAckShortfallReleasesTheLease(t *testing.T) {
 	}
 }
 
+// TestReplicaAckShortfallOnCompleteIsRetryable stops the replica (SIGSTOP)
+// for the completion that must fall short: it acknowledges nothing, however
+// long the wait. The lease before it and the retried completion after it
+// are acknowledged by a running replica, within patientlyReplicated's wait,
+// which leaves a busy machine room.
 func TestReplicaAckShortfallOnCompleteIsRetryable(t *testing.T) {
-	s, _, replica := replicated(t)
+	s, _, replica := patientlyReplicated(t)
 	ctx := context.Background()
+	// Scripts loaded: the completion below is one EVALSHA and one WAIT, not
+	// a NOSCRIPT and a second wait for the stopped replica.
+	warm(t, s)
 	b, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
 	rec := &store.Record{Status: 201, Fingerprint: store.Fingerprint{1}}
 	replica.Pause()
+	t.Cleanup(replica.Resume)
 	err = s.Complete(ctx, "k", b.Token, rec, time.Hour)
 	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLockLost) {
 		t.Fatalf("Complete with the replica paused: %v; want ErrUnavailable (retried), not ErrLockLost", err)
