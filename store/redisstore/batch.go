@@ -44,7 +44,12 @@ import (
 // command queued behind it; a command whose deadline passed while it
 // queued (every pipeline connection held by batches Redis had not
 // answered) fails without being sent, and the rest of its batch goes on
-// without it. No caller waits past its deadline. The price is that a
+// without it. An operation's later command (a lease given back, a script
+// sent again by its source, a look after an out-of-memory refusal) keeps
+// the deadline of the operation's start, earlier than those of commands
+// queued meanwhile: it is late, queued behind batches that may run past
+// its deadline, and only its caller arms a timer, at that deadline. No
+// caller waits past its deadline. The price is that a
 // command shares its batch's deadline: one that joined a batch after
 // another had queued for a while gets less than its whole timeout, short
 // by how long that one had waited for a pipeline connection — nothing
@@ -71,6 +76,10 @@ type batcher struct {
 	cur    *batch   // filling
 	full   []*batch // filled to maxBatch, waiting for the flusher
 	closed bool
+	// latest is the latest deadline queued so far, since epoch: a
+	// command due more than lateSlack before it may queue behind a batch
+	// that runs past its deadline.
+	latest time.Duration
 
 	wake    chan struct{} // a command was queued; capacity 1
 	permits chan struct{} // one per batch in flight
@@ -90,11 +99,12 @@ type batch struct {
 	// acked are the commands whose callers wait for replicas.
 	acked []ackedCmd
 	done  chan struct{}
-	// When the first moved commands had passed their deadline as the
-	// batch was sent, they failed, and the others went on as next. Both
-	// are set before done is closed.
-	next  *batch
-	moved int
+	// When some commands had passed their deadline as the batch was
+	// sent, at cut (since the batcher's epoch), they failed, and the
+	// others went on as next, in order (nil when all failed). Both are
+	// set before done is closed.
+	next *batch
+	cut  time.Duration
 	// The first commands' room, in the batch's own allocation.
 	cmdBuf [8]redis.Cmder
 	dlBuf  [8]time.Duration
@@ -118,7 +128,26 @@ var (
 	// errQueuedTooLong is the error of a command whose deadline passed
 	// before a pipeline connection was free to send it.
 	errQueuedTooLong = fmt.Errorf("%w: not sent, every pipeline connection still waiting for Redis", context.DeadlineExceeded)
+	// errLateNoReply is the error of a late command (see batcher) whose
+	// deadline passed before it had its reply, sent or not.
+	errLateNoReply = fmt.Errorf("%w: no reply from Redis, queued behind commands due later", context.DeadlineExceeded)
 )
+
+// lateSlack is how much earlier than the latest deadline queued a
+// command's may be and still count as in order: the moment between an
+// operation's start and its queueing, which a goroutine descheduled in
+// between stretches. An in-order command waits at most that past its
+// deadline, and only while Redis answers nothing.
+const lateSlack = time.Millisecond
+
+// queuedCmd is where a command queued: the i-th of bt, due by dl, late if
+// it may queue behind a batch that runs past dl.
+type queuedCmd struct {
+	bt   *batch
+	i    int
+	dl   time.Time
+	late bool
+}
 
 // newBatcher starts the flusher of c's batches. waitN > 0 ends each batch
 // that holds an acknowledged command with WAIT waitN waitTimeout.
@@ -142,11 +171,11 @@ func newBatcher(c redis.UniversalClient, waitN int, waitTimeout time.Duration) *
 // or ctx is done. In the second case cmd must not be read; it still runs
 // if it was sent.
 func (b *batcher) do(ctx context.Context, dl time.Time, cmd redis.Cmder) error {
-	bt, i, err := b.enqueue(cmd, dl, "", false)
+	q, err := b.enqueue(cmd, dl, "", false)
 	if err != nil {
 		return err
 	}
-	_, _, err = b.await(ctx, bt, i)
+	_, _, err = b.await(ctx, q)
 	return err
 }
 
@@ -154,11 +183,11 @@ func (b *batcher) do(ctx context.Context, dl time.Time, cmd redis.Cmder) error {
 // also returns how many replicas the batch's WAIT counted, or its error.
 // Both are meaningless when err is not nil nor redis.Nil.
 func (b *batcher) doAcked(ctx context.Context, dl time.Time, key string, cmd redis.Cmder) (acked int64, waitErr, err error) {
-	bt, i, err := b.enqueue(cmd, dl, key, true)
+	q, err := b.enqueue(cmd, dl, key, true)
 	if err != nil {
 		return 0, nil, err
 	}
-	bt, i, err = b.await(ctx, bt, i)
+	bt, i, err := b.await(ctx, q)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, nil, err
 	}
@@ -171,26 +200,28 @@ func (b *batcher) doAcked(ctx context.Context, dl time.Time, key string, cmd red
 }
 
 // enqueue adds cmd, to be answered by dl, to the batch being filled and
-// wakes the flusher; cmd is the batch's i-th command. With ack, it is one
-// of the batch's acknowledged commands.
-func (b *batcher) enqueue(cmd redis.Cmder, dl time.Time, key string, ack bool) (bt *batch, i int, err error) {
+// wakes the flusher, and says where it queued. With ack, it is one of the
+// batch's acknowledged commands.
+func (b *batcher) enqueue(cmd redis.Cmder, dl time.Time, key string, ack bool) (queuedCmd, error) {
 	if b.queued.Add(1) > maxQueued {
 		b.queued.Add(-1)
-		return nil, 0, errQueueFull
+		return queuedCmd{}, errQueueFull
 	}
+	d := dl.Sub(b.epoch)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		b.queued.Add(-1)
-		return nil, 0, redis.ErrClosed
+		return queuedCmd{}, redis.ErrClosed
 	}
-	bt = b.cur
-	i = len(bt.cmds)
+	bt := b.cur
+	q := queuedCmd{bt: bt, i: len(bt.cmds), dl: dl, late: d < b.latest-lateSlack}
+	b.latest = max(b.latest, d)
 	if ack {
-		bt.acked = append(bt.acked, ackedCmd{i: i, key: key})
+		bt.acked = append(bt.acked, ackedCmd{i: q.i, key: key})
 	}
 	bt.cmds = append(bt.cmds, cmd)
-	bt.dls = append(bt.dls, dl.Sub(b.epoch))
+	bt.dls = append(bt.dls, d)
 	if len(bt.cmds) == maxBatch {
 		b.full = append(b.full, bt)
 		b.cur = newBatch()
@@ -200,23 +231,40 @@ func (b *batcher) enqueue(cmd redis.Cmder, dl time.Time, key string, ack bool) (
 	case b.wake <- struct{}{}:
 	default: // the flusher is already due to run
 	}
-	return bt, i, nil
+	return q, nil
 }
 
-// await waits until the i-th command of bt has its reply and returns its
-// error, or until ctx is done and returns ctx's. It also returns the
-// batch the command was sent in, and its place there.
-func (b *batcher) await(ctx context.Context, bt *batch, i int) (*batch, int, error) {
+// await waits until the command q has its reply and returns its error, or
+// until ctx is done and returns ctx's, or, for a late command, until its
+// deadline passes. It also returns the batch the command was sent in, and
+// its place there. Unless the error is the command's, it must not be read.
+func (b *batcher) await(ctx context.Context, q queuedCmd) (*batch, int, error) {
+	var expired <-chan time.Time
+	if q.late {
+		t := time.NewTimer(time.Until(q.dl))
+		defer t.Stop()
+		expired = t.C
+	}
+	bt, i := q.bt, q.i
 	for {
 		select {
 		case <-bt.done:
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
+		case <-expired:
+			return nil, 0, errLateNoReply
 		}
-		if bt.next == nil || i < bt.moved {
+		if bt.next == nil || bt.dls[i] <= bt.cut {
 			return bt, i, bt.cmds[i].Err()
 		}
-		bt, i = bt.next, i-bt.moved
+		// Its place in next: after those before it that went on too.
+		j := 0
+		for _, dl := range bt.dls[:i] {
+			if dl > bt.cut {
+				j++
+			}
+		}
+		bt, i = bt.next, j
 	}
 }
 
@@ -300,37 +348,46 @@ func (b *batcher) exec(bt *batch) {
 
 // dropExpired fails, unsent, the commands of bt whose deadline has passed
 // and answers their callers at once. It returns the batch of the others,
-// or nil if there are none.
+// or nil if there are none. Only those fail: deadlines need not run in
+// the order the commands queued (a late command's is earlier).
 func (b *batcher) dropExpired(bt *batch) *batch {
 	now := time.Since(b.epoch)
-	// Deadlines run in the order the commands queued, give or take the
-	// moment between an operation's start and its queueing: those up to
-	// the last one passed fail, so that a batch's deadline is ahead.
-	k := 0
-	for i, dl := range bt.dls {
+	n := 0
+	for _, dl := range bt.dls {
 		if dl <= now {
-			k = i + 1
+			n++
 		}
 	}
-	if k == 0 {
+	if n == 0 {
 		return bt
 	}
-	for _, cmd := range bt.cmds[:k] {
-		cmd.SetErr(errQueuedTooLong)
+	b.queued.Add(-int64(n))
+	var next *batch
+	if n < len(bt.cmds) {
+		next = newBatch()
 	}
-	b.queued.Add(-int64(k))
-	if k == len(bt.cmds) {
-		close(bt.done)
-		return nil
+	// moved[i] is where the i-th command goes in next, -1 if it fails.
+	var movedBuf [maxBatch]int
+	moved := movedBuf[:len(bt.cmds)]
+	for i, cmd := range bt.cmds {
+		if bt.dls[i] <= now {
+			cmd.SetErr(errQueuedTooLong)
+			moved[i] = -1
+			continue
+		}
+		moved[i] = len(next.cmds)
+		next.cmds = append(next.cmds, cmd)
+		next.dls = append(next.dls, bt.dls[i])
 	}
-	next := &batch{cmds: bt.cmds[k:], dls: bt.dls[k:], done: make(chan struct{})}
-	for _, a := range bt.acked {
-		if a.i >= k {
-			a.i -= k
-			next.acked = append(next.acked, a)
+	if next != nil {
+		for _, a := range bt.acked {
+			if j := moved[a.i]; j >= 0 {
+				a.i = j
+				next.acked = append(next.acked, a)
+			}
 		}
 	}
-	bt.next, bt.moved = next, k
+	bt.next, bt.cut = next, now
 	close(bt.done)
 	return next
 }

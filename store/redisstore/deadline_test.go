@@ -224,3 +224,108 @@ func TestCommandWaitingForANewMasterSaysSo(t *testing.T) {
 		t.Errorf("Begin with the master gone answered after %v, want within its timeout (%v)", took, timeout)
 	}
 }
+
+// TestCommandWithinItsDeadlineIsSentBesideOnesPastIt checks that, of a
+// batch whose commands' deadlines do not run in the order they queued (an
+// operation's second command keeps the deadline of its start), only those
+// past their deadline fail unsent: a command queued before one of them
+// but within its own deadline is sent, and every caller gets the reply to
+// its own command.
+func TestCommandWithinItsDeadlineIsSentBesideOnesPastIt(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 10 * time.Second})
+	admin := srv.Client(t)
+	ctx := context.Background()
+	for _, k := range []string{"a", "c", "e"} {
+		admin.Set(ctx, k, "value of "+k, 0)
+	}
+
+	release := holdPipelines(t, s)
+	type queued struct {
+		key  string
+		dl   time.Time
+		cmd  *redis.StringCmd
+		errc chan error
+	}
+	now := time.Now()
+	cmds := []queued{
+		{key: "a", dl: now.Add(10 * time.Second)},
+		{key: "b", dl: now.Add(-time.Millisecond)},
+		{key: "c", dl: now.Add(10 * time.Second)},
+		{key: "d", dl: now.Add(-time.Millisecond)},
+		{key: "e", dl: now.Add(10 * time.Second)},
+	}
+	for i := range cmds {
+		q := &cmds[i]
+		if q.dl.Before(now) {
+			q.cmd = redis.NewStringCmd(ctx, "set", q.key, "sent")
+		} else {
+			q.cmd = redis.NewStringCmd(ctx, "get", q.key)
+		}
+		q.errc = make(chan error, 1)
+		go func() { q.errc <- s.batch.do(ctx, q.dl, q.cmd) }()
+		queuedSoon(t, s, int64(i+1))
+	}
+	release()
+
+	for _, q := range cmds {
+		err := <-q.errc
+		if q.dl.Before(now) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("command on %s past its deadline: %v, want context.DeadlineExceeded", q.key, err)
+			}
+			if n := admin.Exists(ctx, q.key).Val(); n != 0 {
+				t.Errorf("the command on %s past its deadline was sent", q.key)
+			}
+			continue
+		}
+		if err != nil || q.cmd.Val() != "value of "+q.key {
+			t.Errorf("GET %s within its deadline, batched with commands past theirs: %q, %v; want %q",
+				q.key, q.cmd.Val(), err, "value of "+q.key)
+		}
+	}
+	queuedSoon(t, s, 0)
+}
+
+// TestCommandQueuedBehindLaterDeadlinesIsAnsweredByItsOwn checks that a
+// command whose deadline is earlier than those of batches in flight ahead
+// of it — the lease Begin gives back, a script sent again by its source,
+// each by its operation's deadline — is answered by its own deadline when
+// Redis stops answering, not when those batches end, and is not sent.
+func TestCommandQueuedBehindLaterDeadlinesIsAnsweredByItsOwn(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 10 * time.Second})
+	ctx := context.Background()
+	if err := s.batch.do(ctx, time.Now().Add(time.Second), redis.NewStatusCmd(ctx, "ping")); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+
+	const ahead = 4 * time.Second
+	for i := range maxConcurrentBatches {
+		go func() { _ = s.batch.do(ctx, time.Now().Add(ahead), redis.NewStatusCmd(ctx, "ping")) }()
+		testbin.SucceedsSoon(t, 10*time.Second, func() error {
+			if n := len(s.batch.permits); n != i+1 {
+				return fmt.Errorf("%d batches in flight, want %d", n, i+1)
+			}
+			if q := s.batch.queued.Load(); q != int64(i+1) {
+				return fmt.Errorf("%d commands queued or in flight, want %d", q, i+1)
+			}
+			return nil
+		})
+	}
+	const own = 300 * time.Millisecond
+	start := time.Now()
+	err := s.batch.do(ctx, start.Add(own), redis.NewStatusCmd(ctx, "set", "late", "1"))
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || took > own+700*time.Millisecond {
+		t.Errorf("command behind batches due in %v: %v after %v; want context.DeadlineExceeded by its own deadline (%v)",
+			ahead, err, took, own)
+	}
+	srv.Resume()
+	queuedSoon(t, s, 0)
+	if n := srv.Client(t).Exists(ctx, "late").Val(); n != 0 {
+		t.Errorf("the command past its deadline was sent once Redis answered again")
+	}
+}

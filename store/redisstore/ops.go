@@ -286,8 +286,9 @@ func millis(d time.Duration) int64 {
 // source, a look after an out-of-memory refusal, a lease given back) sends
 // each by the same deadline, so that the whole is bounded by one timeout.
 // A batched command needs no timer of its own: its batch runs until the
-// earliest deadline among its commands (batcher). A direct command, rare,
-// has a context with dl.
+// earliest deadline among its commands (batcher), but for an operation's
+// later command, which may queue behind batches due after dl and so waits
+// with a timer at dl. A direct command, rare, has a context with dl.
 //
 // Commands are batched (see batcher): those of concurrent requests are
 // written to Redis together and their replies read together, a syscall

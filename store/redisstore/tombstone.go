@@ -117,10 +117,10 @@ func (s *Store) beginTombs(ctx context.Context, dl time.Time, key, rkey string, 
 		return s.eval(ctx, beginTombScript, append(keys, legacyKey), []any{val, millis(lease)}, send)
 	}
 	legacy := redis.NewStringCmd(ctx, "get", legacyKey)
-	bt, i, qerr := s.batch.enqueue(legacy, dl, "", false)
+	q, qerr := s.batch.enqueue(legacy, dl, "", false)
 	cmd, err := s.eval(ctx, beginTombScript, keys, []any{val, millis(lease)}, send)
 	if qerr == nil {
-		_, _, qerr = s.batch.await(ctx, bt, i)
+		_, _, qerr = s.batch.await(ctx, q)
 	}
 	if !errors.Is(err, redis.Nil) || errors.Is(qerr, redis.Nil) {
 		return cmd, err // found something, failed, or nothing remembered
