@@ -205,7 +205,9 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 func TestCommandWaitingForANewMasterSaysSo(t *testing.T) {
 	// No failover while the test runs: the command waits for a master.
 	sn := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
-	const timeout = 500 * time.Millisecond
+	// Long enough that a busy machine's scheduling stays well inside the
+	// half-timeout allowed past it.
+	const timeout = time.Second
 	s := newStore(t, Options{Addrs: sn.SentinelAddrs(), MasterName: sn.MasterName(), Timeout: timeout})
 	ctx := context.Background()
 	if _, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute); err != nil {
