@@ -149,6 +149,31 @@ func TestExpiryIsNotAdvertisedOnProblemResponses(t *testing.T) {
 	}
 }
 
+// A trailer the upstream did not announce reaches the client under
+// http.TrailerPrefix, as the reverse proxy sets it: the control header
+// sent so is removed from a keyed response as from an unkeyed one, and the
+// other trailers still arrive.
+func TestControlHeaderSentAsUnannouncedTrailerIsRemoved(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Trailer", "X-Checksum")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+		h.Set("X-Checksum", "c1")
+		h.Set(http.TrailerPrefix+"Idempotency-Control", "no-store")
+		h.Set(http.TrailerPrefix+"X-Signature", "s1")
+	})
+	for _, key := range []string{"k-1", ""} {
+		r := e.do(t, "POST", "/jobs", key, `{}`)
+		if v, ok := r.Trailer["Idempotency-Control"]; ok {
+			t.Errorf("key %q: trailers carry Idempotency-Control %q", key, v)
+		}
+		if r.Trailer.Get("X-Checksum") != "c1" || r.Trailer.Get("X-Signature") != "s1" {
+			t.Errorf("key %q: trailers %v, want X-Checksum and X-Signature delivered", key, r.Trailer)
+		}
+	}
+}
+
 // The control header is for the proxy alone wherever the upstream puts it:
 // an interim (1xx) response and the trailers lose it as the final header
 // section does, keyed or not. Only the final header section steers
