@@ -12,20 +12,30 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
-func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
-	arrived, release := make(chan struct{}, 2), make(chan struct{})
-	const lockTTL = 30 * time.Second
-	clock := newFakeClock()
+// slowFirstEnv is a handler on a memory store and a fake clock, with a
+// lock_ttl of lockTTL, whose upstream blocks the request carrying X-First
+// until release is closed, after saying so on arrived.
+func slowFirstEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (e *env, clock *fakeClock, arrived, release chan struct{}) {
+	t.Helper()
+	arrived, release = make(chan struct{}, 2), make(chan struct{})
+	clock = newFakeClock()
 	st := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { st.Close() })
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+	options := []envOption{withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL })}
+	e = newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-First") != "" { // only the first one blocks
 			arrived <- struct{}{}
 			<-release
 		}
 		w.Write([]byte("done"))
-	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	}, append(options, opts...)...)
 	e.handler.clock = clock
+	return e, clock, arrived, release
+}
+
+func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
+	const lockTTL = 30 * time.Second
+	e, clock, arrived, release := slowFirstEnv(t, lockTTL)
 	first := make(chan *response)
 	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
 	<-arrived
@@ -52,21 +62,10 @@ func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
 // renewals start when it passes: the call goes on detached, and its lease
 // must outlive lock_ttl as long as the call does.
 func TestLeaseRenewedWhenTimeoutComesBeforeFirstRenewal(t *testing.T) {
-	arrived, release := make(chan struct{}, 2), make(chan struct{})
 	const lockTTL = 30 * time.Second
-	clock := newFakeClock()
-	st := memory.New(memory.Options{Now: clock.Now})
-	t.Cleanup(func() { st.Close() })
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-First") != "" { // only the first one blocks
-			arrived <- struct{}{}
-			<-release
-		}
-		w.Write([]byte("done"))
-	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }), func(o *Options) {
+	e, clock, arrived, release := slowFirstEnv(t, lockTTL, func(o *Options) {
 		o.UpstreamTimeout, o.MaxExecution = time.Second, time.Hour // before lock_ttl/3
 	})
-	e.handler.clock = clock
 	first := make(chan *response)
 	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
 	<-arrived

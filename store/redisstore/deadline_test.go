@@ -48,6 +48,20 @@ func queuedSoon(t *testing.T, s *Store, n int64) {
 	})
 }
 
+// inFlightSoon waits until n batches of one command each are in flight.
+func inFlightSoon(t *testing.T, s *Store, n int) {
+	t.Helper()
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if got := len(s.batch.permits); got != n {
+			return fmt.Errorf("%d batches in flight, want %d", got, n)
+		}
+		if q := s.batch.queued.Load(); q != int64(n) {
+			return fmt.Errorf("%d commands queued or in flight, want %d", q, n)
+		}
+		return nil
+	})
+}
+
 // TestCommandPastItsDeadlineIsNotSent checks that a command whose
 // deadline passed while it queued fails with the timeout, unsent, and that
 // the others of its batch still go, with a deadline of their own.
@@ -160,15 +174,7 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 	stalled := time.Now()
 	for i := range maxConcurrentBatches {
 		go begin(ctx, "in-flight-"+strconv.Itoa(i))
-		testbin.SucceedsSoon(t, 10*time.Second, func() error {
-			if n := len(s.batch.permits); n != i+1 {
-				return fmt.Errorf("%d batches in flight, want %d", n, i+1)
-			}
-			if q := s.batch.queued.Load(); q != int64(i+1) {
-				return fmt.Errorf("%d commands queued or in flight, want %d", q, i+1)
-			}
-			return nil
-		})
+		inFlightSoon(t, s, i+1)
 	}
 	// The two queued operations are spaced in time on purpose: the first
 	// must still be within its timeout when the batches ahead of it end,
@@ -307,15 +313,7 @@ func TestCommandQueuedBehindLaterDeadlinesIsAnsweredByItsOwn(t *testing.T) {
 	const ahead = 4 * time.Second
 	for i := range maxConcurrentBatches {
 		go func() { _ = s.batch.do(ctx, time.Now().Add(ahead), redis.NewStatusCmd(ctx, "ping")) }()
-		testbin.SucceedsSoon(t, 10*time.Second, func() error {
-			if n := len(s.batch.permits); n != i+1 {
-				return fmt.Errorf("%d batches in flight, want %d", n, i+1)
-			}
-			if q := s.batch.queued.Load(); q != int64(i+1) {
-				return fmt.Errorf("%d commands queued or in flight, want %d", q, i+1)
-			}
-			return nil
-		})
+		inFlightSoon(t, s, i+1)
 	}
 	const own = 300 * time.Millisecond
 	start := time.Now()
