@@ -33,14 +33,12 @@ func slowFirstEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (e *en
 	return e, clock, arrived, release
 }
 
-func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
-	const lockTTL = 30 * time.Second
-	e, clock, arrived, release := slowFirstEnv(t, lockTTL)
-	first := make(chan *response)
-	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
-	<-arrived
-	// Let four lock_ttl periods pass, a third at a time: without renewal
-	// the lease would expire and a duplicate would execute again.
+// duplicatesConflictForFourLockTTLs lets four lock_ttl periods pass, a
+// third at a time, and checks that a duplicate of the request holding k is
+// refused with 409 after each: without renewal the lease would expire and
+// the duplicate would execute again. On failure it releases the first.
+func duplicatesConflictForFourLockTTLs(t *testing.T, e *env, clock *fakeClock, lockTTL time.Duration, release chan struct{}) {
+	t.Helper()
 	for i := range 12 {
 		clock.Advance(lockTTL / 3)
 		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
@@ -48,6 +46,15 @@ func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
 			t.Fatalf("duplicate after %d thirds of lock_ttl: got %d, want 409", i+1, r.StatusCode)
 		}
 	}
+}
+
+func TestLeaseRenewedWhileUpstreamIsSlow(t *testing.T) {
+	const lockTTL = 30 * time.Second
+	e, clock, arrived, release := slowFirstEnv(t, lockTTL)
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
+	<-arrived
+	duplicatesConflictForFourLockTTLs(t, e, clock, lockTTL, release)
 	close(release)
 	<-first
 	if e.up.calls.Load() != 1 {
@@ -74,13 +81,7 @@ func TestLeaseRenewedWhenTimeoutComesBeforeFirstRenewal(t *testing.T) {
 		close(release)
 		t.Fatalf("client past upstream.timeout: %d, want 504", r.StatusCode)
 	}
-	for i := range 12 {
-		clock.Advance(lockTTL / 3)
-		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
-			close(release)
-			t.Fatalf("duplicate after %d thirds of lock_ttl: got %d, want 409", i+1, r.StatusCode)
-		}
-	}
+	duplicatesConflictForFourLockTTLs(t, e, clock, lockTTL, release)
 	close(release)
 	if err := e.handler.Wait(context.Background()); err != nil {
 		t.Fatal(err)
