@@ -83,6 +83,11 @@ type batcher struct {
 
 	wake    chan struct{} // a command was queued; capacity 1
 	permits chan struct{} // one per batch in flight
+	// sends hands the batches to the senders, maxConcurrentBatches
+	// goroutines kept for the batcher's life: a goroutine started per
+	// batch grew its stack in go-redis's pipeline on every batch, copying
+	// it each time (docs/performance.md). The flusher closes it.
+	sends   chan *batch
 	stop    chan struct{} // closed by close
 	stopped chan struct{} // closed when the flusher has returned
 	// queued counts the commands accepted and not yet answered, queued or
@@ -160,10 +165,14 @@ func newBatcher(c redis.UniversalClient, waitN int, waitTimeout time.Duration) *
 		cur:         newBatch(),
 		wake:        make(chan struct{}, 1),
 		permits:     make(chan struct{}, maxConcurrentBatches),
+		sends:       make(chan *batch, maxConcurrentBatches),
 		stop:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
 	go b.flusher()
+	for range maxConcurrentBatches {
+		go b.sender()
+	}
 	return b
 }
 
@@ -271,6 +280,7 @@ func (b *batcher) await(ctx context.Context, q queuedCmd) (*batch, int, error) {
 // flusher sends the queued commands, a batch at a time, until close.
 func (b *batcher) flusher() {
 	defer close(b.stopped)
+	defer close(b.sends)
 	for {
 		select {
 		case <-b.wake:
@@ -292,7 +302,7 @@ func (b *batcher) flusher() {
 				<-b.permits
 				break
 			}
-			go b.send(bt)
+			b.sends <- bt // never blocks: a batch holds its permit until sent
 		}
 	}
 }
@@ -315,11 +325,13 @@ func (b *batcher) take() *batch {
 	return bt
 }
 
-// send runs bt as one pipeline, bounded by its commands' deadlines, and
-// releases its permit.
-func (b *batcher) send(bt *batch) {
-	defer func() { <-b.permits }()
-	b.exec(bt)
+// sender runs each batch it is handed as one pipeline, bounded by its
+// commands' deadlines, and releases the batch's permit.
+func (b *batcher) sender() {
+	for bt := range b.sends {
+		b.exec(bt)
+		<-b.permits
+	}
 }
 
 func (b *batcher) exec(bt *batch) {
