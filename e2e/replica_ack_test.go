@@ -21,7 +21,11 @@ func TestUnreplicatedLeaseIsNotForwarded(t *testing.T) {
 	replica := redistest.StartReplica(t, master)
 	up := startUpstream(t)
 	cfg := withOpenRoute(baseConfig(up, master.URL()))
-	cfg.ReplicaAck = 1
+	// A replica that is up acknowledges within a second even on a loaded
+	// machine; the default 50 ms is an operator's setting for a quiet
+	// network, and a WAIT that times out here would fail the requests made
+	// with the replica up.
+	cfg.ReplicaAck, cfg.ReplicaAckTimeout, cfg.RedisTimeout = 1, time.Second, 2*time.Second
 	p := startProxy(t, "ack", cfg)
 	c := newClient(t, 5*time.Second)
 
