@@ -142,7 +142,7 @@ func (r runner) baseline(muts []mutation) error {
 		start := time.Now()
 		out, err := r.goTest(p, "^("+strings.Join(dedupe(byPkg[p]), "|")+")$")
 		if err != nil {
-			return fmt.Errorf("the named tests of %s fail without any mutation: %v\n%s", p, err, indent(out))
+			return fmt.Errorf("the named tests of %s fail without any mutation: %v\n%s", p, err, failuresThenTail(out))
 		}
 		fmt.Fprintf(r.out, "baseline  %s passes (%s)\n", p, time.Since(start).Round(time.Second))
 	}
@@ -210,6 +210,32 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
+
+// failures picks out of go test's output the lines that say which test
+// failed and why — "--- FAIL" and the messages written from test files —
+// which the tail indent keeps is often past, behind the logs a failing
+// test dumps (a server's, say).
+func failures(out string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--- FAIL") || testMessage.MatchString(line) {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// failuresThenTail is the failures in out, then its tail.
+func failuresThenTail(out string) string {
+	if f := failures(out); f != "" {
+		return indent(f) + "\n" + indent(out)
+	}
+	return indent(out)
+}
+
+// testMessage is a t.Error or t.Log line written from a test file.
+var testMessage = regexp.MustCompile(`^\s+[\w.-]+_test\.go:\d+: `)
 
 func indent(s string) string {
 	s = strings.TrimRight(s, "\n")

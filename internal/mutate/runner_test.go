@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,7 +65,25 @@ func TestBaselineRefusesATestThatFailsUnmutated(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runner{dir: dir, timeout: time.Minute, out: io.Discard}
-	if err := r.baseline([]mutation{{Package: "./", Test: "TestAdd"}}); err == nil {
-		t.Error("baseline passed although TestAdd fails without any mutation")
+	err := r.baseline([]mutation{{Package: "./", Test: "TestAdd"}})
+	if err == nil {
+		t.Fatal("baseline passed although TestAdd fails without any mutation")
+	}
+	// Which test failed, and why, is said however long the output.
+	for _, want := range []string{"--- FAIL: TestAdd", "calc_test.go:7: Add(2, 3) != 5"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("baseline's error does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestFailuresKeepsTheFailingTestAndItsMessagesOnly(t *testing.T) {
+	out := "=== RUN   TestA\n--- FAIL: TestA (0.33s)\n    a_test.go:29: with the replica up: 503, want 201\n    server.go:229: redis-server log (tail):\n        8728:M * Ready to accept connections\nFAIL\n"
+	want := "--- FAIL: TestA (0.33s)\n    a_test.go:29: with the replica up: 503, want 201\n"
+	if got := failures(out); got != want {
+		t.Errorf("failures =\n%q\nwant\n%q", got, want)
+	}
+	if got := failures("ok  \tpkg\t0.1s\n"); got != "" {
+		t.Errorf("failures of a passing run = %q, want none", got)
 	}
 }
