@@ -325,13 +325,18 @@ func (b *batcher) take() *batch {
 	return bt
 }
 
-// sender runs each batch it is handed as one pipeline, bounded by its
-// commands' deadlines, and releases the batch's permit.
+// sender runs each batch it is handed (send).
 func (b *batcher) sender() {
 	for bt := range b.sends {
-		b.exec(bt)
-		<-b.permits
+		b.send(bt)
 	}
+}
+
+// send runs bt as one pipeline, bounded by its commands' deadlines, and
+// releases its permit however exec ends.
+func (b *batcher) send(bt *batch) {
+	defer func() { <-b.permits }()
+	b.exec(bt)
 }
 
 func (b *batcher) exec(bt *batch) {
