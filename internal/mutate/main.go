@@ -226,9 +226,10 @@ func failures(out string) string {
 	return b.String()
 }
 
-// failuresThenTail is the failures in out, then its tail.
+// failuresThenTail is out's tail, after its failures when the tail leaves
+// some of out out.
 func failuresThenTail(out string) string {
-	if f := failures(out); f != "" {
+	if f := failures(out); f != "" && strings.Count(strings.TrimRight(out, "\n"), "\n") >= tailLines {
 		return indent(f) + "\n" + indent(out)
 	}
 	return indent(out)
@@ -237,15 +238,17 @@ func failuresThenTail(out string) string {
 // testMessage is a t.Error or t.Log line written from a test file.
 var testMessage = regexp.MustCompile(`^\s+[\w.-]+_test\.go:\d+: `)
 
+// tailLines is how many lines of a test's output indent keeps: the last.
+const tailLines = 40
+
 func indent(s string) string {
 	s = strings.TrimRight(s, "\n")
 	if s == "" {
 		return ""
 	}
-	const max = 40
 	lines := strings.Split(s, "\n")
-	if len(lines) > max {
-		lines = append([]string{"…"}, lines[len(lines)-max:]...)
+	if len(lines) > tailLines {
+		lines = append([]string{"…"}, lines[len(lines)-tailLines:]...)
 	}
 	return "          | " + strings.Join(lines, "\n          | ")
 }

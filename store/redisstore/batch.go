@@ -302,7 +302,7 @@ func (b *batcher) flusher() {
 				<-b.permits
 				break
 			}
-			b.sends <- bt // never blocks: a batch holds its permit until sent
+			b.sends <- bt // never blocks: each batch here holds one of the permits
 		}
 	}
 }
