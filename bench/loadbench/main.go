@@ -64,6 +64,9 @@ type settings struct {
 	stores []string
 	layout layout
 	quick  bool // --quick: the report says its figures are noise
+	// bracket measures the plain proxy around every other target
+	// (roundOrder), so that a ratio compares measurements seconds apart.
+	bracket bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -79,6 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	peerList := fs.String("peers", "", "comma-separated peers measured in the same rounds: fiber (Fiber v3's idempotency and proxy middleware, memory and Redis)")
 	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
+	bracket := fs.Bool("bracket", true, "measure the plain proxy before and after every other target, and take each ratio to the mean of the two; false: once a round")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
 	bodies := fs.String("bodies", "200,16KiB,256KiB,1020KiB", "--scaling: comma-separated response body sizes")
@@ -106,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = fillMemoryStore(*fillStore, stdout)
 	default:
 		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin,
-			compareBin: *compareBin, profileDir: *profileDir}
+			compareBin: *compareBin, profileDir: *profileDir, bracket: *bracket}
 		if *quick {
 			s.rounds, s.duration, s.warmup, s.quick = 2, 200*time.Millisecond, 100*time.Millisecond, true
 		}
@@ -198,7 +202,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 			return fmt.Errorf("%s: %w\n%s", t.name, err, rg.kids.logTail(t.pid))
 		}
 	}
-	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, quick: s.quick}
+	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, drift: map[cellKey][]float64{}, quick: s.quick}
 	for _, t := range targets {
 		rep.targets = append(rep.targets, t.name)
 	}
@@ -224,7 +228,10 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 }
 
 // loadRounds measures every scenario against every target, rounds times,
-// reversing the order of the targets every other round.
+// reversing the order of the targets every other round. With s.bracket,
+// the plain proxy is measured before the first target, between each two
+// and after the last (bracketOrder), and each target's ratios are to the
+// mean of the two measurements around it.
 func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, conc int, s settings) error {
 	for _, scen := range s.scens {
 		for _, t := range targets {
@@ -238,18 +245,14 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 	}
 	for r := range s.rounds {
 		for _, scen := range s.scens {
-			byName := map[string]round{}
-			for i := range targets {
-				t := targets[i]
-				if r%2 == 1 {
-					t = targets[len(targets)-1-i]
-				}
-				if !t.serves(scen) {
-					continue
-				}
+			order := roundOrder(targets, scen, r, s.bracket)
+			results := make([]round, len(order))
+			profiled := map[string]bool{}
+			for i, t := range order {
 				var prof *profile
-				if r == 0 && conc == slices.Max(s.concs) {
+				if r == 0 && conc == slices.Max(s.concs) && !profiled[t.name] {
 					prof = startProfile(s.profileDir, t, scen, s.duration)
+					profiled[t.name] = true
 				}
 				res, err := measure(ctx, l, t, scen, conc, s.duration)
 				if err == nil {
@@ -258,17 +261,83 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 				if err != nil {
 					return err
 				}
-				byName[t.name] = res
+				results[i] = res
 			}
-			plain := byName["plain"]
-			for name, res := range byName {
-				res.rateX, res.cpuX = res.rate/plain.rate, res.cpu/plain.cpu
-				k := cellKey{conc, scen, name}
+			for i, res := range withRatios(order, results) {
+				k := cellKey{conc, scen, order[i].name}
 				rep.rounds[k] = append(rep.rounds[k], res)
+			}
+			if s.bracket {
+				k := cellKey{conc, scen, "plain"}
+				rep.drift[k] = append(rep.drift[k], bracketDrift(order, results)...)
 			}
 		}
 	}
 	return nil
+}
+
+// roundOrder returns the targets that serve scen in round r's order,
+// every other round reversed, so that drift through a round favours no
+// target. With bracket, the plain proxy comes first and again after every
+// other target.
+func roundOrder(targets []target, scen scenario, r int, bracket bool) []target {
+	var order []target
+	for _, t := range targets {
+		if t.serves(scen) && !(bracket && t.name == "plain") {
+			order = append(order, t)
+		}
+	}
+	if r%2 == 1 {
+		slices.Reverse(order)
+	}
+	if !bracket {
+		return order
+	}
+	plain := targets[slices.IndexFunc(targets, func(t target) bool { return t.name == "plain" })]
+	bracketed := []target{plain}
+	for _, t := range order {
+		bracketed = append(bracketed, t, plain)
+	}
+	return bracketed
+}
+
+// withRatios sets each result's ratios to the plain proxy: to the mean of
+// the plain proxy's measurements just before and just after it where the
+// order brackets it, else to the round's one measurement of the plain
+// proxy.
+func withRatios(order []target, results []round) []round {
+	isPlain := func(i int) bool { return i >= 0 && i < len(order) && order[i].name == "plain" }
+	once := slices.IndexFunc(order, func(t target) bool { return t.name == "plain" })
+	out := slices.Clone(results)
+	for i := range out {
+		if isPlain(i) {
+			out[i].rateX, out[i].cpuX = 1, 1
+			continue
+		}
+		before, after := results[once], results[once]
+		if isPlain(i-1) && isPlain(i+1) {
+			before, after = results[i-1], results[i+1]
+		}
+		rate, cpu := (before.rate+after.rate)/2, (before.cpu+after.cpu)/2
+		out[i].rateX, out[i].cpuX = out[i].rate/rate, out[i].cpu/cpu
+	}
+	return out
+}
+
+// bracketDrift returns, for each target the plain proxy brackets, how far
+// the plain proxy's throughput after it differs from before it, as a
+// fraction of their mean: how much the host's speed moved while the
+// target was measured, and so how much its ratio can be trusted.
+func bracketDrift(order []target, results []round) []float64 {
+	var out []float64
+	for i := 1; i+1 < len(order); i++ {
+		if order[i].name == "plain" || order[i-1].name != "plain" || order[i+1].name != "plain" {
+			continue
+		}
+		a, b := results[i-1].rate, results[i+1].rate
+		out = append(out, math.Abs(a-b)/((a+b)/2))
+	}
+	return out
 }
 
 // measure runs one scenario against one target and reads the CPU time

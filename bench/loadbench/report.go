@@ -120,10 +120,14 @@ type report struct {
 	concs   []int
 	targets []string
 	rounds  map[cellKey][]round
-	trips   map[scenario]float64 // Redis commands per request, by scenario
-	direct  []time.Duration      // unloaded p50 going direct to the upstream, per round
-	hitP50  []time.Duration      // unloaded p50 of a memory-store replay, per round
-	quick   bool                 // a --quick run: two short rounds, figures that are noise
+	// drift is, for each cell of the plain proxy, how far its throughput
+	// moved across each target it bracketed (bracketDrift); empty when
+	// the run did not bracket.
+	drift  map[cellKey][]float64
+	trips  map[scenario]float64 // Redis commands per request, by scenario
+	direct []time.Duration      // unloaded p50 going direct to the upstream, per round
+	hitP50 []time.Duration      // unloaded p50 of a memory-store replay, per round
+	quick  bool                 // a --quick run: two short rounds, figures that are noise
 }
 
 // write prints the table. Targets are judged at the highest concurrency,
@@ -181,6 +185,7 @@ func (rep *report) write(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	rep.writeDrift(w)
 	rep.writeTax(w)
 	if len(rep.direct) > 0 {
 		d := durStat(rep.direct)
@@ -223,12 +228,50 @@ func (rep *report) baselineSuspects() []string {
 			}
 			rx := field(rs, func(r round) float64 { return r.rateX })
 			if rx.med > maxNoKeyRateX {
+				note := quickNote
+				// A ratio is uncertain by about half the drift across it:
+				// past twice the margin, the margin is inside the noise.
+				if d := rep.drift[cellKey{c, noKey, "plain"}]; note == "" && len(d) > 0 && summarize(d).med > 2*(maxNoKeyRateX-1) {
+					note = fmt.Sprintf(" (or noise: the plain proxy's throughput moved %.0f%% across a median target's no-key measurement in this run)", 100*summarize(d).med)
+				}
 				out = append(out, fmt.Sprintf("BASELINE IS NOT THE FLOOR: %s forwards no-key traffic at %.2f× the plain proxy at concurrency %d (above %.2f×); "+
-					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated%s", t, rx.med, c, maxNoKeyRateX, quickNote))
+					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated%s", t, rx.med, c, maxNoKeyRateX, note))
 			}
 		}
 	}
 	return out
+}
+
+// unsteadyDrift is the median bracket drift above which the report calls
+// the host unsteady: on a quiet host the plain proxy's throughput moves a
+// few percent across one target's measurement.
+const unsteadyDrift = 0.10
+
+// writeDrift prints, for each concurrency, how far the plain proxy's
+// throughput moved across the targets it bracketed, scenario by scenario,
+// and a loud line when it moved so far that no ratio is to be judged.
+func (rep *report) writeDrift(w io.Writer) {
+	for _, c := range rep.concs {
+		var parts []string
+		var all []float64
+		for _, s := range scenarios {
+			d := rep.drift[cellKey{c, s, "plain"}]
+			if len(d) == 0 {
+				continue
+			}
+			st := summarize(d)
+			parts = append(parts, fmt.Sprintf("%s %.0f%% (worst %.0f%%)", s, 100*st.med, 100*st.hi))
+			all = append(all, d...)
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nbracket drift at concurrency %d, the plain proxy's throughput after each target against before it (median): %s\n", c, strings.Join(parts, ", "))
+		if med := summarize(all).med; med > unsteadyDrift && !rep.quick {
+			fmt.Fprintf(w, "UNSTEADY HOST: at concurrency %d the plain proxy's throughput moved %.0f%% across a median target's measurement (above %.0f%%): the host's speed changed within seconds, and the ratios and the tax are not to be judged\n",
+				c, 100*med, 100*unsteadyDrift)
+		}
+	}
 }
 
 // writeTax prints the idempotency tax of every target that has no-key
