@@ -230,9 +230,12 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 // loadRounds measures every scenario against every target, rounds times,
 // reversing the order of the targets every other round. With s.bracket,
 // the plain proxy is measured before the first target, between each two
-// and after the last (bracketOrder), and each target's ratios are to the
+// and after the last (roundOrder), and each target's ratios are to the
 // mean of the two measurements around it.
 func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, conc int, s settings) error {
+	if !slices.ContainsFunc(targets, func(t target) bool { return t.name == "plain" }) {
+		return errors.New("no plain proxy among the targets: there is nothing to take ratios to")
+	}
 	for _, scen := range s.scens {
 		for _, t := range targets {
 			if !t.serves(scen) {
@@ -249,9 +252,13 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 			results := make([]round, len(order))
 			profiled := map[string]bool{}
 			for i, t := range order {
+				// Every measurement of the first round is profiled, so
+				// that a ratio compares two sampled measurements; a
+				// target's first profile is kept, the plain proxy's
+				// later ones are discarded.
 				var prof *profile
-				if r == 0 && conc == slices.Max(s.concs) && !profiled[t.name] {
-					prof = startProfile(s.profileDir, t, scen, s.duration)
+				if r == 0 && conc == slices.Max(s.concs) {
+					prof = startProfile(s.profileDir, t, scen, s.duration, !profiled[t.name])
 					profiled[t.name] = true
 				}
 				res, err := measure(ctx, l, t, scen, conc, s.duration)

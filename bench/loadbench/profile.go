@@ -15,19 +15,24 @@ import (
 // through its /debug/pprof/profile: the proxies' admin listener (they run
 // with admin.pprof on when --profile is set), the plain proxy's and the
 // floor's own address. Sampling costs a target a little CPU, so profiles
-// are taken over one measurement per scenario and target, not all of them.
+// are taken over the first round's measurements only.
 type profile struct {
 	path string
 	done chan error
 }
 
 // startProfile starts a profile of t over d (whole seconds, at least one)
-// into dir; it returns nil when dir is empty or t has no profile endpoint.
-func startProfile(dir string, t target, scen scenario, d time.Duration) *profile {
+// into dir, or, unless keep, into nothing: the sampling's cost without the
+// file. It returns nil when dir is empty or t has no profile endpoint.
+func startProfile(dir string, t target, scen scenario, d time.Duration, keep bool) *profile {
 	if dir == "" || t.pprof == "" {
 		return nil
 	}
-	p := &profile{path: filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", scen, t.name)), done: make(chan error, 1)}
+	path := os.DevNull
+	if keep {
+		path = filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", scen, t.name))
+	}
+	p := &profile{path: path, done: make(chan error, 1)}
 	secs := max(int(d/time.Second), 1)
 	go func() {
 		p.done <- fetchProfile("http://"+t.pprof+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), p.path)

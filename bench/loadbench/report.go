@@ -20,8 +20,8 @@ type round struct {
 	storeCPU  float64 // redis-server's or postgres's CPU µs per request; NaN without one
 	upCPU     float64 // the upstream's CPU µs per request
 	clientCPU float64 // the load generator's CPU µs per request
-	rateX     float64 // rate / the plain proxy's rate in the same round
-	cpuX      float64 // cpu / the plain proxy's cpu in the same round
+	rateX     float64 // rate / the plain proxy's rate around it (withRatios)
+	cpuX      float64 // cpu / the plain proxy's cpu around it
 }
 
 // tail is how far the slowest 1% of a round's requests lag its median:
