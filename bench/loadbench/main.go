@@ -233,7 +233,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 // and after the last (roundOrder), and each target's ratios are to the
 // mean of the two measurements around it.
 func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, conc int, s settings) error {
-	if !slices.ContainsFunc(targets, func(t target) bool { return t.name == "plain" }) {
+	if !slices.ContainsFunc(targets, target.isPlain) {
 		return errors.New("no plain proxy among the targets: there is nothing to take ratios to")
 	}
 	for _, scen := range s.scens {
@@ -289,8 +289,12 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 // other target.
 func roundOrder(targets []target, scen scenario, r int, bracket bool) []target {
 	var order []target
+	var plain target
 	for _, t := range targets {
-		if t.serves(scen) && !(bracket && t.name == "plain") {
+		switch {
+		case bracket && t.isPlain():
+			plain = t
+		case t.serves(scen):
 			order = append(order, t)
 		}
 	}
@@ -300,7 +304,6 @@ func roundOrder(targets []target, scen scenario, r int, bracket bool) []target {
 	if !bracket {
 		return order
 	}
-	plain := targets[slices.IndexFunc(targets, func(t target) bool { return t.name == "plain" })]
 	bracketed := []target{plain}
 	for _, t := range order {
 		bracketed = append(bracketed, t, plain)
@@ -313,16 +316,15 @@ func roundOrder(targets []target, scen scenario, r int, bracket bool) []target {
 // order brackets it, else to the round's one measurement of the plain
 // proxy.
 func withRatios(order []target, results []round) []round {
-	isPlain := func(i int) bool { return i >= 0 && i < len(order) && order[i].name == "plain" }
-	once := slices.IndexFunc(order, func(t target) bool { return t.name == "plain" })
+	once := slices.IndexFunc(order, target.isPlain)
 	out := slices.Clone(results)
 	for i := range out {
-		if isPlain(i) {
+		if order[i].isPlain() {
 			out[i].rateX, out[i].cpuX = 1, 1
 			continue
 		}
 		before, after := results[once], results[once]
-		if isPlain(i-1) && isPlain(i+1) {
+		if bracketedAt(order, i) {
 			before, after = results[i-1], results[i+1]
 		}
 		rate, cpu := (before.rate+after.rate)/2, (before.cpu+after.cpu)/2
@@ -337,14 +339,19 @@ func withRatios(order []target, results []round) []round {
 // target was measured, and so how much its ratio can be trusted.
 func bracketDrift(order []target, results []round) []float64 {
 	var out []float64
-	for i := 1; i+1 < len(order); i++ {
-		if order[i].name == "plain" || order[i-1].name != "plain" || order[i+1].name != "plain" {
-			continue
+	for i := range order {
+		if bracketedAt(order, i) {
+			a, b := results[i-1].rate, results[i+1].rate
+			out = append(out, math.Abs(a-b)/((a+b)/2))
 		}
-		a, b := results[i-1].rate, results[i+1].rate
-		out = append(out, math.Abs(a-b)/((a+b)/2))
 	}
 	return out
+}
+
+// bracketedAt reports whether order[i] is a target with the plain proxy
+// measured just before and just after it.
+func bracketedAt(order []target, i int) bool {
+	return i > 0 && i+1 < len(order) && !order[i].isPlain() && order[i-1].isPlain() && order[i+1].isPlain()
 }
 
 // measure runs one scenario against one target and reads the CPU time

@@ -231,8 +231,10 @@ func (rep *report) baselineSuspects() []string {
 				note := quickNote
 				// A ratio is uncertain by about half the drift across it:
 				// past twice the margin, the margin is inside the noise.
-				if d := rep.drift[cellKey{c, noKey, "plain"}]; note == "" && len(d) > 0 && summarize(d).med > 2*(maxNoKeyRateX-1) {
-					note = fmt.Sprintf(" (or noise: the plain proxy's throughput moved %.0f%% across a median target's no-key measurement in this run)", 100*summarize(d).med)
+				if d := rep.drift[cellKey{c, noKey, "plain"}]; note == "" && len(d) > 0 {
+					if med := summarize(d).med; med > 2*(maxNoKeyRateX-1) {
+						note = fmt.Sprintf(" (or noise: the plain proxy's throughput moved %.0f%% across a median target's no-key measurement in this run)", 100*med)
+					}
 				}
 				out = append(out, fmt.Sprintf("BASELINE IS NOT THE FLOOR: %s forwards no-key traffic at %.2f× the plain proxy at concurrency %d (above %.2f×); "+
 					"a proxy doing strictly more work cannot beat it, so the plain proxy is mistuned and every ratio below is inflated%s", t, rx.med, c, maxNoKeyRateX, note))

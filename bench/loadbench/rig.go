@@ -37,6 +37,9 @@ type target struct {
 // serves reports whether t answers scen: the floor only replays.
 func (t target) serves(scen scenario) bool { return t.name != "floor" || scen == hit }
 
+// isPlain reports whether t is the plain proxy, the baseline of every ratio.
+func (t target) isPlain() bool { return t.name == "plain" }
+
 // rig is the set of processes a run measures, laid out on the CPUs.
 type rig struct {
 	kids     *children
