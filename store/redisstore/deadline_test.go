@@ -48,15 +48,27 @@ func queuedSoon(t *testing.T, s *Store, n int64) {
 	})
 }
 
-// inFlightSoon waits until n batches of one command each are in flight.
+// inFlightSoon waits until n batches of one command each are in flight:
+// n commands accepted, none left in a batch being filled, and n permits
+// held. A permit alone is not a batch: the flusher takes one before it
+// looks for a batch to send, so n permits may be n-1 batches and the
+// flusher about to take the n-th command — together with whatever the
+// test queues next.
 func inFlightSoon(t *testing.T, s *Store, n int) {
 	t.Helper()
+	b := s.batch
 	testbin.SucceedsSoon(t, 10*time.Second, func() error {
-		if got := len(s.batch.permits); got != n {
-			return fmt.Errorf("%d batches in flight, want %d", got, n)
+		b.mu.Lock()
+		filling := len(b.cur.cmds) + len(b.full)
+		b.mu.Unlock()
+		if filling != 0 {
+			return fmt.Errorf("%d commands or full batches not yet taken by the flusher", filling)
 		}
-		if q := s.batch.queued.Load(); q != int64(n) {
+		if q := b.queued.Load(); q != int64(n) {
 			return fmt.Errorf("%d commands queued or in flight, want %d", q, n)
+		}
+		if got := len(b.permits); got != n {
+			return fmt.Errorf("%d batches in flight, want %d", got, n)
 		}
 		return nil
 	})
