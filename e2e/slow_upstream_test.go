@@ -261,6 +261,12 @@ func TestShutdownWaitsForBackgroundRecording(t *testing.T) {
 	if err := pollStatus(ctx, p.AdminURL()+"/readyz", http.StatusServiceUnavailable, nil); err != nil {
 		t.Errorf("/readyz after SIGTERM: %v, want 503 while the drain waits for the record", err)
 	}
+	// Still draining while the store refuses: a proxy that did not wait for
+	// the record would be gone by now, and one about to go must not get the
+	// chance to write it once the store is back.
+	if code, exited := p.Wait(2 * time.Second); exited {
+		t.Fatalf("after SIGTERM: exited with code %d while the record was still being retried, want the drain to wait for it", code)
+	}
 	fault.Refuse(false) // the store is back: the record can be written
 	if code, ok := p.Wait(15 * time.Second); !ok || code != 0 {
 		t.Fatalf("after SIGTERM: exited %v with code %d, want 0", ok, code)
