@@ -173,15 +173,16 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 	t.Cleanup(srv.Resume)
 
 	type result struct {
-		name string
-		took time.Duration
-		err  error
+		name  string
+		start time.Time
+		took  time.Duration
+		err   error
 	}
 	results := make(chan result, maxConcurrentBatches+3)
 	begin := func(ctx context.Context, name string) {
 		start := time.Now()
 		_, err := s.Begin(ctx, name, store.Lease{}, time.Minute)
-		results <- result{name, time.Since(start), err}
+		results <- result{name, start, time.Since(start), err}
 	}
 	// Each of these is a batch of its own, until every pipeline
 	// connection waits for Redis.
@@ -192,9 +193,10 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 	}
 	// The two queued operations are spaced in time on purpose: the first
 	// must still be within its timeout when the batches ahead of it end,
-	// and the later one join it well after it started. There is nothing
-	// to wait for but time.
+	// and the later one join it more than bound-timeout after it started,
+	// before those batches end. There is nothing to wait for but time.
 	time.Sleep(time.Until(stalled.Add(timeout * 2 / 10)))
+	first := time.Now()
 	go begin(ctx, "queued-first")
 	queuedSoon(t, s, maxConcurrentBatches+1)
 	cctx, cancel := context.WithCancel(ctx)
@@ -204,18 +206,29 @@ func TestStalledRedisFailsEveryOperationWithinItsTimeout(t *testing.T) {
 	if r := <-results; r.name != "cancelled" || !errors.Is(r.err, context.Canceled) || r.took > timeout/2 {
 		t.Errorf("first answer: %s after %v: %v; want the cancelled Begin, context.Canceled, at once", r.name, r.took, r.err)
 	}
-	time.Sleep(time.Until(stalled.Add(timeout * 8 / 10)))
+	time.Sleep(time.Until(first.Add(timeout / 2)))
+	later := time.Now()
 	go begin(ctx, "queued-later")
 
+	firstEnd := time.Time{} // of the batches in flight
 	for range maxConcurrentBatches + 2 {
 		r := <-results
 		t.Logf("%s: %v after %v", r.name, r.err, r.took)
+		if end := r.start.Add(r.took); strings.HasPrefix(r.name, "in-flight-") && (firstEnd.IsZero() || end.Before(firstEnd)) {
+			firstEnd = end
+		}
 		if !errors.Is(r.err, store.ErrUnavailable) {
 			t.Errorf("%s: %v, want ErrUnavailable", r.name, r.err)
 		}
 		if r.took > bound {
 			t.Errorf("%s answered after %v, want within its timeout (%v, allowing up to %v)", r.name, r.took, timeout, bound)
 		}
+	}
+	// Otherwise queued-later went in a batch of its own, and queued-first
+	// was not shown to keep its own deadline in a batch with a later one.
+	if !later.Before(firstEnd) {
+		t.Errorf("queued-later began %v after the first batch in flight ended: too slow a start to put it in queued-first's batch",
+			later.Sub(firstEnd))
 	}
 }
 
