@@ -35,9 +35,11 @@ type Harness struct {
 	Advance func(d time.Duration)
 	// Lease is the lease of the expiry cases on real time; 0 means
 	// realLease. A store whose operations may take longer than realLease
-	// (one reached through more hops, or given a long timeout for a busy
-	// machine) sets one above its timeout, so that no case's lease runs out
-	// between two of its commands.
+	// (one reached through more hops, one whose replicas acknowledge its
+	// writes, one whose new connections authenticate) sets one above the
+	// longest an operation of it takes on a busy machine — its timeout,
+	// where that is short — so that no case's lease runs out between two
+	// of its commands.
 	Lease time.Duration
 }
 
