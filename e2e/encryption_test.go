@@ -187,14 +187,17 @@ func redisValues(t *testing.T, srv *redistest.Server, pattern string) map[string
 	return out
 }
 
-// reload sends SIGHUP and waits for a log line containing want beyond
-// those already logged: the keys in force (`"key_ids":["new","old"]`) or
-// the problem of a rejected reload. The file's own watch may reload it
-// first; waiting for the outcome, not for a reload, covers both.
-func reload(t *testing.T, p *proxyProc, want string) {
+// reload writes the keys file with lines, sends SIGHUP and waits for a
+// log line containing want beyond those logged before the file was
+// written: the keys in force (`"key_ids":["new","old"]`) or the problem of
+// a rejected reload. The file's own watch may reload it first, and then
+// the SIGHUP finds nothing changed and logs nothing; counting from before
+// the write, and waiting for the outcome, not for a reload, covers both.
+func reload(t *testing.T, p *proxyProc, want, path string, lines ...string) {
 	t.Helper()
 	count := func() int { return strings.Count(p.Logs(), want) }
 	before := count()
+	keysFile(t, path, lines...)
 	p.Signal(syscall.SIGHUP)
 	waitForValue(t, "log lines with "+want, func() string { return strconv.Itoa(min(count()-before, 1)) }, "1")
 }
@@ -329,8 +332,7 @@ func TestKeyRotationAcrossReloads(t *testing.T) {
 			}
 
 			before := charge(t, c, p, "before", 64)
-			keysFile(t, keys, keyLine("new", 2), keyLine("old", 1))
-			reload(t, p, `"key_ids":["new","old"]`)
+			reload(t, p, `"key_ids":["new","old"]`, keys, keyLine("new", 2), keyLine("old", 1))
 			replays("before")
 			after := charge(t, c, p, "after", 64)
 			if before.Status != http.StatusCreated || after.Status != http.StatusCreated {
@@ -343,8 +345,7 @@ func TestKeyRotationAcrossReloads(t *testing.T) {
 				t.Fatalf("the earlier record is sealed by %q, want old", got)
 			}
 
-			keysFile(t, keys, keyLine("new", 2))
-			reload(t, p, `"key_ids":["new"]`)
+			reload(t, p, `"key_ids":["new"]`, keys, keyLine("new", 2))
 			for range 2 {
 				if r := charge(t, c, p, "before", 64); r.Status != http.StatusServiceUnavailable || r.Problem() != "record-unreadable" {
 					t.Fatalf("before, its key removed: %s, want 503 record-unreadable", r)
@@ -363,17 +364,16 @@ func TestKeyRotationAcrossReloads(t *testing.T) {
 
 			// A keys file that does not load: the reload is rejected with
 			// the file and line, and the keys in force stay.
-			keysFile(t, keys, keyLine("new", 2), "broken "+base64.StdEncoding.EncodeToString(make([]byte, 16)))
 			want, _ := json.Marshal(keys + `:2: key "broken" is 16 bytes after decoding, want 32`)
-			reload(t, p, strings.Trim(string(want), `"`))
+			reload(t, p, strings.Trim(string(want), `"`), keys,
+				keyLine("new", 2), "broken "+base64.StdEncoding.EncodeToString(make([]byte, 16)))
 			replays("after")
 			if r := charge(t, c, p, "later", 64); r.Status != http.StatusCreated || sealedBy(t, p, "later") != "new" {
 				t.Fatalf("after a rejected reload: %s sealed by %q, want executed and sealed by new", r, sealedBy(t, p, "later"))
 			}
 
 			// The key back in the file: the record opens again.
-			keysFile(t, keys, keyLine("new", 2), keyLine("old", 1))
-			reload(t, p, `"key_ids":["new","old"]`)
+			reload(t, p, `"key_ids":["new","old"]`, keys, keyLine("new", 2), keyLine("old", 1))
 			replays("before")
 			if n := up.Execs("before"); n != 1 {
 				t.Fatalf("before executed %d times, want 1", n)
