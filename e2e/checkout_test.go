@@ -20,9 +20,12 @@ import (
 // can cut its connections.
 
 // checkoutDelay is how long the demo upstream takes per charge: long enough
-// for a test to act while the charge runs. Nothing waits for it to pass;
-// every wait is for something the page or the upstream shows.
-const checkoutDelay = 2 * time.Second
+// for a test to act while the charge runs — a reload of the page on a busy
+// machine included —, short enough that a page resuming the charge, which
+// asks again every second (Retry-After), stays within its ten attempts.
+// Nothing waits for it to pass; every wait is for something the page or
+// the upstream shows.
+const checkoutDelay = 3 * time.Second
 
 type checkout struct {
 	t        *testing.T
