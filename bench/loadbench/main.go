@@ -189,6 +189,7 @@ func parseConcs(s string) ([]int, error) {
 
 func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error) {
 	started, load := time.Now(), loadAverage()
+	ticks, ticksOK := readCPUTicks()
 	rg, err := setUp(ctx, s, slices.Max(s.concs))
 	defer rg.close()
 	if err != nil {
@@ -220,8 +221,8 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 			return rg.withLog(err)
 		}
 	}
-	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after\n",
-		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, s.concs, time.Since(started).Round(time.Second), load, loadAverage())
+	fmt.Fprintf(stdout, "loadbench: %d CPUs, %s, %d rounds × %s per cell, concurrency %v, run took %s; load average %s before, %s after; %s of CPU time stolen by the hypervisor\n",
+		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, s.concs, time.Since(started).Round(time.Second), load, loadAverage(), stolenSince(ticks, ticksOK))
 	rg.describe(stdout)
 	rep.write(stdout)
 	return nil

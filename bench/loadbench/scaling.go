@@ -101,6 +101,7 @@ type scalingKey struct {
 
 func benchScaling(ctx context.Context, s settings, sc scalingSettings, stdout, stderr io.Writer) (err error) {
 	started, load := time.Now(), loadAverage()
+	ticks, ticksOK := readCPUTicks()
 	rg, err := setUp(ctx, s, slices.Max(sc.concs))
 	defer rg.close()
 	if err != nil {
@@ -115,8 +116,8 @@ func benchScaling(ctx context.Context, s settings, sc scalingSettings, stdout, s
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "loadbench --scaling: %d CPUs, %s, %d rounds × %s per cell, a miss measurement ends after %d MiB of bodies, run took %s; load average %s before, %s after\n",
-		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, recordBudget>>20, time.Since(started).Round(time.Second), load, loadAverage())
+	fmt.Fprintf(stdout, "loadbench --scaling: %d CPUs, %s, %d rounds × %s per cell, a miss measurement ends after %d MiB of bodies, run took %s; load average %s before, %s after; %s of CPU time stolen by the hypervisor\n",
+		runtime.NumCPU(), runtime.Version(), s.rounds, s.duration, recordBudget>>20, time.Since(started).Round(time.Second), load, loadAverage(), stolenSince(ticks, ticksOK))
 	rg.describe(stdout)
 	var bySize, byConc []point
 	for _, p := range sc.points() {
