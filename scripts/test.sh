@@ -23,6 +23,8 @@ tools=(
   "/usr/lib/postgresql/15/bin/initdb postgresql"
   "/usr/lib/postgresql/15/bin/postgres postgresql"
   "chromium chromium"
+  "valgrind valgrind"
+  "callgrind_control valgrind"
 )
 
 missing=() packages=()

@@ -32,6 +32,10 @@ type children struct {
 	// backends exit with the postmaster), killed after stopTimeout.
 	gentle map[int]bool
 	dirs   []string // more directories to remove at the end (postgres's own)
+	// wrap, when set, is a command every child runs under (valgrind and
+	// its options, for --instructions); env is more of every child's
+	// environment.
+	wrap, env []string
 }
 
 // stopTimeout bounds a child's own shutdown before it is killed.
@@ -49,8 +53,11 @@ func newChildren(lay layout) (*children, error) {
 // CPU when the layout pins. The kernel kills it when this process dies
 // (Pdeathsig), so even a SIGKILLed benchmark leaves nothing behind.
 func (c *children) start(label, name string, args []string, env []string) (*exec.Cmd, error) {
+	if len(c.wrap) > 0 {
+		name, args = c.wrap[0], append(append(c.wrap[1:len(c.wrap):len(c.wrap)], name), args...)
+	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), env...), c.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, c.launch(label, cmd)
 }

@@ -11,6 +11,7 @@
 //	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
 //	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
 //	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
+//	go run ./bench/loadbench --instructions    # instructions per request under callgrind, host-independent
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy
@@ -81,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	compareBin := fs.String("compare-bin", "", "a second idempotency-proxy binary, measured in the same rounds as memory-b and redis-b")
 	peerList := fs.String("peers", "", "comma-separated peers measured in the same rounds: fiber (Fiber v3's idempotency and proxy middleware, memory and Redis)")
 	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
-	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory")
+	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory; with --instructions, every cell's callgrind dump")
 	bracket := fs.Bool("bracket", true, "measure the plain proxy before and after every other target, and take each ratio to the mean of the two; false: once a round")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
@@ -90,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	footprint := fs.Bool("footprint", false, "measure the memory store's bytes per record and RSS with --records records, instead of the main table")
 	footprintProxy := fs.Bool("footprint-proxy", false, "record --records keys in the idempotency-proxy binary through the load generator and report its RSS, instead of the main table")
 	records := fs.Int("records", 1_000_000, "--footprint, --footprint-proxy: records to store")
+	instructions := fs.Bool("instructions", false, "count each target's instructions per request under valgrind's callgrind, one target at a time, instead of the main table: a figure the host's speed does not move")
+	requests := fs.Int("requests", 2000, "--instructions: requests counted per target and scenario")
 	fillStore := fs.Int("fill-memory-store", 0, "internal: fill a memory store with this many records and print what it takes")
 	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
 	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
@@ -134,14 +137,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && *scaling {
 			sc, err = parseScaling(*bodies, *scalingConcs)
 		}
-		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1) {
-			err = errors.New("--rounds, --duration and --records need positive values")
+		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1 || *requests < 1) {
+			err = errors.New("--rounds, --duration, --records and --requests need positive values")
+		}
+		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir}
+		if len(s.concs) > 0 {
+			is.conc = s.concs[0] // 1 unless asked: a count is cleanest one request at a time
+		}
+		if err == nil && *instructions {
+			is.scens, err = instrScenarios(s.scens)
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "loadbench:", err)
 			return 2
 		}
 		switch {
+		case *instructions:
+			err = interruptible(func(ctx context.Context) error { return countInstructions(ctx, is, stdout, stderr) })
 		case *footprint:
 			err = measureFootprint(*records, s.layout, stdout, stderr)
 		case *footprintProxy:
