@@ -28,10 +28,10 @@ import (
 //
 // Each target runs alone under valgrind's callgrind, started afresh for
 // each scenario, with GOMAXPROCS=1 like the pinned layout; the upstream
-// and redis-server run natively. One connection sends a warm-up, the
-// counters are zeroed (callgrind_control --zero), the counted requests go
-// out one after the other, and the counters are dumped (--dump): their
-// total over the requests sent is the figure. What it leaves out: the
+// and redis-server run natively. One connection sends a warm-up, counting
+// starts (callgrind_control --instr=on), the counted requests go out one
+// after the other, and the counters are dumped (--dump): their total over
+// the requests sent is the figure. What it leaves out: the
 // kernel's work (system calls, the loopback network), which callgrind does
 // not see and which is about a third of a forwarded request's CPU; waiting
 // on caches and memory, which is most of what a growing store costs under
@@ -47,6 +47,14 @@ import (
 // preemption is off too (GODEBUG=asyncpreemptoff=1): callgrind 3.19 aborts
 // on the signal it uses. The counters are dumped before the process is
 // killed for the same reason: callgrind aborts on SIGTERM.
+//
+// The target starts with callgrind's instrumentation off
+// (--instr-atstart=no), so its start-up and warm-up run faster and leave
+// nothing in the counters; it is switched on (callgrind_control
+// --instr=on) just before the counted requests. Zeroing the counters of a
+// process instrumented from the start gave the same totals, but charged
+// the counted requests' costs to whatever stood on each goroutine's stack
+// when they were zeroed, so that a dump could not say where they went.
 
 // countedScenarios are the scenarios --instructions counts, in its
 // table's order: mixed is a blend of the other two keyed ones.
@@ -70,9 +78,9 @@ func instrScenarios(scens []scenario) ([]scenario, error) {
 // does not depend on the CPU it is made on.
 var unpinned = layout{name: "shared", clientCPU: -1, serverCPU: -1}
 
-// instrWarmup is how many requests a counted target serves before its
-// counters are zeroed: its pools, its connection to the upstream and its
-// code paths are warm by then.
+// instrWarmup is how many requests a counted target serves before
+// counting starts: its pools, its connection to the upstream and its code
+// paths are warm by then.
 const instrWarmup = 200
 
 // counted is one target as --instructions starts it, alone.
@@ -89,7 +97,7 @@ func (c counted) serves(scen scenario) bool { return target{name: c.name}.serves
 type instrSettings struct {
 	requests int      // counted a cell
 	conc     int      // connections sending at once
-	warmup   int      // sent before the counters are zeroed
+	warmup   int      // sent before counting starts
 	peers    []string // peers.go
 	scens    []scenario
 	proxyBin string
@@ -200,7 +208,7 @@ func countCell(ctx context.Context, dir, valgrind, control string, t counted, sc
 		return 0, err
 	}
 	defer kids.killAll()
-	kids.wrap = []string{valgrind, "--tool=callgrind", "--callgrind-out-file=" + out}
+	kids.wrap = []string{valgrind, "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + out}
 	kids.env = []string{"GOMAXPROCS=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1"}
 	pid, base, err := t.start(ctx, kids)
 	if err != nil {
@@ -216,7 +224,7 @@ func countCell(ctx context.Context, dir, valgrind, control string, t counted, sc
 	if _, err := l.run(ctx, base, t.isProxy, scen, is.conc, time.Hour); err != nil {
 		return 0, err
 	}
-	if err := callgrindControl(ctx, control, "--zero", pid); err != nil {
+	if err := callgrindControl(ctx, control, "--instr=on", pid); err != nil {
 		return 0, err
 	}
 	l.limit = is.requests
@@ -224,8 +232,7 @@ func countCell(ctx context.Context, dir, valgrind, control string, t counted, sc
 	if err != nil {
 		return 0, err
 	}
-	// Dump files are numbered from 1 in the order they are written; the
-	// zero above wrote none. A dump left by an earlier run would be read
+	// Dump files are numbered from 1 in the order they are written. A dump left by an earlier run would be read
 	// as this one's: it is removed first.
 	_ = os.Remove(out + ".1")
 	if err := callgrindControl(ctx, control, "--dump", pid); err != nil {
