@@ -192,8 +192,12 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 			rep.counts[t.name][scen] = n
 		}
 	}
-	fmt.Fprintf(stdout, "loadbench --instructions: %s, %s, %d requests counted per cell after %d, %d connections, GOMAXPROCS=1, run took %s\n",
-		strings.TrimSpace(string(version)), runtime.Version(), is.requests, is.warmup, is.conc, time.Since(started).Round(time.Second))
+	conns := "one connection"
+	if is.conc > 1 {
+		conns = strconv.Itoa(is.conc) + " connections"
+	}
+	fmt.Fprintf(stdout, "loadbench --instructions: %s, %s, %d requests counted per cell after %d, %s, GOMAXPROCS=1, run took %s\n",
+		strings.TrimSpace(string(version)), runtime.Version(), is.requests, is.warmup, conns, time.Since(started).Round(time.Second))
 	fmt.Fprintf(stdout, "user-space instructions of the target's process per request; the kernel's work (system calls, loopback) is not counted\n\n")
 	rep.write(stdout)
 	return nil
