@@ -123,3 +123,16 @@ func TestCountCellCountsAForwardedRequest(t *testing.T) {
 		t.Errorf("%.0f instructions a forwarded request, want tens of thousands", n)
 	}
 }
+
+func TestInstructionReportHasNoTaxWithoutAKeyedScenario(t *testing.T) {
+	r := instrReport{
+		targets: []string{"plain", "memory"},
+		scens:   []scenario{noKey},
+		counts:  map[string]map[scenario]float64{"plain": {noKey: 100_000}, "memory": {noKey: 103_000}},
+	}
+	var b bytes.Buffer
+	r.write(&b)
+	if out := b.String(); strings.Contains(out, "tax") || !strings.Contains(out, "1.03×") {
+		t.Errorf("no-key only: want the counts and ratios, no tax table:\n%s", out)
+	}
+}
