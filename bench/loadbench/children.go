@@ -139,6 +139,15 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// proxyBinary is the idempotency-proxy binary to measure: given (--proxy-bin)
+// when set, else one built by buildProxy.
+func (c *children) proxyBinary(ctx context.Context, given string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	return c.buildProxy(ctx)
+}
+
 // buildProxy builds ./cmd/idempotency-proxy of the module this benchmark
 // belongs to, once per run.
 func (c *children) buildProxy(ctx context.Context) (string, error) {

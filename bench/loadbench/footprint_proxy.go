@@ -30,11 +30,9 @@ func measureProxyFootprint(ctx context.Context, s settings, n int, stdout, stder
 		return err
 	}
 	defer kids.killAll()
-	bin := s.proxyBin
-	if bin == "" {
-		if bin, err = kids.buildProxy(ctx); err != nil {
-			return err
-		}
+	bin, err := kids.proxyBinary(ctx, s.proxyBin)
+	if err != nil {
+		return err
 	}
 	if err := raiseFileLimit(conc + 256); err != nil {
 		return err

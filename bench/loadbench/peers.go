@@ -38,6 +38,18 @@ func parsePeers(s string) ([]string, error) {
 // Idempotency-Key values, which must not meet the product's records.
 const fiberDB = 2
 
+// peerStore is a store a peer runs on: its target is named PEER-name.
+type peerStore struct{ name, redisURL string }
+
+// peerStores are the stores every peer is measured on: its in-memory one,
+// and database fiberDB of the run's redis-server at redisAddr.
+func peerStores(redisAddr string) []peerStore {
+	return []peerStore{
+		{"memory", ""},
+		{"redis", fmt.Sprintf("redis://%s/%d", redisAddr, fiberDB)},
+	}
+}
+
 // startPeers builds and starts each peer on the memory store and on the
 // run's redis-server; ts are the targets started so far (startAll's).
 func startPeers(ctx context.Context, kids *children, peers []string, ts []target, pprof bool) ([]target, error) {
@@ -48,10 +60,7 @@ func startPeers(ctx context.Context, kids *children, peers []string, ts []target
 		if err != nil {
 			return nil, err
 		}
-		for _, store := range []struct{ name, redisURL string }{
-			{"memory", ""},
-			{"redis", fmt.Sprintf("redis://%s/%d", rd.storeAddr, fiberDB)},
-		} {
+		for _, store := range peerStores(rd.storeAddr) {
 			t, err := kids.startPeer(ctx, p+"-"+store.name, bin, rd.upAddr, store.redisURL, pprof)
 			if err != nil {
 				return nil, err

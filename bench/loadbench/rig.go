@@ -57,12 +57,10 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 	if err != nil {
 		return rg, err
 	}
-	bin := s.proxyBin
-	if bin == "" {
-		// Before pinning: the build may use every CPU.
-		if bin, err = kids.buildProxy(ctx); err != nil {
-			return rg, err
-		}
+	// Before pinning: the build may use every CPU.
+	bin, err := kids.proxyBinary(ctx, s.proxyBin)
+	if err != nil {
+		return rg, err
 	}
 	// Each client is a socket here; the target's own sockets are its
 	// business (Go raises its soft limit at start-up, Redis allows 10,000
