@@ -22,6 +22,7 @@ const (
 	ProblemBodyUnreadable      = problemBase + "body-unreadable"      // 400: request body could not be read
 	ProblemAmbiguousBody       = problemBase + "ambiguous-body"       // 400: JSON body readable two ways (duplicate names)
 	ProblemAmbiguousPath       = problemBase + "ambiguous-path"       // 400: path readable two ways (%2F, %5C, ;)
+	ProblemAmbiguousMethod     = problemBase + "ambiguous-method"     // 400: method-override headers name two methods
 	ProblemBodyTooLarge        = problemBase + "body-too-large"       // 413: over max_request_body
 	ProblemInFlight            = problemBase + "in-flight"            // 409: first request with the key still running
 	ProblemKeyExpired          = problemBase + "key-expired"          // 410: the key's record expired; not executed again

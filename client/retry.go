@@ -25,6 +25,7 @@ var problemActions = map[string]action{
 	ProblemBodyUnreadable:      stop,
 	ProblemAmbiguousBody:       stop,
 	ProblemAmbiguousPath:       stop,
+	ProblemAmbiguousMethod:     stop,
 	ProblemBodyTooLarge:        stop,
 	ProblemInFlight:            retry,
 	ProblemKeyExpired:          stop,

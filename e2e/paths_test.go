@@ -73,3 +73,45 @@ func TestEverySpellingOfAPathOrMethodGetsItsRoutesPolicy(t *testing.T) {
 	}
 	up.onlyExecution(t, "ch-1")
 }
+
+// TestMethodOverridesThatDisagreeAreRefused sends, on real sockets to the
+// built binary, GET requests whose method-override headers name POST in
+// one reading and GET in another — two header names, a list, two lines —
+// to a route that requires a key on POST: an upstream may apply either,
+// so each is refused with 400 ambiguous-method, and the upstream is never
+// called. Overrides that disagree on methods no route protects are the
+// upstream's business and go through.
+func TestMethodOverridesThatDisagreeAreRefused(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "overrides", proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Defaults: map[string]string{"methods": "[POST]"},
+		Routes:   []routeConfig{{Match: "POST /v1/charges", Keys: map[string]string{"require_key": "true"}}},
+	})
+	addr := strings.TrimPrefix(p.URL(), "http://")
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{
+		{"X-HTTP-Method names POST", []string{"X-HTTP-Method-Override: GET", "X-HTTP-Method: POST"}},
+		{"X-Method-Override names POST", []string{"X-HTTP-Method-Override: GET", "X-Method-Override: POST"}},
+		{"a list, POST first", []string{"X-HTTP-Method-Override: POST, GET"}},
+		{"a list, POST last", []string{"X-HTTP-Method-Override: GET, POST"}},
+		{"two lines, GET then POST", []string{"X-HTTP-Method-Override: GET", "X-HTTP-Method-Override: POST"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := exchange(t, addr, targetRequest("GET", "/v1/charges", "", c.extra...))
+			if r.Status != http.StatusBadRequest || r.Problem() != "ambiguous-method" {
+				t.Errorf("%d %s, want 400 ambiguous-method", r.Status, r.Body)
+			}
+		})
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("the upstream executed %d requests without a key", n)
+	}
+	r := exchange(t, addr, targetRequest("GET", "/v1/charges", "", "X-HTTP-Method-Override: GET, HEAD"))
+	if r.Status != http.StatusOK && r.Status != http.StatusCreated {
+		t.Errorf("GET with overrides naming GET and HEAD: %d %s, want forwarded", r.Status, r.Body)
+	}
+}

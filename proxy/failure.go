@@ -96,7 +96,7 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousMethod:
-		return probAmbiguousPath, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method, or something that is not a method. Send one.", OutcomeAmbiguous
+		return probAmbiguousMethod, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method (two headers, a list or repeated lines), or something that is not a method, and upstreams pick different ones. Send one header naming one method.", OutcomeAmbiguous
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
 	}

@@ -35,7 +35,7 @@ const (
 	// the key that cannot be read (its encryption key is gone, its bytes
 	// were changed, or its format is newer); never executed again.
 	OutcomeUnreadable Outcome = "unreadable"
-	// OutcomeAmbiguous: 400 ambiguous-body or ambiguous-path, a request
+	// OutcomeAmbiguous: 400 ambiguous-body, -path or -method, a request
 	// the upstream may read another way than the proxy, refused before
 	// anything is locked (docs/request-handling.md).
 	OutcomeAmbiguous Outcome = "ambiguous"

@@ -60,7 +60,12 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 		{"an encoded backslash", "POST", "/v1%5Ccharges", nil, "ambiguous-path"},
 		{"a path parameter", "POST", "/v1/charges;x", nil, "ambiguous-path"},
 		{"an encoded slash out of a disabled route", "POST", "/internal/..%2Fv1/charges", nil, "ambiguous-path"},
-		{"overrides naming two methods", "POST", "/v1/charges", []string{"X-HTTP-Method-Override: PUT", "X-HTTP-Method: DELETE"}, "ambiguous-path"},
+		{"overrides naming two methods", "POST", "/v1/charges", []string{"X-HTTP-Method-Override: PUT", "X-HTTP-Method: DELETE"}, "ambiguous-method"},
+		{"a GET whose second override names POST", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: GET", "X-HTTP-Method: POST"}, "ambiguous-method"},
+		{"a GET whose third override names POST", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: GET", "X-Method-Override: POST"}, "ambiguous-method"},
+		{"an override list naming POST first", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: POST, GET"}, "ambiguous-method"},
+		{"an override list naming POST last", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: GET,POST"}, "ambiguous-method"},
+		{"override lines GET then POST", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: GET", "X-HTTP-Method-Override: POST"}, "ambiguous-method"},
 	} {
 		r := e.raw(t, rawRequest(c.method, c.target, c.extra...))
 		if got := r.problemType(); got != c.want || r.StatusCode != http.StatusBadRequest {
@@ -70,8 +75,8 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 	if n := e.up.calls.Load(); n != 0 {
 		t.Errorf("the upstream was called %d times", n)
 	}
-	if got := e.outcomes(defaultRoute, OutcomeAmbiguous) + e.outcomes("POST /v1/charges", OutcomeAmbiguous) + e.outcomes("/internal/", OutcomeAmbiguous); got != 6 {
-		t.Errorf("ambiguous outcomes = %v, want 6", got)
+	if got := e.outcomes(defaultRoute, OutcomeAmbiguous) + e.outcomes("POST /v1/charges", OutcomeAmbiguous) + e.outcomes("/internal/", OutcomeAmbiguous); got != 11 {
+		t.Errorf("ambiguous outcomes = %v, want 11", got)
 	}
 	// Case is the upstream's business: /V1/charges is another path here.
 	if r := e.raw(t, rawRequest("POST", "/V1/charges")); r.StatusCode != http.StatusCreated {

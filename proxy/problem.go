@@ -33,7 +33,9 @@ var (
 	probUnreachable   = problem{ProblemBase + "upstream-unreachable", "Upstream unreachable", http.StatusBadGateway, 0}
 	probUpstreamError = problem{ProblemBase + "upstream-failed", "Upstream failed after the request was sent", http.StatusBadGateway, 0}
 	probAmbiguousPath = problem{ProblemBase + "ambiguous-path", "Request target can be read two ways", http.StatusBadRequest, 0}
-	probKeyExpired    = problem{ProblemBase + "key-expired", "Idempotency key expired", http.StatusGone, 0}
+	// The method-override headers name more than one method.
+	probAmbiguousMethod = problem{ProblemBase + "ambiguous-method", "Request method can be read two ways", http.StatusBadRequest, 0}
+	probKeyExpired      = problem{ProblemBase + "key-expired", "Idempotency key expired", http.StatusGone, 0}
 	// The request goes on: a retry after a second gets 409 or its answer.
 	probUpstreamTimeout = problem{ProblemBase + "upstream-timeout", "Upstream did not answer in time; the request is still running", http.StatusGatewayTimeout, 1}
 )
@@ -44,7 +46,7 @@ var (
 var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError, probAmbiguousPath,
-	probUpstreamTimeout, probKeyExpired,
+	probAmbiguousMethod, probUpstreamTimeout, probKeyExpired,
 }
 
 // body is p's problem+json body with detail.

@@ -121,8 +121,9 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 
 // match returns the route of r read as t — the most specific matching
 // pattern, or the defaults — and sets t.refuse when r must be refused
-// instead: it can be read two ways, and one of them is protected by a
-// route that rejects ambiguous paths.
+// instead: its method-override headers name more than one method and one
+// of its readings is protected, or its path can be read two ways and one
+// of them is protected by a route that rejects ambiguous paths.
 func (tb *routeTable) match(r *http.Request, t *target) *route {
 	rt := tb.lookup(r, t.method, t.path, t.escaped)
 	if t.method != t.own && !rt.protects(t.method) {
@@ -133,7 +134,7 @@ func (tb *routeTable) match(r *http.Request, t *target) *route {
 			rt = own
 		}
 	}
-	if t.overrides != overrideNone && rt.protectsTarget(t) {
+	if t.overrides != overrideNone && tb.anyReadingProtected(r, t) {
 		t.refuse = failAmbiguousMethod
 		return rt
 	}
@@ -150,6 +151,21 @@ func (tb *routeTable) match(r *http.Request, t *target) *route {
 		t.refuse = failAmbiguousPath
 	}
 	return rt
+}
+
+// anyReadingProtected reports whether a route protects r read as t with
+// its own method or with any method its override headers name: each is
+// the method some upstream applies.
+func (tb *routeTable) anyReadingProtected(r *http.Request, t *target) bool {
+	if tb.lookup(r, t.own, t.path, t.escaped).protects(t.own) {
+		return true
+	}
+	for _, m := range t.named {
+		if tb.lookup(r, m, t.path, t.escaped).protects(m) {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup returns the route of a request like r with method and the

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -40,6 +41,9 @@ type target struct {
 	// segments that RFC 3986 and slash-merging servers resolve
 	// differently (next to empty segments, or last).
 	odd bool
+	// named is every distinct method the method-override headers name,
+	// upper-cased, in the order sent; nil without such headers.
+	named []string
 	// overrides is set when the method-override headers disagree: more
 	// than one method, or one that is not a method.
 	overrides overrideProblem
@@ -74,8 +78,10 @@ func readTarget(r *http.Request) target {
 
 // readOverride applies the method-override headers: the method they name
 // is the one routes match, and they are part of the fingerprint. Headers
-// that name two methods, a list, or something that is not a method are a
-// request the upstream may read either way.
+// that name two methods — two header names, a comma-separated list, two
+// lines — or something that is not a method are a request upstreams read
+// differently: Express's method-override takes the first of a list,
+// Rack ignores a list, and each framework reads only its own header.
 func (t *target) readOverride(h http.Header, sent string) {
 	present := false
 	for _, name := range methodOverrideHeaders {
@@ -89,7 +95,6 @@ func (t *target) readOverride(h http.Header, sent string) {
 	}
 	var fp strings.Builder
 	fp.WriteString(sent)
-	named := ""
 	for _, name := range methodOverrideHeaders {
 		values, ok := h[name]
 		if !ok {
@@ -103,20 +108,28 @@ func (t *target) readOverride(h http.Header, sent string) {
 				fp.WriteString("\n")
 			}
 			fp.WriteString(v)
-			m := upperASCII(strings.TrimSpace(v))
-			switch {
-			case !httpguts.ValidHeaderFieldName(m):
-				t.overrides = overrideConflict
-			case named == "":
-				named = m
-			case named != m:
-				t.overrides = overrideConflict
+			for _, m := range strings.Split(v, ",") {
+				t.addNamed(upperASCII(strings.TrimSpace(m)))
 			}
 		}
 	}
 	t.fpMethod = fp.String()
-	if named != "" {
-		t.method = named
+	if len(t.named) > 0 {
+		t.method = t.named[0]
+	}
+}
+
+// addNamed records a method an override header names.
+func (t *target) addNamed(m string) {
+	switch {
+	case !httpguts.ValidHeaderFieldName(m):
+		t.overrides = overrideConflict // not a method: an upstream may ignore it, or fail
+	case slices.Contains(t.named, m):
+	default:
+		t.named = append(t.named, m)
+		if len(t.named) > 1 {
+			t.overrides = overrideConflict
+		}
 	}
 }
 

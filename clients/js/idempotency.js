@@ -18,6 +18,7 @@ export const PROBLEM_ACTIONS = Object.freeze({
   "body-unreadable": "stop",
   "ambiguous-body": "stop",
   "ambiguous-path": "stop",
+  "ambiguous-method": "stop",
   "body-too-large": "stop",
   "in-flight": "retry",
   "key-expired": "stop",

@@ -49,6 +49,7 @@ PROBLEM_ACTIONS: Mapping[str, str] = {
     "body-unreadable": "stop",
     "ambiguous-body": "stop",
     "ambiguous-path": "stop",
+    "ambiguous-method": "stop",
     "body-too-large": "stop",
     "in-flight": "retry",
     "key-expired": "stop",
