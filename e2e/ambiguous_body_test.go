@@ -60,3 +60,38 @@ func TestBodiesReadTwoWaysAreRefused(t *testing.T) {
 		t.Errorf("upstream executed %d requests, want 5", n)
 	}
 }
+
+// TestJSONIntegerKeysAreOnlyThoseJavaScriptReadsExactly runs the built
+// binary with a json:/id key on a require_key route: 9007199254740993 and
+// 9007199254740992 are one number to Node's JSON.parse, so neither is a
+// key (400 missing-key, nothing forwarded), while 2^53 - 1, the largest
+// integer JavaScript holds exactly, is one: executed once, then replayed.
+func TestJSONIntegerKeysAreOnlyThoseJavaScriptReadsExactly(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "json-integers", proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Routes: []routeConfig{
+			{Match: "POST /v1/orders", Keys: map[string]string{"key_sources": `["json:/id"]`, "require_key": "true"}},
+		},
+	})
+	c := newClient(t, 10*time.Second)
+	ctx := context.Background()
+	for _, id := range []string{"9007199254740993", "9007199254740992", "-9007199254740993", "9223372036854775807"} {
+		if r := send(ctx, c, p.URL(), request{Path: "/v1/orders", Body: `{"id":` + id + `}`}); r.Err != nil || r.Status != http.StatusBadRequest || r.Problem() != "missing-key" {
+			t.Errorf("id %s: %s %v, want 400 missing-key", id, r, r.Err)
+		}
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("upstream executed %d requests keyed by integers JavaScript reads as others, want 0", n)
+	}
+	body := `{"id":9007199254740991}`
+	first := send(ctx, c, p.URL(), request{Path: "/v1/orders", Body: body})
+	again := send(ctx, c, p.URL(), request{Path: "/v1/orders", Body: body})
+	if first.Status != http.StatusCreated || first.Replayed() || !again.Replayed() || again.Body != first.Body {
+		t.Errorf("2^53 - 1: %s then %s, want executed then replayed", first, again)
+	}
+	if n := up.Total(); n != 1 {
+		t.Errorf("upstream executed %d requests, want 1", n)
+	}
+}

@@ -184,8 +184,8 @@ func cookieKey(lines []string, name string) (string, error) {
 
 // jsonKey returns the string or integer at p in body, an integer in its
 // shortest decimal form ("-0" is "0"). Anything else — a body that is not
-// one JSON text, no value there, another type, an integer beyond 64 bits —
-// is absent: the body belongs to the upstream, and the proxy does not
+// one JSON text, no value there, another type, an integer beyond 2^53 that
+// JavaScript reads as another — is absent (require_key then refuses it): the body belongs to the upstream, and the proxy does not
 // refuse what it cannot use. A body that repeats a member name is refused
 // (a *jsonread.DuplicateNameError): upstreams differ on which member
 // counts, so no key read from it is the upstream's.
@@ -203,7 +203,7 @@ func jsonKey(body []byte, p jsonread.Pointer) (string, error) {
 		key = jsonread.Unquote(v)
 	case string(v) == "-0":
 		key = "0"
-	case isInt64(v):
+	case isSafeInt(v):
 		key = string(v)
 	default:
 		return "", errNoKey
@@ -214,14 +214,21 @@ func jsonKey(body []byte, p jsonread.Pointer) (string, error) {
 	return key, nil
 }
 
-// isInt64 reports whether the JSON number v is an integer (no fraction or
-// exponent) within the int64 range, as sent.
-func isInt64(v []byte) bool {
+// maxSafeInteger is 2^53 - 1, JavaScript's Number.MAX_SAFE_INTEGER: the
+// largest magnitude up to which every integer is a float64 of its own.
+// Beyond it JSON.parse reads 9007199254740993 as 9007199254740992, so two
+// keys would be one operation to a Node upstream.
+const maxSafeInteger = "9007199254740991"
+
+// isSafeInt reports whether the JSON number v is an integer (no fraction
+// or exponent), as sent, whose magnitude is at most maxSafeInteger: one
+// that every JSON reader, JavaScript's included, reads as that integer.
+func isSafeInt(v []byte) bool {
 	digits := v
 	if len(digits) > 0 && digits[0] == '-' {
 		digits = digits[1:]
 	}
-	if len(digits) == 0 || len(digits) > 19 {
+	if len(digits) == 0 || len(digits) > len(maxSafeInteger) {
 		return false
 	}
 	for _, c := range digits {
@@ -229,12 +236,5 @@ func isInt64(v []byte) bool {
 			return false
 		}
 	}
-	if len(digits) < 19 {
-		return true
-	}
-	limit := "9223372036854775807"
-	if v[0] == '-' {
-		limit = "9223372036854775808"
-	}
-	return string(digits) <= limit
+	return len(digits) < len(maxSafeInteger) || string(digits) <= maxSafeInteger
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"os/exec"
 	"strings"
@@ -26,7 +24,7 @@ func readerCorpus(n int) [][]byte {
 	others := []string{`"data"`, `"data"`, `"amount"`, `"type"`, `"x"`, `"Data"`}
 	values := []string{
 		`"ord_1"`, `"ord_9"`, `"ord_3"`, `"evt_1"`, `42`, `-0`, `"ord_1"`, `"ord_9"`, `"\u006frd_2"`, `"a\/b"`, `"caf\u00e9"`, `"\ud83d\ude00"`, `"\ud800"`, `""`, `"` + strings.Repeat("k", 256) + `"`,
-		`0`, `-0`, `7`, `-12`, `01`, `1.0`, `1e2`, `-0.0`, `9007199254740993`, `9223372036854775807`, `9223372036854775808`,
+		`0`, `-0`, `7`, `-12`, `01`, `1.0`, `1e2`, `-0.0`, `9007199254740993`, `9007199254740992`, `9007199254740991`, `-9007199254740993`, `9223372036854775807`, `9223372036854775808`,
 		`-9223372036854775808`, `1E400`, `true`, `null`, `NaN`, `Infinity`, `[]`, `{}`, `{"id":"in"}`, `"tab\there"`,
 	}
 	rng := rand.New(rand.NewPCG(21, 29))
@@ -123,8 +121,8 @@ func readWith(t *testing.T, corpus [][]byte, pointer, tool string, args ...strin
 // keys an operation by a value the upstream reads otherwise. (A name the
 // proxy matches case-insensitively, as a Go upstream does, is no value to
 // them; that costs a 422 at worst, never a replay of another operation.)
-// The one difference allowed is an integer beyond 2^53, which JavaScript
-// holds only approximately: Node's number must be the nearest to the key.
+// No key is an integer JavaScript holds only approximately (beyond 2^53):
+// Node would read two such keys as one number.
 func TestJSONKeyIsReadAlikeByPythonAndNode(t *testing.T) {
 	corpus := readerCorpus(3000)
 	for _, pointer := range []string{"/id", "/data/id"} {
@@ -154,9 +152,7 @@ func TestJSONKeyIsReadAlikeByPythonAndNode(t *testing.T) {
 				case a.Kind == "other":
 					t.Errorf("%s in %q: keyed %q, %s reads a value that is no key", pointer, body, key, name)
 				case a.Exact != nil && !*a.Exact:
-					if !nearestFloat(key, a.Key) {
-						t.Errorf("%s in %q: keyed %q, %s reads %s", pointer, body, key, name, a.Key)
-					}
+					t.Errorf("%s in %q: keyed %q, %s reads the integer only approximately, as %s", pointer, body, key, name, a.Key)
 				case a.Key != key:
 					t.Errorf("%s in %q: keyed %q, %s reads %q", pointer, body, key, name, a.Key)
 				}
@@ -167,15 +163,4 @@ func TestJSONKeyIsReadAlikeByPythonAndNode(t *testing.T) {
 			t.Errorf("%s: the corpus keyed %d, refused %d, compared %d: it no longer tests anything", pointer, keyed, refused, compared)
 		}
 	}
-}
-
-// nearestFloat reports whether the float64 nearest the integer key is the
-// integer got.
-func nearestFloat(key, got string) bool {
-	k, ok := new(big.Float).SetString(key)
-	if !ok {
-		return false
-	}
-	f, _ := k.Float64()
-	return fmt.Sprintf("%.0f", f) == got
 }
