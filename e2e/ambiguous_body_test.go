@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -93,5 +97,47 @@ func TestJSONIntegerKeysAreOnlyThoseJavaScriptReadsExactly(t *testing.T) {
 	}
 	if n := up.Total(); n != 1 {
 		t.Errorf("upstream executed %d requests, want 1", n)
+	}
+}
+
+// TestBodyWithAByteOrderMarkIsAnotherBody runs the built binary with a
+// canonical fingerprint in front of an upstream that reads JSON as Go's
+// encoding/json does, and so refuses a body behind a UTF-8 byte order
+// mark with 400. The valid retry of that body without the mark, under the
+// same key, is another request (422 payload-mismatch), never the replay of
+// the 400; the body with the mark sent again is replayed.
+func TestBodyWithAByteOrderMarkIsAnotherBody(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, "bom", proxyConfig{
+		Upstream: up.URL,
+		Memory:   true,
+		Routes:   []routeConfig{{Match: "POST /v1/charges", Keys: map[string]string{"fingerprint_json": "canonical"}}},
+	})
+	c := newClient(t, 10*time.Second)
+	ctx := context.Background()
+	marked := request{Path: "/v1/charges", Key: "bom-1", Body: "\xef\xbb\xbf{\"amount\":1}"}
+	if r := send(ctx, c, p.URL(), marked); r.Status != http.StatusBadRequest || r.Replayed() {
+		t.Fatalf("the body with a byte order mark: %s, want the upstream's 400", r)
+	}
+	if r := send(ctx, c, p.URL(), marked); r.Status != http.StatusBadRequest || !r.Replayed() {
+		t.Errorf("the same body again: %s, want its 400 replayed", r)
+	}
+	plain := request{Path: "/v1/charges", Key: "bom-1", Body: `{"amount":1}`}
+	if r := send(ctx, c, p.URL(), plain); r.Status != http.StatusUnprocessableEntity || r.Problem() != "payload-mismatch" {
+		t.Errorf("the body without the mark, same key: %s, want 422 payload-mismatch, not the 400 replayed", r)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("upstream called %d times, want 1", n)
 	}
 }

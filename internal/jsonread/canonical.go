@@ -21,11 +21,17 @@ const MaxIgnore = 64
 // fingerprint. At most MaxIgnore pointers are used.
 //
 // body must be what Validate accepts; otherwise dst comes back unchanged
-// with Validate's error. A byte order mark before the text is left out.
+// with Validate's error. A byte order mark before the text is kept, as
+// sent: upstreams part on it (Go's encoding/json and Python's json.loads
+// of a decoded string refuse the body, Node's body-parser drops the mark),
+// so a body with one and the same body without are two requests.
 func AppendCanonical(dst, body []byte, ignore []Pointer) ([]byte, error) {
 	body, cut := trimBOM(body)
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.out, c.ignore = body, dst, ignore
+	if cut > 0 {
+		c.out = append(c.out, bom...)
+	}
 	c.reset()
 	var mask uint64
 	for k := range min(len(ignore), MaxIgnore) {
