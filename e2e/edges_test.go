@@ -66,3 +66,35 @@ func TestEdgesDoNotOpenAHole(t *testing.T) {
 		up.onlyExecution(t, "host-1")
 	})
 }
+
+// TestCookieKeyReadTwoWaysIsRefused runs the built binary with a cookie
+// key on a require_key route and sends the Cookie headers whose key
+// net/http and Python's http.cookies read apart: "sid=c1, sid=c2" is
+// c1, sid=c2 to one and c2 to the other, so a key taken from it may name
+// another operation than the upstream runs. Each is refused with 400
+// invalid-key and never forwarded; the plain cookie is a key.
+func TestCookieKeyReadTwoWaysIsRefused(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "cookie-key", proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Routes: []routeConfig{
+			{Match: "POST /v1/charges", Keys: map[string]string{"key_sources": `["cookie:sid"]`, "require_key": "true"}},
+		},
+	})
+	addr := strings.TrimPrefix(p.URL(), "http://")
+	for _, cookie := range []string{"sid=c1, sid=c2", "sid=c1 sid=c2", "sid=c1,c2", "sid= c2"} {
+		r := exchange(t, addr, rawRequest("/v1/charges", "shop.example", "", "{}", "Cookie: "+cookie))
+		if r.Status != http.StatusBadRequest || r.Problem() != "invalid-key" {
+			t.Errorf("Cookie: %s: %d %s, want 400 invalid-key", cookie, r.Status, r.Body)
+		}
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("the upstream executed %d requests keyed by a cookie it reads otherwise", n)
+	}
+	first := exchange(t, addr, rawRequest("/v1/charges", "shop.example", "", "{}", "Cookie: sid=c2"))
+	again := exchange(t, addr, rawRequest("/v1/charges", "shop.example", "", "{}", "Cookie: sid=c2"))
+	if first.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("Cookie: sid=c2: %d then %d replayed=%q, want executed then replayed", first.Status, again.Status, again.Header.Get("Idempotent-Replayed"))
+	}
+}

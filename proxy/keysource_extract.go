@@ -128,9 +128,13 @@ const maxCookies = 3000
 var (
 	errCookieLines = errors.New("the Cookie header is sent more than once, and upstreams join its lines differently")
 	errCookieCase  = errors.New("a cookie is named like the key's cookie in another case, which some upstreams take for it")
-	errCookieValue = errors.New("the idempotency key cookie holds a double quote or a backslash, which upstreams read differently")
+	errCookieValue = errors.New("the idempotency key cookie holds a double quote, a backslash, a comma or a space, which upstreams read differently")
 	errCookieCount = errors.New("more than 3000 cookies are sent, and a Go upstream then reads none")
 )
+
+// cookieValueSeparators are the bytes in a cookie value that upstreams
+// read differently.
+const cookieValueSeparators = "\\\", \t"
 
 // cookieKey returns the value of the cookie called name in the Cookie
 // header lines, read as net/http's (*Request).Cookie reads it: pairs split
@@ -140,8 +144,8 @@ var (
 // Where upstreams read the cookie differently the key is refused, never
 // guessed: a cookie sent twice, or also in another case (ASP.NET Core
 // matches names case-insensitively), more than one Cookie line (WSGI
-// servers join lines with ","), a value net/http drops, or more cookies
-// than net/http reads.
+// servers join lines with ","), a value net/http drops or keeps whole
+// where others split it, or more cookies than net/http reads.
 func cookieKey(lines []string, name string) (string, error) {
 	var value string
 	n, exact, count := 0, false, 0
@@ -173,7 +177,11 @@ func cookieKey(lines []string, name string) (string, error) {
 	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
 		value = value[1 : len(value)-1]
 	}
-	if strings.ContainsAny(value, "\\\"") {
+	// RFC 6265 keeps these out of a cookie's value, and parsers part on
+	// them: net/http reads "c1, sid=c2" whole, Python's http.cookies
+	// reads c2 (whitespace ends a value there), RFC 2965 parsers split
+	// at the comma.
+	if strings.ContainsAny(value, cookieValueSeparators) {
 		return "", errCookieValue
 	}
 	if err := checkKey(value); err != nil {
