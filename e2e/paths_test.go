@@ -53,6 +53,10 @@ func TestEverySpellingOfAPathOrMethodGetsItsRoutesPolicy(t *testing.T) {
 		{"encoded dot segment out of a disabled route", "POST", "/internal/%2e%2e/v1/charges", nil, "missing-key"},
 		{"lower-case method", "post", "/v1/charges", nil, "missing-key"},
 		{"GET with a method override", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: POST"}, "missing-key"},
+		{"a trailing slash", "POST", "/v1/charges/", nil, "missing-key"},
+		{"a format suffix", "POST", "/v1/charges.json", nil, "missing-key"},
+		{"an encoded trailing space", "POST", "/v1/charges%20", nil, "ambiguous-path"},
+		{"an encoded path parameter", "POST", "/v1/charges%3Bx", nil, "ambiguous-path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := exchange(t, addr, targetRequest(c.method, c.target, "", c.extra...))

@@ -57,7 +57,7 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 		return probKeyExpired, "This idempotency key's recorded response expired at " + q.expiredAt.UTC().Format(time.RFC3339) +
 			", so the request was not forwarded: a retry this late is refused rather than executed again. Use a new key for a new operation.", OutcomeExpiredKey
 	case failAmbiguousPath:
-		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter, or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
+		return probAmbiguousPath, "The request path " + strconv.Quote(q.target.escaped) + " can be read two ways: it holds an encoded slash or backslash (%2F, %5C), a backslash, a \";\" path parameter (%3B too), a segment ending in encoded whitespace (%20), or dot segments that resolve differently with and without merging slashes, which upstreams read differently. Send the path in one plain form.", OutcomeAmbiguous
 	}
 	return failureProblem(f, err)
 }

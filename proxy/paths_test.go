@@ -55,6 +55,14 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 		{"X-HTTP-Method", "PUT", "/v1/charges", []string{"X-HTTP-Method: post"}, "missing-key"},
 		{"X-Method-Override", "GET", "/v1/charges", []string{"X-Method-Override: POST"}, "missing-key"},
 		{"an override naming an unprotected method", "POST", "/v1/charges", []string{"X-HTTP-Method-Override: GET"}, "missing-key"},
+		{"a trailing slash", "POST", "/v1/charges/", nil, "missing-key"},
+		{"two trailing slashes", "POST", "/v1/charges//", nil, "missing-key"},
+		{"a trailing slash and a query", "POST", "/v1/charges/?x=1", nil, "missing-key"},
+		{"a format suffix", "POST", "/v1/charges.json", nil, "missing-key"},
+		{"an encoded trailing space", "POST", "/v1/charges%20", nil, "ambiguous-path"},
+		{"an encoded trailing tab", "POST", "/v1/charges%09", nil, "ambiguous-path"},
+		{"an encoded path parameter", "POST", "/v1/charges%3Bx", nil, "ambiguous-path"},
+		{"an encoded path parameter, lower-case", "POST", "/v1/charges%3b", nil, "ambiguous-path"},
 		{"an encoded slash", "POST", "/v1%2Fcharges", nil, "ambiguous-path"},
 		{"an encoded slash, lower-case", "POST", "/v1%2fcharges", nil, "ambiguous-path"},
 		{"an encoded backslash", "POST", "/v1%5Ccharges", nil, "ambiguous-path"},
@@ -75,8 +83,16 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 	if n := e.up.calls.Load(); n != 0 {
 		t.Errorf("the upstream was called %d times", n)
 	}
-	if got := e.outcomes(defaultRoute, OutcomeAmbiguous) + e.outcomes("POST /v1/charges", OutcomeAmbiguous) + e.outcomes("/internal/", OutcomeAmbiguous); got != 11 {
-		t.Errorf("ambiguous outcomes = %v, want 11", got)
+	if got := e.outcomes(defaultRoute, OutcomeAmbiguous) + e.outcomes("POST /v1/charges", OutcomeAmbiguous) + e.outcomes("/internal/", OutcomeAmbiguous); got != 15 {
+		t.Errorf("ambiguous outcomes = %v, want 15", got)
+	}
+	// trailing_slash: distinct leaves /v1/charges/ to the routes it
+	// matches as sent; a space inside a segment is no trailing one.
+	d := newEnv(t, nil, chargesRoutes(func(p *Policy) { p.TrailingSlash = TrailingSlashDistinct }))
+	for _, target := range []string{"/v1/charges/", "/v1/my%20charges"} {
+		if r := d.raw(t, rawRequest("POST", target)); r.StatusCode != http.StatusCreated {
+			t.Errorf("%s: %d %q, want forwarded under the defaults", target, r.StatusCode, r.problemType())
+		}
 	}
 	// Case is the upstream's business: /V1/charges is another path here.
 	if r := e.raw(t, rawRequest("POST", "/V1/charges")); r.StatusCode != http.StatusCreated {

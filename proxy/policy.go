@@ -101,6 +101,11 @@ type Policy struct {
 	// PathCase insensitive matches the route's pattern in any case of
 	// its ASCII letters, for upstreams that do (ASP.NET, IIS).
 	PathCase PathCase `config:"path_case"`
+	// TrailingSlash same gives the route's policy to its path with a
+	// trailing slash too (/v1/charges/ for /v1/charges), as Express,
+	// ASP.NET Core and Spring MVC before 6 route it to the same handler;
+	// distinct leaves that spelling to the routes it matches as sent.
+	TrailingSlash TrailingSlash `config:"trailing_slash"`
 }
 
 // sources returns the key sources in force: KeySources, or the header
@@ -248,6 +253,23 @@ var pathCaseWords = enum.Words{"sensitive", "insensitive"}
 func (c PathCase) String() string                { return pathCaseWords.Name(int(c)) }
 func (c PathCase) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
 func (c *PathCase) UnmarshalText(b []byte) error { return parseWord(c, pathCaseWords, b) }
+
+// TrailingSlash says whether a route also takes its path spelled with a
+// trailing slash; in the configuration, "same" or "distinct".
+type TrailingSlash uint8
+
+const (
+	// TrailingSlashSame: /v1/charges/ gets the /v1/charges route.
+	TrailingSlashSame TrailingSlash = iota
+	// TrailingSlashDistinct: /v1/charges/ is another path.
+	TrailingSlashDistinct
+)
+
+var trailingSlashWords = enum.Words{"same", "distinct"}
+
+func (s TrailingSlash) String() string                { return trailingSlashWords.Name(int(s)) }
+func (s TrailingSlash) MarshalText() ([]byte, error)  { return []byte(s.String()), nil }
+func (s *TrailingSlash) UnmarshalText(b []byte) error { return parseWord(s, trailingSlashWords, b) }
 
 func boolIndex(b bool) int {
 	if b {

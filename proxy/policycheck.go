@@ -107,6 +107,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	}
 	c.word("ambiguous_paths", ambiguousWords, int(p.AmbiguousPaths))
 	c.word("path_case", pathCaseWords, int(p.PathCase))
+	c.word("trailing_slash", trailingSlashWords, int(p.TrailingSlash))
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 // route is a Route compiled for the request path.
@@ -125,15 +126,16 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 // of its readings is protected, or its path can be read two ways and one
 // of them is protected by a route that rejects ambiguous paths.
 func (tb *routeTable) match(r *http.Request, t *target) *route {
-	rt := tb.lookup(r, t.method, t.path, t.escaped)
+	rt, routed := tb.lookupSpelling(r, t.method, t)
 	if t.method != t.own && !rt.protects(t.method) {
 		// The upstream may ignore the override: as its own method the
 		// request may fall on a route that protects it (POST with an
 		// override naming GET is still a POST to such an upstream).
-		if own := tb.lookup(r, t.own, t.path, t.escaped); own.protects(t.own) {
-			rt = own
+		if own, p := tb.lookupSpelling(r, t.own, t); own.protects(t.own) {
+			rt, routed = own, p
 		}
 	}
+	t.routed = routed
 	if t.overrides != overrideNone && tb.anyReadingProtected(r, t) {
 		t.refuse = failAmbiguousMethod
 		return rt
@@ -157,15 +159,83 @@ func (tb *routeTable) match(r *http.Request, t *target) *route {
 // its own method or with any method its override headers name: each is
 // the method some upstream applies.
 func (tb *routeTable) anyReadingProtected(r *http.Request, t *target) bool {
-	if tb.lookup(r, t.own, t.path, t.escaped).protects(t.own) {
+	if own, _ := tb.lookupSpelling(r, t.own, t); own.protects(t.own) {
 		return true
 	}
 	for _, m := range t.named {
-		if tb.lookup(r, m, t.path, t.escaped).protects(m) {
+		if rt, _ := tb.lookupSpelling(r, m, t); rt.protects(m) {
 			return true
 		}
 	}
 	return false
+}
+
+// lookupSpelling returns the route of r read as t with method, and the
+// path it matched. That is t's path, unless another route's pattern is
+// more specific for one of the spellings upstreams route to it: the path
+// without its trailing slashes, on a route with trailing_slash: same
+// (Express, ASP.NET Core, Spring MVC before 6), or without a format
+// suffix, as Rails routes /v1/charges.json to /v1/charges. Such a route
+// is taken only when it protects method: giving a protected route every
+// spelling of its path costs a key where an upstream reads another path,
+// never an unprotected execution where it reads this one.
+func (tb *routeTable) lookupSpelling(r *http.Request, method string, t *target) (*route, string) {
+	rt := tb.lookup(r, method, t.path, t.escaped)
+	if tb.mux == nil {
+		return rt, t.path
+	}
+	if p := strings.TrimRight(t.path, "/"); p != t.path && p != "" {
+		if other := tb.lookup(r, method, p, t.escaped); tb.moreSpecific(other, rt) && other.protects(method) && other.policy.TrailingSlash == TrailingSlashSame {
+			return other, p
+		}
+	}
+	if p, ok := withoutFormatSuffix(t.path); ok {
+		if other := tb.lookup(r, method, p, t.escaped); tb.moreSpecific(other, rt) && other.protects(method) {
+			return other, p
+		}
+	}
+	return rt, t.path
+}
+
+// moreSpecific reports whether the route a spelling matched, other, is
+// more specific than rt, the one the path as sent matched: rt is the
+// defaults, or a pattern with a shorter path (a subtree, /v1/, or a
+// wildcard, /v1/{rest...}). A route for the spelling itself
+// (POST /v1/charges/ beside POST /v1/charges) is as long and keeps it.
+func (tb *routeTable) moreSpecific(other, rt *route) bool {
+	if other == tb.fallback || other == rt {
+		return false
+	}
+	return rt == tb.fallback || len(patternPath(other.label)) > len(patternPath(rt.label))
+}
+
+// patternPath is the path of a route pattern, without its method, host
+// and trailing slash: "/v1/charges" for "POST shop.example/v1/charges/".
+func patternPath(pattern string) string {
+	if i := strings.IndexByte(pattern, ' '); i >= 0 {
+		pattern = strings.TrimLeft(pattern[i:], " \t")
+	}
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		pattern = pattern[i:]
+	}
+	return strings.TrimRight(pattern, "/")
+}
+
+// withoutFormatSuffix returns the normal path p without the format suffix
+// its last segment ends in — a dot and one to ten ASCII letters or digits
+// after a name: "/v1/charges" for "/v1/charges.json" — and whether it
+// had one.
+func withoutFormatSuffix(p string) (string, bool) {
+	dot := strings.LastIndexByte(p, '.')
+	if dot < 0 || dot == len(p)-1 || len(p)-dot > 11 || p[dot-1] == '/' {
+		return p, false
+	}
+	for i := dot + 1; i < len(p); i++ {
+		if c := p[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return p, false // a "/" after the dot too: not the last segment
+		}
+	}
+	return p[:dot], true
 }
 
 // lookup returns the route of a request like r with method and the

@@ -36,8 +36,14 @@ type target struct {
 	// (ServeMux also merges repeated slashes) and the fingerprint hashes
 	// it.
 	path string
+	// routed is the spelling of path the route matched: path, or path
+	// without its trailing slashes or format suffix when the route took
+	// that spelling (routeTable.lookupSpelling). Keys from the payload
+	// are namespaced by it. Set by the route table.
+	routed string
 	// odd is set when the path can be read two ways: an encoded slash or
-	// backslash (%2F, %5C), a backslash, a ";" path parameter, or dot
+	// backslash (%2F, %5C), a backslash, a ";" path parameter (%3B too),
+	// a segment ending in encoded whitespace (%20, %09), or dot
 	// segments that RFC 3986 and slash-merging servers resolve
 	// differently (next to empty segments, or last).
 	odd bool
@@ -170,8 +176,10 @@ func normalPath(p string) (norm string, odd bool) {
 			escapes = true
 			if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
 				switch b := unhex(p[i+1])<<4 | unhex(p[i+2]); b {
-				case '/', '\\':
+				case '/', '\\', ';':
 					odd = true
+				case ' ', '\t':
+					odd = odd || endsSegment(p, i+3)
 				}
 			}
 		case ';', '\\':
@@ -201,6 +209,18 @@ func normalPath(p string) (norm string, odd bool) {
 		}
 	}
 	return norm, odd
+}
+
+// endsSegment reports whether only encoded spaces and tabs stand between
+// p[i:] and the end of its segment: a segment ending in whitespace, which
+// IIS and ASP.NET trim (/v1/charges%20 is /v1/charges there).
+func endsSegment(p string, i int) bool {
+	for ; i < len(p) && p[i] != '/'; i += 3 {
+		if p[i] != '%' || i+2 >= len(p) || !(p[i+1] == '2' && p[i+2] == '0' || p[i+1] == '0' && p[i+2] == '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeUnreserved decodes the percent-escapes of RFC 3986 unreserved
@@ -286,9 +306,10 @@ func cleanPath(p string) string {
 }
 
 // splitReading is the other reading of an odd path: encoded slashes and
-// backslashes, and backslashes, as path separators, and ";" path
-// parameters dropped from their segments, as servlet containers, IIS and
-// decoding frameworks read them.
+// backslashes, and backslashes, as path separators, ";" path parameters
+// (encoded too) dropped from their segments, and whitespace ending a
+// segment trimmed, as servlet containers, Spring, IIS and decoding
+// frameworks read them.
 func splitReading(p string) string {
 	var b strings.Builder
 	b.Grow(len(p))
@@ -296,9 +317,16 @@ func splitReading(p string) string {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		if c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-			if d := unhex(p[i+1])<<4 | unhex(p[i+2]); d == '/' || d == '\\' {
+			switch d := unhex(p[i+1])<<4 | unhex(p[i+2]); {
+			case d == '/' || d == '\\':
 				c = '/'
 				i += 2
+			case d == ';':
+				c = ';'
+				i += 2
+			case (d == ' ' || d == '\t') && endsSegment(p, i+3):
+				i += 2
+				continue // trimmed
 			}
 		}
 		switch {
@@ -364,7 +392,11 @@ func fpReading(t *target, rt *route) readAs {
 // to the upstream then shares the key and differs in its fingerprint: a
 // 422, never a second execution.
 func keyReading(t *target, rt *route) readAs {
-	p := cleanPath(t.path)
+	p := t.routed
+	if p == "" {
+		p = t.path // a target no route table read
+	}
+	p = cleanPath(p)
 	if rt.insensitive() {
 		p = lowerASCII(p)
 	}

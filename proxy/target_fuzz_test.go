@@ -15,6 +15,7 @@ func FuzzNormalPath(f *testing.F) {
 	for _, s := range []string{
 		"/v1/charges", "/v1/%63harges", "/internal/%2e%2e/v1/charges", "/a/./b/../c", "/a//../b",
 		"/v1%2Fcharges", "/v1/charges;x", "/%25%32%65", "/a/%2E./b", "/..%2e/x", "/caf%C3%A9/", "/a\\b",
+		"/v1/charges%20", "/v1/charges%3Bx", "/v1/my%20charges/", "/v1/charges.json", "/v1/charges//",
 	} {
 		f.Add(s)
 	}
@@ -26,6 +27,9 @@ func FuzzNormalPath(f *testing.F) {
 			return // net/http refuses it before the proxy sees it
 		}
 		norm, odd := normalPath(p)
+		if base, ok := withoutFormatSuffix(norm); ok && (!strings.HasPrefix(norm, base) || strings.Contains(norm[len(base):], "/")) {
+			t.Fatalf("withoutFormatSuffix(%q) = %q: not the path without its last segment's suffix", norm, base)
+		}
 		if hasDotSegment(norm) {
 			t.Fatalf("normalPath(%q) = %q keeps a dot segment", p, norm)
 		}
@@ -34,6 +38,11 @@ func FuzzNormalPath(f *testing.F) {
 		}
 		if odd {
 			return
+		}
+		// What the proxy does not flag, the splitting upstreams read as
+		// the proxy does.
+		if split := splitReading(p); split != norm {
+			t.Fatalf("splitReading(%q) = %q, its normal form %q, and it is not flagged odd", p, split, norm)
 		}
 		sent, _ := url.PathUnescape(p)
 		read, err := url.PathUnescape(norm)

@@ -19,6 +19,7 @@ tools=(
   "redis-server redis-server"
   "redis-cli redis-tools"
   "node nodejs"
+  "npm npm"
   "python3 python3"
   "/usr/lib/postgresql/15/bin/initdb postgresql"
   "/usr/lib/postgresql/15/bin/postgres postgresql"
