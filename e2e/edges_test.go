@@ -98,3 +98,35 @@ func TestCookieKeyReadTwoWaysIsRefused(t *testing.T) {
 		t.Errorf("Cookie: sid=c2: %d then %d replayed=%q, want executed then replayed", first.Status, again.Status, again.Header.Get("Idempotent-Replayed"))
 	}
 }
+
+// TestCookieScopeReadTwoWaysIsRefused runs the built binary with keys
+// scoped by the cookie sid and sends a key with "sid=c1, sid=c2", which
+// net/http reads as the session "c1, sid=c2" and Python's http.cookies as
+// c2: the scope would not be the session the upstream acts for, and c2's
+// own retry would run the key again under another scope. It is refused
+// with 400 invalid-key and never forwarded; the plain cookie scopes the
+// key.
+func TestCookieScopeReadTwoWaysIsRefused(t *testing.T) {
+	up := startUpstream(t)
+	p := startProxy(t, "cookie-scope", proxyConfig{
+		Upstream: up.URL(),
+		Memory:   true,
+		Defaults: map[string]string{"scope_headers": `["Cookie:sid"]`},
+	})
+	addr := strings.TrimPrefix(p.URL(), "http://")
+	for _, cookie := range []string{"sid=c1, sid=c2", "sid=c1 sid=c2", "sid= c2"} {
+		r := exchange(t, addr, rawRequest("/v1/orders", "shop.example", "ord-1", "{}", "Cookie: "+cookie))
+		if r.Status != http.StatusBadRequest || r.Problem() != "invalid-key" {
+			t.Errorf("Cookie: %s: %d %s, want 400 invalid-key", cookie, r.Status, r.Body)
+		}
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("the upstream executed %d requests scoped by a cookie it reads otherwise", n)
+	}
+	first := exchange(t, addr, rawRequest("/v1/orders", "shop.example", "ord-1", "{}", "Cookie: sid=c2"))
+	again := exchange(t, addr, rawRequest("/v1/orders", "shop.example", "ord-1", "{}", "Cookie: sid=c2"))
+	if first.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("Cookie: sid=c2: %d then %d replayed=%q, want executed then replayed", first.Status, again.Status, again.Header.Get("Idempotent-Replayed"))
+	}
+	up.onlyExecution(t, "ord-1")
+}

@@ -28,3 +28,22 @@ func TestCookieScopeSeesTheCookieTheUpstreamReads(t *testing.T) {
 		t.Fatalf("bob got %q (replayed=%v): another session's response", bob.body, bob.replayed())
 	}
 }
+
+// A Cookie:NAME scope that upstreams read two ways is refused: net/http
+// reads "session=alice, session=bob" as the session "alice, session=bob",
+// Python's http.cookies as bob, so the scope the proxy hashes may not be
+// the session the upstream acts for.
+func TestCookieScopeReadTwoWaysIsRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.ScopeHeaders = []ScopeHeader{{Cookie: "session"}} }))
+	for _, cookie := range []string{"session=alice, session=bob", "session=alice session=bob", "session=a,b", "session= bob"} {
+		if r := e.do(t, "POST", "/x", "k-1", "{}", "Cookie", cookie); r.StatusCode != http.StatusBadRequest || r.problemType() != "invalid-key" {
+			t.Errorf("Cookie: %s: %d %q, want 400 invalid-key", cookie, r.StatusCode, r.problemType())
+		}
+	}
+	if n := e.up.calls.Load(); n != 0 {
+		t.Errorf("the upstream was called %d times", n)
+	}
+	if r := e.do(t, "POST", "/x", "k-1", "{}", "Cookie", "theme=a b; session=bob"); r.StatusCode != http.StatusCreated {
+		t.Errorf("another cookie holding a space: %d %q, want executed", r.StatusCode, r.problemType())
+	}
+}

@@ -199,6 +199,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.key, q.keyFrom = key, from
+	if err := scopeCookiesReadOneWay(r.Header["Cookie"], q.route.scope); err != nil {
+		h.refuse(w, q, failInvalidKey, err)
+		return
+	}
 	keepKeyHeaders(r.Header, q.route.sources)
 	if !haveBody && !h.readBody(w, q) {
 		return

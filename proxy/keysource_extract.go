@@ -132,9 +132,14 @@ var (
 	errCookieCount = errors.New("more than 3000 cookies are sent, and a Go upstream then reads none")
 )
 
-// cookieValueSeparators are the bytes in a cookie value that upstreams
-// read differently.
-const cookieValueSeparators = "\\\", \t"
+// cookieValueSeparators are the bytes in a cookie key that upstreams read
+// differently: a quote and a backslash, then cookieSplitters.
+const cookieValueSeparators = "\\\"" + cookieSplitters
+
+// cookieSplitters are the bytes at which some upstreams end a cookie's
+// value where net/http reads on: Python's http.cookies at whitespace, RFC
+// 2965 parsers at a comma.
+const cookieSplitters = ", \t"
 
 // cookieKey returns the value of the cookie called name in the Cookie
 // header lines, read as net/http's (*Request).Cookie reads it: pairs split

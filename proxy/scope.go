@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"net/textproto"
 	"strings"
@@ -74,3 +75,24 @@ func (s *ScopeHeader) UnmarshalText(text []byte) error {
 	*s = ScopeHeader{Header: textproto.CanonicalMIMEHeaderKey(v)}
 	return nil
 }
+
+// scopeCookiesReadOneWay returns an error when a Cookie:NAME scope cookie
+// in the Cookie header lines holds a comma, a space or a tab: the scope
+// hashes "c1, sid=c2" whole, as net/http reads it, while Python's
+// http.cookies reads the session c2, so one session's key could run
+// again under a second scope.
+func scopeCookiesReadOneWay(lines []string, scope []ScopeHeader) error {
+	for _, s := range scope {
+		if s.Cookie == "" {
+			continue
+		}
+		split := false
+		forEachCookie(lines, s.Cookie, func(v string) { split = split || strings.ContainsAny(v, cookieSplitters) })
+		if split {
+			return fmt.Errorf("%w (%s)", errScopeCookieSplit, s)
+		}
+	}
+	return nil
+}
+
+var errScopeCookieSplit = errors.New("the cookie that scopes the idempotency key holds a comma, a space or a tab, which upstreams read differently")
