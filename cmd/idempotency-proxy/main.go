@@ -109,30 +109,36 @@ func buildVersion() string {
 	return versionOf(bi)
 }
 
-// versionOf is the module version the build recorded; for a build of a
-// checkout ("(devel)"), the commit it was built from, with "-dirty" when
-// the tree had changes: "devel+3f2a1b9c0d4e-dirty". "devel" when the build
-// recorded neither (-buildvcs=false, no VCS).
+// versionOf is the tag the build recorded ("v1.4.0"); for a build of a
+// checkout, the commit it was built from, with "-dirty" when the tree had
+// changes: "devel+3f2a1b9c0d4e-dirty". Since Go 1.24 such a build records
+// a pseudo-version ("v0.0.0-20261130091721-3f2a1b9c0d4e+dirty"), which
+// names the same commit less readably, so it gets the same form. "devel"
+// when the build recorded neither (-buildvcs=false, no VCS).
 func versionOf(bi *debug.BuildInfo) string {
 	if bi == nil {
 		return "devel"
-	}
-	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
 	}
 	var rev, dirty string
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			rev = s.Value
+			rev = s.Value[:min(12, len(s.Value))]
 		case "vcs.modified":
 			if s.Value == "true" {
 				dirty = "-dirty"
 			}
 		}
 	}
-	if rev == "" {
+	v := bi.Main.Version
+	// A pseudo-version always carries the commit's first 12 hex digits;
+	// a tag does not.
+	fromCheckout := v == "" || v == "(devel)" || (rev != "" && strings.Contains(v, "-"+rev))
+	switch {
+	case !fromCheckout:
+		return v
+	case rev == "":
 		return "devel"
 	}
-	return "devel+" + rev[:min(12, len(rev))] + dirty
+	return "devel+" + rev + dirty
 }
