@@ -90,10 +90,13 @@ type Change struct {
 }
 
 // Changes lists the keys whose value differs between old and c, in file
-// order, and whether each needs a restart (RestartNeeded).
-func (c *Config) Changes(old *Config) []Change {
+// order, and whether each waits for a restart: whether its new value
+// differs from the one the process started with (RestartNeeded against
+// started, not old), so an edit back to the running value waits for
+// nothing.
+func (c *Config) Changes(old, started *Config) []Change {
 	restart := map[string]bool{}
-	for _, k := range c.RestartNeeded(old) {
+	for _, k := range c.RestartNeeded(started) {
 		restart[k] = true
 	}
 	before := map[string]Setting{}

@@ -129,7 +129,7 @@ func TestViewLoadsToTheSameConfiguration(t *testing.T) {
 func TestChangesListOldAndNewValues(t *testing.T) {
 	old := loadView(t, Source{File: writeYAML(t, "upstream:\n  url: http://127.0.0.1:3000\nadmin:\n  token: one\nroutes:\n  - match: /a/\n")})
 	next := loadView(t, Source{File: writeYAML(t, "upstream:\n  url: http://127.0.0.1:3001\nadmin:\n  token: two\ndefaults:\n  ttl: 1h\nroutes:\n  - match: /a/\n    ttl: 2h\n  - match: /b/\n")})
-	got := next.Changes(old)
+	got := next.Changes(old, old)
 	want := []Change{
 		{Key: "upstream.url", Old: "http://127.0.0.1:3000", New: "http://127.0.0.1:3001", Restart: true},
 		{Key: "admin.token", Old: "xxxxx", New: "xxxxx"},
@@ -144,8 +144,23 @@ func TestChangesListOldAndNewValues(t *testing.T) {
 			t.Errorf("change %+v, want only routes[1] appearing", ch)
 		}
 	}
-	if got := old.Changes(old); len(got) != 0 {
+	if got := old.Changes(old, old); len(got) != 0 {
 		t.Errorf("no edit: changes %+v", got)
+	}
+}
+
+// An edit that puts a restart-only key back to the value the process
+// runs with changes it, but nothing waits for a restart any more.
+func TestChangeBackToTheRunningValueWaitsForNoRestart(t *testing.T) {
+	started := loadView(t, Source{File: writeYAML(t, "upstream:\n  url: http://127.0.0.1:3000\n")})
+	edited := loadView(t, Source{File: writeYAML(t, "upstream:\n  url: http://127.0.0.1:3001\n")})
+	if got := edited.Changes(started, started); len(got) != 1 || !got[0].Restart {
+		t.Fatalf("edit to a new upstream: changes %+v, want upstream.url waiting for a restart", got)
+	}
+	got := started.Changes(edited, started)
+	want := []Change{{Key: "upstream.url", Old: "http://127.0.0.1:3001", New: "http://127.0.0.1:3000"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("edit back to the running upstream: changes %+v, want %+v", got, want)
 	}
 }
 

@@ -162,8 +162,9 @@ func (r *reloader) reload(trigger string) {
 	r.current = next
 	r.mu.Unlock()
 	// What this reload changed, against the configuration before it;
-	// restart says which of those wait for a restart.
-	changes := next.Changes(prev)
+	// restart says which of those wait for a restart, against the one
+	// the process runs with.
+	changes := next.Changes(prev, r.started)
 	if changes == nil {
 		changes = []config.Change{}
 	}
