@@ -37,7 +37,7 @@ func runConfigView(args, env []string, stdout, stderr io.Writer) int {
 	if err == nil && fs.NArg() > 0 {
 		err = fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	c := &keysCmd{method: http.MethodGet, path: "/admin/config"}
+	c := &keysCmd{name: "idempotency-proxy config", method: http.MethodGet, path: "/admin/config"}
 	if err == nil {
 		err = c.connect(*adminURL, *tokenFile, env)
 	}

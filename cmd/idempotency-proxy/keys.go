@@ -45,6 +45,7 @@ included; the problem is printed on stderr), 2 bad usage.
 
 // keysCmd is one parsed `keys` invocation.
 type keysCmd struct {
+	name      string // what its messages start with: "idempotency-proxy keys"
 	admin     *url.URL
 	token     string
 	tokenFrom string // where token came from: adminTokenEnv or "--token-file FILE"
@@ -128,7 +129,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(args, " "))
 	}
 
-	c := &keysCmd{method: http.MethodGet}
+	c := &keysCmd{name: "idempotency-proxy keys", method: http.MethodGet}
 	if err := c.connect(*adminURL, *tokenFile, env); err != nil {
 		return nil, err
 	}
@@ -226,7 +227,7 @@ func cliToken(file string, env []string) (string, error) {
 func (c *keysCmd) run(stdout, stderr io.Writer) int {
 	req, err := http.NewRequest(c.method, strings.TrimSuffix(c.admin.String(), "/")+c.path, bytes.NewReader(c.body))
 	if err != nil {
-		fmt.Fprintf(stderr, "idempotency-proxy keys: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
 		return exitUsage
 	}
 	if c.body != nil {
@@ -238,13 +239,13 @@ func (c *keysCmd) run(stdout, stderr io.Writer) int {
 	client := &http.Client{Timeout: 30 * time.Second}
 	res, err := client.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "idempotency-proxy keys: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
 		return exitFailure
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
-		fmt.Fprintf(stderr, "idempotency-proxy keys: reading the answer: %v\n", err)
+		fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
 		return exitFailure
 	}
 	if res.StatusCode == http.StatusUnauthorized {
@@ -263,7 +264,7 @@ func (c *keysCmd) run(stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "%s\n", bytes.TrimSpace(body))
 		if res.StatusCode == http.StatusNotFound && !strings.Contains(res.Header.Get("Content-Type"), "problem") {
-			fmt.Fprintln(stderr, "idempotency-proxy keys: the admin API is off on this proxy: set admin.token or admin.token_file")
+			fmt.Fprintf(stderr, "%s: the admin API is off on this proxy: set admin.token or admin.token_file\n", c.name)
 		}
 		return exitFailure
 	}

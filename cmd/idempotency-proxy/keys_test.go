@@ -149,3 +149,19 @@ func TestKeysUnauthorizedSaysHowToSetTheToken(t *testing.T) {
 		}
 	}
 }
+
+// Each command's failures start with its own name: `config` is not `keys`.
+func TestAdminCommandsNameThemselvesInTheirErrors(t *testing.T) {
+	f := newFakeAdmin(t)
+	f.srv.Close()
+	for _, args := range [][]string{
+		{"config", "--admin", f.srv.URL},
+		{"keys", "list", "--admin", f.srv.URL},
+	} {
+		code, _, errs := runBinary(t, nil, args...)
+		want := "idempotency-proxy " + args[0] + ": "
+		if code != 1 || !strings.HasPrefix(errs, want) || strings.Count(errs, "idempotency-proxy ") != 1 {
+			t.Errorf("%v with the admin listener down: exit %d, stderr %q; want 1 and one line starting %q", args, code, errs, want)
+		}
+	}
+}
