@@ -12,7 +12,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/config"
-	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/filestore"
 )
 
 // checkTimeout bounds each network check of --check.
@@ -56,10 +56,10 @@ func checkStore(c config.Store, line func(status, what, detail string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	st, err := openStore(c, slog.New(slog.DiscardHandler))
-	if errors.Is(err, store.ErrInUse) {
+	if inUse := (*filestore.InUseError)(nil); errors.As(err, &inUse) {
 		// The running proxy holds it (a startup probe runs --check in
 		// the proxy's container): that is the store working.
-		line("ok", "store", err.Error())
+		line("ok", "store", storeTarget(c)+": "+inUse.HeldBy())
 		return
 	}
 	if err != nil {
@@ -75,6 +75,11 @@ func checkStore(c config.Store, line func(status, what, detail string)) {
 	hr, ok := st.(admin.HealthReporter)
 	if !ok {
 		line("ok", "store", target+" answers")
+		return
+	}
+	if c.Kind == "memory" {
+		// Nothing to reach: say what it is instead of naming it twice.
+		line("ok", "store", "memory, in this process: every lease and record is lost when it exits")
 		return
 	}
 	h, err := hr.Health(ctx)

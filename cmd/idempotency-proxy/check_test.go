@@ -37,6 +37,10 @@ func TestCheckPassesWhenStoreAndUpstreamAnswer(t *testing.T) {
 	if got := strings.Join(checkLines(t, out), ", "); got != "ok config, ok store, ok upstream" {
 		t.Errorf("checks = %s\n%s", got, out)
 	}
+	// The memory store says what it is, once.
+	if !regexp.MustCompile(`(?m)^ok +store +memory, in this process: every lease and record is lost when it exits$`).MatchString(out) {
+		t.Errorf("--check on the memory store:\n%s\nwant it described, not named twice", out)
+	}
 	if execs.Load() != 0 {
 		t.Error("--check sent an HTTP request upstream; it must only connect")
 	}
@@ -156,7 +160,8 @@ func TestCheckOfTheFileStore(t *testing.T) {
 	}
 	defer held.Close()
 	code, out, errs = runBinary(t, nil, "--upstream", up.URL, "--store-path", dir, "--check")
-	if code != 0 || !regexp.MustCompile(`ok +store +.*in use by another process \(pid `+strconv.Itoa(os.Getpid())+`\)`).MatchString(out) {
-		t.Fatalf("directory held by a proxy: exit %d\n%s%s\nwant 0 naming the holder's pid", code, out, errs)
+	if code != 0 || !regexp.MustCompile(`ok +store +file `+regexp.QuoteMeta(dir)+`: open in the running proxy \(pid `+strconv.Itoa(os.Getpid())+`\)\n`).MatchString(out) ||
+		strings.Contains(out, "in use by another process") {
+		t.Fatalf("directory held by a proxy: exit %d\n%s%s\nwant 0 naming the holder's pid, in words that do not read as a failure", code, out, errs)
 	}
 }

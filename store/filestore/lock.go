@@ -29,7 +29,7 @@ func lockDir(dir string) (*os.File, error) {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			// Two processes over one directory would each believe they
 			// own its leases.
-			return nil, fmt.Errorf("file store %s: %w%s: one proxy process per directory", dir, store.ErrInUse, holder(path))
+			return nil, &InUseError{Dir: dir, PID: holder(path)}
 		}
 		return nil, fmt.Errorf("file store %s: lock %s: %w", dir, path, err)
 	}
@@ -39,11 +39,38 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// holder names the pid written in the lock file, if it can be read.
+// InUseError is the directory held by another process; it wraps
+// store.ErrInUse.
+type InUseError struct {
+	Dir string
+	PID string // the holder's, as written in the lock file; "" when unreadable
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("file store %s: %v%s: one proxy process per directory", e.Dir, store.ErrInUse, e.holder())
+}
+
+func (e *InUseError) Unwrap() error { return store.ErrInUse }
+
+// holder is " (pid N)", or "" when the pid is unknown.
+func (e *InUseError) holder() string {
+	if e.PID == "" {
+		return ""
+	}
+	return " (pid " + e.PID + ")"
+}
+
+// HeldBy says who has the directory open, for a caller to which that is
+// the store working (--check beside the running proxy).
+func (e *InUseError) HeldBy() string {
+	return "open in the running proxy" + e.holder()
+}
+
+// holder reads the pid written in the lock file, "" if it cannot.
 func holder(path string) string {
 	b, err := os.ReadFile(path)
-	if pid := strings.TrimSpace(string(b)); err == nil && pid != "" {
-		return " (pid " + pid + ")"
+	if err != nil {
+		return ""
 	}
-	return ""
+	return strings.TrimSpace(string(b))
 }
