@@ -165,3 +165,25 @@ func TestCheckOfTheFileStore(t *testing.T) {
 		t.Fatalf("directory held by a proxy: exit %d\n%s%s\nwant 0 naming the holder's pid, in words that do not read as a failure", code, out, errs)
 	}
 }
+
+// A Postgres URL without sslmode is dialled twice, with TLS and without
+// (pgx's sslmode=prefer); a refused connection is said once, not once an
+// attempt.
+func TestCheckSaysARefusedPostgresConnectionOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, out, _ := runBinary(t, nil, "--upstream", "http://"+addr, "--postgres-url", "postgres://idem:secret@"+addr+"/app", "--check")
+	var storeLine string
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "FAIL  store") {
+			storeLine = l
+		}
+	}
+	if code != 1 || strings.Count(out, "connection refused") != 2 || strings.Count(storeLine, "connection refused") != 1 || strings.Contains(storeLine, "\t") {
+		t.Errorf("exit %d, stdout:\n%s\nwant 1 and one store line saying the connection was refused once (the other is the upstream's)", code, out)
+	}
+}

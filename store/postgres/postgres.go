@@ -263,7 +263,7 @@ func (s *Store) translate(op string, err error) error {
 			s.prepared.Store(false)
 		}
 	}
-	return fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, err)
+	return fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, sayAttemptsOnce(err))
 }
 
 // tokenLen is the length of a token: 128 random bits, hex-encoded.
