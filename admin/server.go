@@ -143,6 +143,7 @@ func New(opts Options) *Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", h.serveReady)
+	mux.HandleFunc("GET /{$}", h.serveIndex)
 	h.routeKeys(mux)
 	if opts.PProf {
 		routePProf(mux, h.token)
