@@ -92,6 +92,11 @@ func withSite(root string, next http.Handler) http.Handler {
 				if strings.HasPrefix(r.URL.Path, p) {
 					// Always the current files: the example is edited live.
 					w.Header().Set("Cache-Control", "no-store")
+					if strings.HasSuffix(r.URL.Path, ".md") {
+						// The page links its README: a browser shows
+						// text/plain, but downloads text/markdown.
+						w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+					}
 					files.ServeHTTP(w, r)
 					return
 				}
