@@ -34,6 +34,11 @@ func runConfigView(args, env []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, configUsage)
 		return exitOK
 	}
+	if err != nil {
+		if s := flagSuggestion(err, fs); s != "" {
+			err = fmt.Errorf("%w; did you mean %s?", err, s)
+		}
+	}
 	if err == nil && fs.NArg() > 0 {
 		err = fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}

@@ -196,6 +196,9 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if s := flagSuggestion(err, fs); s != "" {
+				return nil, fmt.Errorf("%w; did you mean %s?", err, s)
+			}
 			return nil, err
 		}
 		if fs.NArg() == 0 {

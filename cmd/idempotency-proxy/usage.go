@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
 )
 
 // usageHead and usageTail frame the flag list printed by --help. They name
@@ -91,6 +93,25 @@ func parseFailed(err error, fs *flag.FlagSet, stdout, stderr io.Writer) int {
 		printUsage(stdout, fs)
 		return exitOK
 	}
+	if s := flagSuggestion(err, fs); s != "" {
+		fmt.Fprintf(stderr, "Did you mean %s?\n", s)
+	}
 	fmt.Fprintf(stderr, "Run %s --help for usage.\n", fs.Name())
 	return exitUsage
+}
+
+// flagSuggestion is the defined flag that the undefined one of err is a
+// typo of ("--upstream" for --upstrem), or "": a key gets a did-you-mean,
+// so does a flag.
+func flagSuggestion(err error, fs *flag.FlagSet) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	var known []string
+	fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
+	if best := enum.Nearest(strings.TrimLeft(name, "-"), known); best != "" {
+		return "--" + best
+	}
+	return ""
 }

@@ -66,3 +66,25 @@ func TestBadFlagPointsToHelp(t *testing.T) {
 		t.Errorf("stderr %q, want the bad flag named and a pointer to --help, without the whole help", errs)
 	}
 }
+
+// A mistyped flag is named with the flag it is a typo of, as a mistyped
+// key is; one that is no typo gets no guess.
+func TestMistypedFlagGetsADidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstrem", "http://127.0.0.1:3000"}, "Did you mean --upstream?\n"},
+		{[]string{"--postgres-ulr", "postgres://x"}, "Did you mean --postgres-url?\n"},
+		{[]string{"keys", "list", "--limt", "5"}, "did you mean --limit?"},
+		{[]string{"config", "--admn", "http://127.0.0.1:9090"}, "did you mean --admin?"},
+	} {
+		code, _, errs := runBinary(t, nil, tc.args...)
+		if code != exitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errs, exitUsage, tc.want)
+		}
+	}
+	if _, _, errs := runBinary(t, nil, "--frobnicate"); strings.Contains(strings.ToLower(errs), "did you mean") {
+		t.Errorf("--frobnicate: stderr %q, want no guess", errs)
+	}
+}
