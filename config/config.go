@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"time"
 
@@ -23,9 +24,24 @@ var ErrInvalid = errors.New("invalid configuration")
 type Problem struct {
 	Path   string
 	Reason string
+	// File and Line say where in the configuration file the value is,
+	// when it came from there; Line is 0 otherwise.
+	File string
+	Line int
 }
 
-func (p *Problem) Error() string { return p.Path + ": " + p.Reason }
+// Error is "path: reason", or "file:line: path: reason" for a value from
+// the file, which an editor jumps to. A problem of the file as a whole
+// has the file as its path: "file:line: reason".
+func (p *Problem) Error() string {
+	switch {
+	case p.Line == 0:
+		return p.Path + ": " + p.Reason
+	case p.Path == p.File:
+		return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Reason)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Path, p.Reason)
+}
 
 // Unwrap makes errors.Is(err, ErrInvalid) true for every problem.
 func (p *Problem) Unwrap() error { return ErrInvalid }

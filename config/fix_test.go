@@ -43,7 +43,7 @@ func TestProblemsSayHowToFix(t *testing.T) {
 		}, []string{
 			`admin_listen: invalid address "9090" (want host:port, e.g. :8080) (from --admin-listen)`,
 			`upstream.url: scheme must be http or https, not "ftp" (from IDEMPOTENCY_PROXY_UPSTREAM_URL)`,
-			"defaults.lock_ttl: 30s (built-in default) exceeds ttl 10s (from IDEMPOTENCY_PROXY_DEFAULTS_TTL)",
+			"defaults.lock_ttl: 30s (built-in default) exceeds ttl 10s (from IDEMPOTENCY_PROXY_DEFAULTS_TTL): lower lock_ttl or raise ttl",
 		}},
 		{"redis without an address", Source{Env: []string{
 			"IDEMPOTENCY_PROXY_UPSTREAM_URL=http://127.0.0.1:3000",

@@ -2,7 +2,9 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -22,8 +24,12 @@ func problemLines(t *testing.T, src Source) []string {
 	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("errors.Is(err, ErrInvalid) = false for %v", err)
 	}
-	return strings.Split(err.Error(), "\n")
+	return strings.Split(fileLine.ReplaceAllString(err.Error(), ""), "\n")
 }
+
+// fileLine is the "file:line: " a problem of a file's value starts with;
+// problemLines leaves it out, TestProblemsNameTheLineInTheFile checks it.
+var fileLine = regexp.MustCompile(`(?m)^[^ :]+\.yaml:\d+: `)
 
 type invalidCase struct {
 	file string
@@ -106,11 +112,11 @@ var invalidFiles = []invalidCase{
 		"store.postgres.max_conns: must be >= 1, not 0",
 	}},
 	{"invalid-lock-ttl.yaml", []string{
-		"routes[0].lock_ttl: 40s (from defaults) exceeds ttl 30s",
+		"routes[0].lock_ttl: 40s (from defaults) exceeds ttl 30s: lower lock_ttl or raise ttl",
 	}},
 	// Routes that inherit the mistake do not repeat it.
 	{"invalid-lock-ttl-defaults.yaml", []string{
-		"defaults.lock_ttl: 30s (built-in default) exceeds ttl 10s",
+		"defaults.lock_ttl: 30s (built-in default) exceeds ttl 10s: lower lock_ttl or raise ttl",
 	}},
 	{"invalid-wait-timeout.yaml", []string{
 		"defaults.wait_timeout: must be > 0 when concurrent is wait",
@@ -212,7 +218,7 @@ var invalidFiles = []invalidCase{
 	// A route's own key in conflict with an inherited value names where
 	// that value came from; routes[0] inherits both and is fine.
 	{"invalid-inherited.yaml", []string{
-		"routes[1].lock_ttl: 30s (from defaults) exceeds ttl 5s",
+		"routes[1].lock_ttl: 30s (from defaults) exceeds ttl 5s: lower lock_ttl or raise ttl",
 		"routes[2].wait_timeout: must be > 0 when concurrent is wait (from defaults)",
 	}},
 	{"invalid-near-miss.yaml", []string{
@@ -248,7 +254,7 @@ var invalidFiles = []invalidCase{
 		`routes[1].fingerprint_ignore[1]: the empty pointer "" names the whole body, which must stay in the fingerprint`,
 	}},
 	{"invalid-yaml.yaml", []string{
-		"testdata/invalid-yaml.yaml: While parsing config: yaml: line 2: did not find expected key",
+		`did not find expected key, at " bad: ["`,
 	}},
 }
 
@@ -342,6 +348,51 @@ func TestPProfWithoutATokenOnlyOnLoopback(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "admin.pprof") {
 			t.Errorf("admin_listen %q: error %v does not name admin.pprof", c.listen, err)
+		}
+	}
+}
+
+// A problem with a value from the file starts with the file and the line
+// of its key, as a compiler's does; a value from the environment has no
+// line in the file.
+func TestProblemsNameTheLineInTheFile(t *testing.T) {
+	file := writeYAML(t, `upstream:
+  url: http://127.0.0.1:3000
+defaults:
+  ttl: soon
+  tiemout: 3s
+routes:
+  - match: /a/
+    ttl: 1h
+    lock_ttl: 2h
+`)
+	_, err := Load(Source{File: file, Env: []string{"IDEMPOTENCY_PROXY_UPSTREAM_URL=ftp://x"}})
+	got := strings.Split(fmt.Sprint(err), "\n")
+	want := []string{
+		file + `:4: defaults.ttl: invalid duration "soon" (want e.g. 250ms, 30s, 24h)`,
+		file + ":5: defaults.tiemout: unknown key",
+		file + ":9: routes[0].lock_ttl: 2h0m0s exceeds ttl 1h0m0s: lower lock_ttl or raise ttl",
+		`upstream.url: scheme must be http or https, not "ftp" (from IDEMPOTENCY_PROXY_UPSTREAM_URL)`,
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A file that is not YAML is located at the line it stops being YAML on,
+// quoted, not at the line yaml names (where the block around it began).
+func TestSyntaxErrorNamesTheLineThatBreaksIt(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"upstream:\n  url: http://127.0.0.1:3000\n timeout: 5s\n", `:3: did not find expected key, at " timeout: 5s"`},
+		{"upstream:\n  url: http://127.0.0.1:3000\nroutes:\n  - match: /a/\n    ttl: 1h\n   lock_ttl: 2h\n", `:6: did not find expected '-' indicator, at "   lock_ttl: 2h"`},
+		{"upstream:\n  url: 'http://127.0.0.1:3000\nlisten: :8080\n", `:2: found unexpected end of stream, at "  url: 'http://127.0.0.1:3000"`},
+	} {
+		file := writeYAML(t, tc.doc)
+		_, err := Load(Source{File: file})
+		if want := file + tc.want; fmt.Sprint(err) != want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.doc, err, want)
 		}
 	}
 }

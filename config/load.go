@@ -41,12 +41,13 @@ func Load(src Source) (*Config, error) {
 	}
 	d := newDecoder()
 	tree := map[string]any{}
+	var lines map[string]int // key path → its line in the file
 	if file != "" {
-		t, err := readFile(file)
+		t, l, err := readFile(file)
 		if err != nil {
-			return nil, errors.Join(&Problem{Path: file, Reason: err.Error()})
+			return nil, errors.Join(err)
 		}
-		tree = t
+		tree, lines = t, l
 	}
 	applyEnv(d, tree, env)
 	applyOverrides(d, tree, src.Overrides)
@@ -82,6 +83,11 @@ func Load(src Source) (*Config, error) {
 	if len(problems) > 0 {
 		errs := make([]error, len(problems))
 		for i, p := range problems {
+			// The file's line, when the file gave the value: one set by
+			// a flag or the environment is not fixed there.
+			if line, ok := lines[p.Path]; ok && d.origins[p.Path] == "" {
+				p.File, p.Line = file, line
+			}
 			errs[i] = p
 		}
 		return nil, errors.Join(errs...)
@@ -105,10 +111,13 @@ func reported(problems []*Problem, path string) bool {
 // A number in a YAML or JSON file is kept as written (keepNumberText). The
 // file is read once: viper's tree and the text it keeps the numbers of are
 // one version of a file that a reload may see being rewritten.
-func readFile(path string) (map[string]any, error) {
+//
+// It also returns the line of each key path (keyLines), nil for TOML, and
+// fails with a *Problem naming the file.
+func readFile(path string) (map[string]any, map[string]int, error) {
 	doc, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, &Problem{Path: path, Reason: err.Error()}
 	}
 	typ := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
 	switch typ {
@@ -119,13 +128,19 @@ func readFile(path string) (map[string]any, error) {
 	v := viper.New()
 	v.SetConfigType(typ)
 	if err := v.ReadConfig(bytes.NewReader(doc)); err != nil {
-		return nil, err
+		if typ != "toml" {
+			if line, reason, ok := syntaxProblem(doc); ok && line > 0 {
+				return nil, nil, &Problem{Path: path, File: path, Line: line, Reason: reason}
+			}
+		}
+		return nil, nil, &Problem{Path: path, Reason: err.Error()}
 	}
 	tree := v.AllSettings()
-	if typ != "toml" {
-		keepNumberText(doc, tree)
+	if typ == "toml" {
+		return tree, nil, nil
 	}
-	return tree, nil
+	keepNumberText(doc, tree)
+	return tree, keyLines(doc), nil
 }
 
 // literal is a number in a YAML or JSON document as written there: YAML

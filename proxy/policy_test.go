@@ -101,7 +101,7 @@ func TestCheckSaysWhereAValueCameFrom(t *testing.T) {
 		return ""
 	}
 	got := p.Check(from)
-	if len(got) != 1 || got[0].Error() != "lock_ttl: 30s (from defaults) exceeds ttl 15s" {
+	if len(got) != 1 || got[0].Error() != "lock_ttl: 30s (from defaults) exceeds ttl 15s: lower lock_ttl or raise ttl" {
 		t.Errorf("Check = %v", got)
 	}
 }

@@ -65,7 +65,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	case p.LockTTL <= 0:
 		c.add("lock_ttl", "must be > 0, not %s", c.show("lock_ttl", p.LockTTL))
 	case p.TTL > 0 && p.LockTTL > p.TTL:
-		c.addWith("lock_ttl", []string{"ttl"}, "%s exceeds ttl %s", c.show("lock_ttl", p.LockTTL), c.show("ttl", p.TTL))
+		c.addWith("lock_ttl", []string{"ttl"}, "%s exceeds ttl %s: lower lock_ttl or raise ttl", c.show("lock_ttl", p.LockTTL), c.show("ttl", p.TTL))
 	}
 	c.word("concurrent", concurrencyWords, int(p.Concurrent))
 	switch {
