@@ -49,6 +49,15 @@ func TestReadmeStartsWithRunAndTestCommands(t *testing.T) {
 		!regexp.MustCompile(`(?m)^\[ \$# -gt 0 \] \|\| set -- \./\.\.\.$`).Match(script) {
 		t.Error("scripts/test.sh does not run go test -race ./...")
 	}
+	// The end-to-end package runs near go test's default 10m, and the
+	// alert rules' tests skip without promtool: the script sets the one
+	// and installs the other, as CI does.
+	if !regexp.MustCompile(`(?m)^export GOFLAGS=.*-timeout=30m"$`).Match(script) {
+		t.Error("scripts/test.sh does not give the packages a 30m timeout, as the README says")
+	}
+	if promtool := regexp.MustCompile(`(?m)^\. scripts/promtool\.sh `); !promtool.Match(script) || !promtool.Match(ci) {
+		t.Error("scripts/test.sh and .ci/run do not both install promtool with scripts/promtool.sh")
+	}
 }
 
 // quickStart runs the README's quick start on free ports: the addresses it

@@ -5,8 +5,9 @@
 # (scripts/test.sh ./store/... -run TestX).
 #
 # Elsewhere (macOS, other Linux distributions) install the commands listed in
-# "tools" below with the system's package manager (for example
-# `brew install redis`), then run this script or `go test -race ./...`; tests
+# "tools" below and promtool with the system's package manager (for example
+# `brew install redis prometheus`), then run this script or
+# `go test -race -timeout 30m ./...`; tests
 # whose tool is missing are skipped, unless CI is set, where they fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,15 @@ if [ ${#packages[@]} -gt 0 ]; then
     echo "test.sh: install them with this system's package manager; until then their tests skip (fail when CI is set)" >&2
   fi
 fi
+
+# promtool is no Debian command of its own: it is unpacked from the
+# prometheus package. Without it the alert rule tests skip (fail under CI).
+. scripts/promtool.sh || echo "test.sh: install promtool (Debian package prometheus); until then TestPromtool skips (fails when CI is set)" >&2
+
+# The end-to-end package alone runs for several minutes on two busy cores,
+# near go test's default 10m limit for one package: give every package 30m,
+# unless the arguments set -timeout (they override GOFLAGS).
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-timeout=30m"
 
 [ $# -gt 0 ] || set -- ./...
 echo "test.sh: go test -race $*"
