@@ -17,19 +17,21 @@ const (
 	flagCreatedAt
 	flagSealed
 	flagRequest
-	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed | flagRequest
+	flagLookup
+	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed | flagRequest | flagLookup
 )
 
 // Encoded layout, version 1 (uvarint = encoding/binary unsigned varint):
 //
 //	version   1 byte
 //	flags     1 byte   bit 0: body omitted, bit 1: created-at present, bit 2: sealed,
-//	                   bit 3: request present
+//	                   bit 3: request present, bit 4: lookup present
 //	status    uvarint
 //	fp        32 bytes
 //	created   varint   Unix milliseconds, only when flag bit 1 is set
 //	request   only when flag bit 3 is set: uvarint length + method, + host,
 //	          + path, + route, varint started-at in Unix milliseconds
+//	lookup    only when flag bit 4 is set: 16 bytes key, 16 bytes scope
 //	sealed    only when flag bit 2 is set: uvarint length + key id,
 //	          uvarint body size in clear, uvarint length + sealed data
 //	body      uvarint length + raw bytes (always 0 when omitted or sealed)
@@ -54,6 +56,9 @@ func EncodedSize(rec *Record) int {
 	if q := rec.Request; !q.IsZero() {
 		n += stringLen(q.Method) + stringLen(q.Host) + stringLen(q.Path) + stringLen(q.Route) +
 			varintLen(q.StartedAt.UnixMilli())
+	}
+	if !rec.Lookup.IsZero() {
+		n += len(rec.Lookup.Key) + len(rec.Lookup.Scope)
 	}
 	if s := rec.Sealed; s != nil {
 		n += uvarintLen(uint64(len(s.KeyID))) + len(s.KeyID) + uvarintLen(uint64(s.BodyBytes)) +
@@ -92,6 +97,9 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	if !rec.Request.IsZero() {
 		flags |= flagRequest
 	}
+	if !rec.Lookup.IsZero() {
+		flags |= flagLookup
+	}
 	dst = append(dst, recordVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(rec.Status))
 	dst = append(dst, rec.Fingerprint[:]...)
@@ -104,6 +112,10 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 		dst = appendString(dst, q.Path)
 		dst = appendString(dst, q.Route)
 		dst = binary.AppendVarint(dst, q.StartedAt.UnixMilli())
+	}
+	if l := &rec.Lookup; !l.IsZero() {
+		dst = append(dst, l.Key[:]...)
+		dst = append(dst, l.Scope[:]...)
 	}
 	if s := rec.Sealed; s != nil {
 		dst = appendString(dst, s.KeyID)
@@ -160,6 +172,10 @@ func DecodeRecord(b []byte) (*Record, error) {
 	}
 	if flags&flagRequest != 0 {
 		rec.Request = d.request()
+	}
+	if flags&flagLookup != 0 {
+		copy(rec.Lookup.Key[:], d.bytes(len(rec.Lookup.Key)))
+		copy(rec.Lookup.Scope[:], d.bytes(len(rec.Lookup.Scope)))
 	}
 	if flags&flagSealed != 0 {
 		sealed = d.sealed()

@@ -48,6 +48,29 @@ func sampleRecords() map[string]*Record {
 			Sealed: &Sealed{KeyID: "k", BodyBytes: 2, Data: []byte{9}},
 		},
 		"request without start": {Status: 200, Request: Request{Method: "POST"}},
+		"lookup":                {Status: 201, Fingerprint: fp, Request: sampleRequest, Lookup: sampleLookup},
+		"lookup, sealed": {
+			Status: 201, Request: sampleRequest, Lookup: sampleLookup,
+			Sealed: &Sealed{KeyID: "k", BodyBytes: 2, Data: []byte{9}},
+		},
+	}
+}
+
+var sampleLookup = Lookup{Key: LookupKey("8e03978e-40d5-43e8-bc93-6894a57f9324"), Scope: [16]byte{7, 15: 0xee}}
+
+// A record's lookup costs 32 bytes, and a record without one encodes and
+// decodes as records did before lookups were kept.
+func TestRecordLookupCosts32Bytes(t *testing.T) {
+	with := &Record{Status: 201, Request: sampleRequest, Lookup: sampleLookup}
+	without := &Record{Status: 201, Request: sampleRequest}
+	if added := EncodedSize(with) - EncodedSize(without); added != 32 {
+		t.Errorf("the lookup adds %d bytes, want 32", added)
+	}
+	if got, err := DecodeRecord(AppendRecord(nil, without)); err != nil || !got.Lookup.IsZero() {
+		t.Errorf("a record without a lookup decodes as %+v, %v; want no lookup", got, err)
+	}
+	if LookupKey("a") == LookupKey("b") || LookupKey("a") != LookupKey("a") {
+		t.Error("LookupKey does not tell keys apart, or is not a function of the key")
 	}
 }
 
@@ -204,7 +227,7 @@ func recordsEqual(a, b *Record) bool {
 		!a.CreatedAt.Equal(b.CreatedAt) || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
 		return false
 	}
-	if (a.Sealed == nil) != (b.Sealed == nil) || a.Request.Method != b.Request.Method || a.Request.Host != b.Request.Host ||
+	if (a.Sealed == nil) != (b.Sealed == nil) || a.Lookup != b.Lookup || a.Request.Method != b.Request.Method || a.Request.Host != b.Request.Host ||
 		a.Request.Path != b.Request.Path || a.Request.Route != b.Request.Route || !a.Request.StartedAt.Equal(b.Request.StartedAt) {
 		return false
 	}

@@ -25,6 +25,7 @@
 package store
 
 import (
+	"crypto/sha256"
 	"errors"
 	"strconv"
 	"time"
@@ -186,6 +187,9 @@ type Record struct {
 	// Request is the request the record answered, for operators; zero in
 	// records written before it was kept.
 	Request Request
+	// Lookup finds the record by its raw idempotency key without the
+	// client's credentials; zero in records written before it was kept.
+	Lookup Lookup
 	// Tombstone, when > 0, asks the store to remember the key for this
 	// long after the record expires: Begin then reports it Expired rather
 	// than taking a lease (see Tombstones). It is not part of the record's
@@ -216,6 +220,29 @@ type Request struct {
 // IsZero reports whether r describes nothing.
 func (r Request) IsZero() bool {
 	return r.Method == "" && r.Host == "" && r.Path == "" && r.Route == "" && r.StartedAt.IsZero()
+}
+
+// Lookup is what lets an operator find a record by the raw idempotency
+// key alone (GET /admin/keys?key=, idempotency-proxy keys find), when the
+// key_hash also hashes the client's scope values (an Authorization header
+// the operator does not have). It is 32 bytes a record.
+type Lookup struct {
+	// Key is LookupKey of the raw idempotency key, unscoped.
+	Key [16]byte
+	// Scope is a hash of the scope values alone: records of one key with
+	// the same Scope were sent by the same client.
+	Scope [16]byte
+}
+
+// IsZero reports whether l holds nothing (a record written before
+// lookups were kept).
+func (l Lookup) IsZero() bool { return l == Lookup{} }
+
+// LookupKey hashes a raw idempotency key for Lookup.Key: the key alone,
+// under a label of its own so it is never the key_hash of any request.
+func LookupKey(raw string) [16]byte {
+	sum := sha256.Sum256([]byte("idempotency-proxy lookup key\x00" + raw))
+	return [16]byte(sum[:16])
 }
 
 // Sealed is a record's header and body, encrypted with one key of the

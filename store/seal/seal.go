@@ -32,7 +32,7 @@ func (kr *Keyring) seal(storageKey string, rec *store.Record) *store.Record {
 	}
 	out := &store.Record{
 		Status: rec.Status, Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, BodyOmitted: rec.BodyOmitted,
-		Request: rec.Request, Sealed: &store.Sealed{KeyID: k.id, BodyBytes: size},
+		Request: rec.Request, Lookup: rec.Lookup, Sealed: &store.Sealed{KeyID: k.id, BodyBytes: size},
 	}
 	n := store.EncodedSize(&inner)
 	data := make([]byte, nonceSize, nonceSize+n+tagSize)
@@ -79,6 +79,7 @@ func (kr *Keyring) open(storageKey string, rec *store.Record) (*store.Record, er
 		return nil, &store.SealError{KeyID: s.KeyID, Err: err}
 	}
 	inner.Status, inner.Fingerprint, inner.CreatedAt, inner.Request = rec.Status, rec.Fingerprint, rec.CreatedAt, rec.Request
+	inner.Lookup = rec.Lookup
 	return inner, nil
 }
 
@@ -91,6 +92,7 @@ func associatedData(dst []byte, storageKey string, rec *store.Record) []byte {
 	meta := store.Record{
 		Status: rec.Status, Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, BodyOmitted: rec.BodyOmitted,
 		Request: rec.Request,
+		Lookup:  rec.Lookup, // zero in records sealed before it was kept: their data is unchanged
 		Sealed:  &store.Sealed{KeyID: rec.Sealed.KeyID, BodyBytes: rec.Sealed.BodyBytes},
 	}
 	return store.AppendRecord(dst, &meta)

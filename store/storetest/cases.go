@@ -92,6 +92,7 @@ func records() map[string]*store.Record {
 			Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`),
 			Fingerprint: fingerprint(9), CreatedAt: created,
 			Request: store.Request{Method: "POST", Host: "billing.example", Path: "/v1/charges", Route: "POST /v1/charges", StartedAt: created.Add(-time.Second)},
+			Lookup:  store.Lookup{Key: store.LookupKey("order-42"), Scope: [16]byte{1, 15: 0xff}},
 		},
 		"sealed": sealedRecord(),
 		"body omitted": {
@@ -280,6 +281,9 @@ func assertRecord(t *testing.T, got, want *store.Record) {
 	if g, w := got.Request, want.Request; g.Method != w.Method || g.Host != w.Host || g.Path != w.Path ||
 		g.Route != w.Route || !g.StartedAt.Equal(w.StartedAt) {
 		t.Errorf("record request = %+v, want %+v", g, w)
+	}
+	if got.Lookup != want.Lookup {
+		t.Errorf("record lookup = %x, want %x", got.Lookup, want.Lookup)
 	}
 	assertSealed(t, got.Sealed, want.Sealed)
 }

@@ -242,3 +242,16 @@ func testHealth(t *testing.T, h *harness) {
 		t.Fatalf("Health = %+v, want a server name and not full", hl)
 	}
 }
+
+// testListLookup: a listing gives each record's lookup, by which the key
+// API finds a raw key's records across scopes.
+func testListLookup(t *testing.T, h *harness) {
+	key := h.key("found")
+	rec := records()["with its request"]
+	tok := h.acquire(key, rec.Fingerprint, time.Minute)
+	h.complete(key, tok, rec, time.Hour)
+	e, ok := h.listAll(store.Completed, 100)[key]
+	if !ok || e.Record == nil || e.Record.Lookup != rec.Lookup {
+		t.Fatalf("List gave %s as %+v, want its record with lookup %x", key, e, rec.Lookup)
+	}
+}

@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"DeleteMissing", testDeleteMissing},
 		{"ListPagesEveryKeyOnce", testListPages},
 		{"ListFiltersByState", testListState},
+		{"ListGivesTheRecordsLookup", testListLookup},
 		{"Health", testHealth},
 		{"ExpiredLeaseFencesOldOwner", testLeaseExpiry},
 		{"ReleaseWrongTokenIsNoop", testReleaseWrongToken},
