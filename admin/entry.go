@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/hex"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -34,6 +35,9 @@ type entryJSON struct {
 	// Unreadable is why a sealed record does not open (key_unknown,
 	// auth_failed, format): its headers are then not shown.
 	Unreadable string `json:"unreadable,omitempty"`
+	// ScopeHash tells the clients of a record apart: a hash of its
+	// request's scope values (Authorization...), never the values.
+	ScopeHash string `json:"scope_hash,omitempty"`
 }
 
 type listJSON struct {
@@ -59,6 +63,9 @@ func newEntryJSON(e store.Entry) entryJSON {
 	out.Headers = redacted(rec.Header)
 	out.BodyBytes, out.BodyOmitted = &n, &omitted
 	out.SealedBy = e.SealedBy
+	if !rec.Lookup.IsZero() {
+		out.ScopeHash = hex.EncodeToString(rec.Lookup.Scope[:])
+	}
 	if e.Unreadable != nil {
 		out.Unreadable = store.UnreadableReason(e.Unreadable)
 	}

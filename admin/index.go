@@ -23,6 +23,7 @@ var endpoints = []endpoint{
 	{request: "GET /readyz", what: "200 while the store answers, 503 with the reason otherwise (readiness)"},
 	{request: "GET /metrics", what: "Prometheus metrics"},
 	{request: "GET /admin/keys?state=in_flight|completed|all&limit=N&cursor=C", what: "list the keys in the store", token: true, keyAPI: true},
+	{request: "GET /admin/keys?key=RAW&limit=N&cursor=C", what: "find the records of a raw idempotency key in every scope, a page of the store at a time", token: true, keyAPI: true},
 	{request: "GET /admin/keys/{key_hash}", what: "the lease (who holds it, since when) or the record under a key_hash", token: true, keyAPI: true},
 	{request: "DELETE /admin/keys/{key_hash}", what: "remove a lease or a record", token: true, keyAPI: true},
 	{request: "POST /admin/hash", what: "the key_hash a request with a given key would use", token: true, keyAPI: true},

@@ -134,6 +134,15 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 		h.badRequest(w, opList, detail)
 		return
 	}
+	raw, find := r.URL.Query()["key"]
+	if find && raw[0] == "" {
+		h.badRequest(w, opList, "key is empty: give the raw idempotency key the client sent.")
+		return
+	}
+	if find {
+		// Only records keep a lookup: a lease is found by its key_hash.
+		state = store.Completed
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	entries, next, err := h.keys.List(ctx, state, cursor, limit)
@@ -147,12 +156,30 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, opList, "", err)
 		return
 	}
+	if find {
+		entries = withRawKey(entries, raw[0])
+	}
 	out := listJSON{Keys: make([]entryJSON, len(entries)), NextCursor: next}
 	for i, e := range entries {
 		out.Keys[i] = newEntryJSON(e)
 	}
 	h.metrics.count(opList, resultOK)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// withRawKey keeps the entries whose record was written for the raw
+// idempotency key, in any scope. A page of the listing is scanned, so a
+// page may find none and still have a next_cursor: a search pages through
+// the whole store (idempotency-proxy keys find does).
+func withRawKey(entries []store.Entry, raw string) []store.Entry {
+	want := store.LookupKey(raw)
+	found := entries[:0]
+	for _, e := range entries {
+		if e.Record != nil && e.Record.Lookup.Key == want {
+			found = append(found, e)
+		}
+	}
+	return found
 }
 
 // listParams reads state, limit and cursor; detail says what is wrong.
@@ -248,14 +275,16 @@ func (h *Handler) keyHash(w http.ResponseWriter, r *http.Request, op string) (st
 		return "", false
 	}
 	key := r.PathValue("key_hash")
-	if !validKeyHash(key) {
+	if !ValidKeyHash(key) {
 		h.badRequest(w, op, "A key_hash is the lowercase hex storage key found in the proxy's logs (or from POST /admin/hash).")
 		return "", false
 	}
 	return key, true
 }
 
-func validKeyHash(s string) bool {
+// ValidKeyHash reports whether s is a key_hash: lowercase hex, as the
+// proxy's logs show it, not a raw idempotency key.
+func ValidKeyHash(s string) bool {
 	if s == "" || len(s) > maxKeyHashLen {
 		return false
 	}

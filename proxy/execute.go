@@ -147,7 +147,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	}
 
 	if rec != nil {
-		rec.Request = q.desc
+		rec.Request, rec.Lookup = q.desc, q.lookup()
 		if pol.ExpiredKeys == ExpiredReject {
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}

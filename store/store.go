@@ -241,9 +241,12 @@ func (l Lookup) IsZero() bool { return l == Lookup{} }
 // LookupKey hashes a raw idempotency key for Lookup.Key: the key alone,
 // under a label of its own so it is never the key_hash of any request.
 func LookupKey(raw string) [16]byte {
-	sum := sha256.Sum256([]byte("idempotency-proxy lookup key\x00" + raw))
+	var buf [128]byte // a key of up to 100 bytes hashes without a heap allocation
+	sum := sha256.Sum256(append(append(buf[:0], lookupLabel...), raw...))
 	return [16]byte(sum[:16])
 }
+
+const lookupLabel = "idempotency-proxy lookup key\x00"
 
 // Sealed is a record's header and body, encrypted with one key of the
 // proxy's keyring. The other fields of its record stay readable: operators

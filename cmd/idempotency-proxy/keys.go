@@ -28,6 +28,9 @@ Commands (they call the admin API of a running proxy; see docs/operating.md):
   delete HASH              remove it (a lease's request is then fenced)
   list [--state S] [--limit N] [--cursor C]
                            list keys: S is in_flight, completed or all
+  find KEY                 the records of the raw idempotency key KEY in every
+                           scope (each client's), with their scope_hash: no
+                           client credential needed; it scans the whole store
   hash --key K [--source S] [--method M] [--path P] [--host H] [--header 'Name: value']...
                            the key_hash a request with key K would use; S is the
                            route's key source that found K (default its first)
@@ -53,6 +56,7 @@ type keysCmd struct {
 	path      string
 	body      []byte
 	onSuccess func(status int, body []byte) []byte // rewrites what is printed
+	find      string                               // keys find: the raw key, paged through
 }
 
 // runKeys runs `idempotency-proxy keys ...`.
@@ -101,7 +105,7 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	headers := headerList{}
 	var positional int // HASH arguments wanted
 	switch sub {
-	case "get", "delete":
+	case "get", "delete", "find":
 		positional = 1
 	case "list":
 		fs.StringVar(&state, "state", "all", "")
@@ -123,17 +127,25 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 		return nil, err
 	}
 	if len(args) != positional {
+		if sub == "find" {
+			return nil, errors.New("find takes one raw idempotency key")
+		}
 		if positional == 1 {
 			return nil, fmt.Errorf("%s takes one key_hash", sub)
 		}
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(args, " "))
 	}
 
+	if (sub == "get" || sub == "delete") && !admin.ValidKeyHash(args[0]) {
+		return nil, fmt.Errorf("%q is not a key_hash (lowercase hex, as the proxy's logs show it): for a raw idempotency key, `idempotency-proxy keys find KEY` lists its records in every scope, and `idempotency-proxy keys hash --key KEY` computes its key_hash in one scope", args[0])
+	}
 	c := &keysCmd{name: "idempotency-proxy keys", method: http.MethodGet}
 	if err := c.connect(*adminURL, *tokenFile, env); err != nil {
 		return nil, err
 	}
 	switch sub {
+	case "find":
+		c.find = args[0]
 	case "get":
 		c.path = "/admin/keys/" + url.PathEscape(args[0])
 	case "delete":
@@ -228,51 +240,12 @@ func cliToken(file string, env []string) (string, error) {
 }
 
 func (c *keysCmd) run(stdout, stderr io.Writer) int {
-	req, err := http.NewRequest(c.method, strings.TrimSuffix(c.admin.String(), "/")+c.path, bytes.NewReader(c.body))
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
-		return exitUsage
+	if c.find != "" {
+		return c.runFind(stdout, stderr)
 	}
-	if c.body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	client := &http.Client{Timeout: 30 * time.Second}
-	res, err := client.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
-		return exitFailure
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
-		return exitFailure
-	}
-	if res.StatusCode == http.StatusUnauthorized {
-		// The problem tells an HTTP client to send a bearer token; a
-		// command-line user sets it another way.
-		if c.token == "" {
-			fmt.Fprintf(stderr, "idempotency-proxy: the admin API needs its token (401): set %s or --token-file\n", adminTokenEnv)
-		} else {
-			fmt.Fprintf(stderr, "idempotency-proxy: the proxy refused the admin token from %s (401): set %s or --token-file to the proxy's admin.token\n", c.tokenFrom, adminTokenEnv)
-		}
-		return exitFailure
-	}
-	if res.StatusCode >= 300 {
-		if len(bytes.TrimSpace(body)) == 0 {
-			body = []byte(res.Status)
-		}
-		fmt.Fprintf(stderr, "%s\n", bytes.TrimSpace(body))
-		if res.StatusCode == http.StatusNotFound && !strings.Contains(res.Header.Get("Content-Type"), "problem") {
-			fmt.Fprintf(stderr, "%s: the admin API is off on this proxy: set admin.token or admin.token_file\n", c.name)
-		}
-		return exitFailure
-	}
-	if c.onSuccess != nil {
-		body = c.onSuccess(res.StatusCode, body)
+	body, code := c.fetch(stderr)
+	if code != exitOK {
+		return code
 	}
 	var out bytes.Buffer
 	if json.Indent(&out, body, "", "  ") != nil {
@@ -284,4 +257,92 @@ func (c *keysCmd) run(stdout, stderr io.Writer) int {
 	}
 	stdout.Write(out.Bytes())
 	return exitOK
+}
+
+// findPage is the most records a find asks for in one call.
+const findPage = 1000
+
+// runFind pages through GET /admin/keys?key= until the store is scanned
+// and prints every record found, in one JSON object.
+func (c *keysCmd) runFind(stdout, stderr io.Writer) int {
+	found := []json.RawMessage{}
+	cursor := ""
+	for {
+		q := url.Values{"key": {c.find}, "limit": {fmt.Sprint(findPage)}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		c.path = "/admin/keys?" + q.Encode()
+		body, code := c.fetch(stderr)
+		if code != exitOK {
+			return code
+		}
+		var page struct {
+			Keys       []json.RawMessage `json:"keys"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
+			return exitFailure
+		}
+		found = append(found, page.Keys...)
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	out, _ := json.MarshalIndent(map[string]any{"keys": found}, "", "  ")
+	stdout.Write(append(out, '\n'))
+	return exitOK
+}
+
+// fetch makes the call and returns the answer's body on success; otherwise
+// it says why on stderr and returns the exit status.
+func (c *keysCmd) fetch(stderr io.Writer) ([]byte, int) {
+	req, err := http.NewRequest(c.method, strings.TrimSuffix(c.admin.String(), "/")+c.path, bytes.NewReader(c.body))
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
+		return nil, exitUsage
+	}
+	if c.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	res, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
+		return nil, exitFailure
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
+		return nil, exitFailure
+	}
+	if res.StatusCode == http.StatusUnauthorized {
+		// The problem tells an HTTP client to send a bearer token; a
+		// command-line user sets it another way.
+		if c.token == "" {
+			fmt.Fprintf(stderr, "idempotency-proxy: the admin API needs its token (401): set %s or --token-file\n", adminTokenEnv)
+		} else {
+			fmt.Fprintf(stderr, "idempotency-proxy: the proxy refused the admin token from %s (401): set %s or --token-file to the proxy's admin.token\n", c.tokenFrom, adminTokenEnv)
+		}
+		return nil, exitFailure
+	}
+	if res.StatusCode >= 300 {
+		if len(bytes.TrimSpace(body)) == 0 {
+			body = []byte(res.Status)
+		}
+		fmt.Fprintf(stderr, "%s\n", bytes.TrimSpace(body))
+		if res.StatusCode == http.StatusNotFound && !strings.Contains(res.Header.Get("Content-Type"), "problem") {
+			fmt.Fprintf(stderr, "%s: the admin API is off on this proxy: set admin.token or admin.token_file\n", c.name)
+		}
+		return nil, exitFailure
+	}
+	if c.onSuccess != nil {
+		body = c.onSuccess(res.StatusCode, body)
+	}
+	return body, exitOK
 }

@@ -50,12 +50,12 @@ func newFakeAdmin(t *testing.T) *fakeAdmin {
 		f.reqs = append(f.reqs, r.Method+" "+r.RequestURI+" "+r.Header.Get("Authorization")+" "+string(b))
 		f.mu.Unlock()
 		switch {
-		case strings.HasSuffix(r.URL.Path, "/absent"):
+		case strings.HasSuffix(r.URL.Path, "/dead00"):
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte(`{"type":"https://idempotency-proxy.dev/problems/key-not-found","status":404}`))
 		case r.Header.Get("Authorization") == "Bearer wrong" ||
-			strings.HasSuffix(r.URL.Path, "/needs-token") && r.Header.Get("Authorization") == "":
+			strings.HasSuffix(r.URL.Path, "/beef00") && r.Header.Get("Authorization") == "":
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusUnauthorized)
 			w.Write([]byte(`{"type":"https://idempotency-proxy.dev/problems/unauthorized","status":401,"detail":"Send the admin token as Authorization: Bearer TOKEN."}`))
@@ -91,6 +91,7 @@ func TestKeysCallsTheAdminAPI(t *testing.T) {
 		{[]string{"get", "--admin", f.srv.URL, "ab12", "--token-file", tokenFile}, "GET /admin/keys/ab12 Bearer from-file null", `"ok": true`},
 		{[]string{"delete", "ab12"}, "DELETE /admin/keys/ab12 Bearer from-env null", `"deleted": true`},
 		{[]string{"list", "--state", "in_flight", "--limit", "5", "--cursor", "c 1"}, "GET /admin/keys?cursor=c+1&limit=5&state=in_flight Bearer from-env null", `"ok": true`},
+		{[]string{"find", "order 42"}, "GET /admin/keys?key=order+42&limit=1000 Bearer from-env null", `"keys": []`},
 		{[]string{"hash", "--key", "k1", "--path", "/v1/charges", "--host", "api", "--header", "authorization: Bearer x"},
 			`POST /admin/hash Bearer from-env {"headers":{"Authorization":"Bearer x"},"host":"api","key":"k1","method":"POST","path":"/v1/charges"}`, `"ok": true`},
 		{[]string{"hash", "--key", "evt_1", "--source", "json:/id", "--path", "/webhooks/stripe"},
@@ -115,7 +116,7 @@ func TestKeysCallsTheAdminAPI(t *testing.T) {
 
 func TestKeysFailedCallExits1WithTheProblemOnStderr(t *testing.T) {
 	f := newFakeAdmin(t)
-	code, out, errs := runBinary(t, nil, "keys", "get", "absent", "--admin", f.srv.URL)
+	code, out, errs := runBinary(t, nil, "keys", "get", "dead00", "--admin", f.srv.URL)
 	if code != 1 || out != "" || !strings.Contains(errs, "key-not-found") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 and the problem on stderr", code, out, errs)
 	}
@@ -142,7 +143,7 @@ func TestKeysUnauthorizedSaysHowToSetTheToken(t *testing.T) {
 		{nil, []string{"--token-file", tokenFile},
 			"idempotency-proxy: the proxy refused the admin token from --token-file " + tokenFile + " (401): set IDEMPOTENCY_PROXY_ADMIN_TOKEN or --token-file to the proxy's admin.token\n"},
 	} {
-		args := append([]string{"keys", "get", "needs-token", "--admin", f.srv.URL}, tc.args...)
+		args := append([]string{"keys", "get", "beef00", "--admin", f.srv.URL}, tc.args...)
 		code, out, errs := runBinary(t, tc.env, args...)
 		if code != 1 || out != "" || errs != tc.want {
 			t.Errorf("%v: exit %d, stdout %q, stderr\n  %q\nwant 1 and\n  %q", tc.args, code, out, errs, tc.want)
@@ -163,5 +164,15 @@ func TestAdminCommandsNameThemselvesInTheirErrors(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(errs, want) || strings.Count(errs, "idempotency-proxy ") != 1 {
 			t.Errorf("%v with the admin listener down: exit %d, stderr %q; want 1 and one line starting %q", args, code, errs, want)
 		}
+	}
+}
+
+// keys get and delete take a key_hash; given a raw key, they point at the
+// commands that take one, not at an HTTP endpoint.
+func TestKeysGetOfARawKeyPointsAtFindAndHash(t *testing.T) {
+	code, _, errs := runBinary(t, nil, "keys", "get", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	if code != 2 || !strings.Contains(errs, "idempotency-proxy keys find KEY") || !strings.Contains(errs, "idempotency-proxy keys hash --key KEY") ||
+		strings.Contains(errs, "/admin/") {
+		t.Errorf("keys get RAW: exit %d, stderr %q; want 2 naming keys find and keys hash", code, errs)
 	}
 }

@@ -23,7 +23,8 @@ Usage:
   idempotency-proxy --config FILE [flags]       run with a configuration file
   idempotency-proxy --config FILE --validate    check the configuration, print its problems, exit
   idempotency-proxy --config FILE --check       validate, ping the store, connect to the upstream, exit
-  idempotency-proxy keys get|delete|list|hash   inspect and remove recorded keys through the
+  idempotency-proxy keys get|delete|list|find|hash
+                                                inspect, find and remove recorded keys through the
                                                 admin API (docs/operating.md)
   idempotency-proxy config                      print a running proxy's effective configuration,
                                                 each value's origin, secrets masked

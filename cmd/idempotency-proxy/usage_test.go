@@ -23,7 +23,7 @@ func TestHelpNamesFlagsEnvironmentDocsAndExitStatuses(t *testing.T) {
 			}
 			want := []string{
 				"--config FILE", "--validate", "--version", "--check",
-				"keys get|delete|list|hash",
+				"keys get|delete|list|find|hash",
 				"IDEMPOTENCY_PROXY_ + the key path", "IDEMPOTENCY_PROXY_UPSTREAM_URL=",
 				"config.example.yaml", "docs/configuration.md", "docs/operating.md",
 				":8080", ":9090", "/metrics", "/readyz",

@@ -1,0 +1,31 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// lookup is what q's record keeps so that an operator finds it by the raw
+// key alone (GET /admin/keys?key=): the key without its scope, and the
+// scope values without the key. The key_hash hashes both together, so
+// without the client's Authorization it cannot be computed.
+func (q *request) lookup() store.Lookup {
+	return store.Lookup{Key: store.LookupKey(q.key), Scope: scopeHash(q.in, q.route.scope)}
+}
+
+// scopeHash hashes the scope values of r as storageKeyFrom does, alone:
+// two records with the same one were sent with the same credentials.
+func scopeHash(r *http.Request, scope []ScopeHeader) [16]byte {
+	hs := getHasher()
+	hs.field("scope")
+	for _, p := range scope {
+		if p.Cookie != "" {
+			hs.cookie(r.Header["Cookie"], p.Cookie)
+			continue
+		}
+		hs.values(r.Header[p.Header])
+	}
+	sum := hs.finish(nil)
+	return [16]byte(sum[:16])
+}
