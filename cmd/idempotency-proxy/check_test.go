@@ -187,3 +187,20 @@ func TestCheckSaysARefusedPostgresConnectionOnce(t *testing.T) {
 		t.Errorf("exit %d, stdout:\n%s\nwant 1 and one store line saying the connection was refused once (the other is the upstream's)", code, out)
 	}
 }
+
+// --validate prints each problem of the file at its line, a YAML syntax
+// error at the line that breaks it.
+func TestValidateNamesTheFileLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "upstream:\n  url: http://127.0.0.1:1\ndefaults:\n  ttl: soon\n")
+	if code, _, errs := runBinary(t, nil, "--config", bad, "--validate"); code != 2 ||
+		!strings.Contains(errs, "\n  "+bad+`:4: defaults.ttl: invalid duration "soon"`) {
+		t.Errorf("bad value: exit %d, stderr %q; want 2 and %s:4", code, errs, bad)
+	}
+	writeFile(t, bad, "upstream:\n  url: http://127.0.0.1:1\n timeout: 5s\n")
+	if code, _, errs := runBinary(t, nil, "--config", bad, "--validate"); code != 2 ||
+		!strings.Contains(errs, "\n  "+bad+`:3: did not find expected key, at " timeout: 5s"`) {
+		t.Errorf("bad indentation: exit %d, stderr %q; want 2 and %s:3 quoting the line", code, errs, bad)
+	}
+}
