@@ -223,8 +223,12 @@ func killMasterUnderLoad(t *testing.T, replicaAck int) killRun {
 			}
 		}
 	}
-	if got := metricSum(t, mDataLoss, nil, ps...); got != 0 {
-		t.Errorf("%s = %v after a failover that kept the data, want 0", mDataLoss, got)
+	// With replica_ack every acknowledged write was on the replica: no
+	// loss. Without, the writes on their way to it were lost, the
+	// proxies' marks among them when one had just advanced: a loss may
+	// rightly be reported.
+	if got := metricSum(t, mDataLoss, nil, ps...); replicaAck > 0 && got != 0 {
+		t.Errorf("%s = %v after a failover that kept every acknowledged write, want 0", mDataLoss, got)
 	}
 	waitStatus(t, ps[0].AdminURL()+"/readyz", http.StatusOK, 10*time.Second)
 	return run

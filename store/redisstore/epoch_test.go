@@ -90,8 +90,8 @@ func TestEveryClusterMasterHasAMarker(t *testing.T) {
 		t.Fatalf("first check: %q", got)
 	}
 	for _, n := range cl.Nodes {
-		if size, err := n.Client(t).DBSize(ctx).Result(); err != nil || size != 1 {
-			t.Errorf("master %s holds %d keys (%v), want its marker", n.Addr(), size, err)
+		if size, err := n.Client(t).DBSize(ctx).Result(); err != nil || size != 2 {
+			t.Errorf("master %s holds %d keys (%v), want its epoch and this store's mark", n.Addr(), size, err)
 		}
 	}
 	// The markers' slots are worked out here: they must be Redis's.
@@ -125,5 +125,113 @@ func TestSentinelFailoverTimeIsReported(t *testing.T) {
 	}
 	if want := time.Second + FailoverMargin; h.FailoverTime != want {
 		t.Errorf("FailoverTime = %v, want %v", h.FailoverTime, want)
+	}
+}
+
+// TestOlderCopyOfRedisIsNoticed: Redis restarted from a snapshot older than
+// a store's last check is reported once by that store (its mark is behind)
+// and once by a store that last checked before the snapshot (the epoch was
+// set anew). A snapshot taken after every store's last check holds all they
+// knew of, and is not a loss (docs/redis.md, "When Redis forgets").
+func TestOlderCopyOfRedisIsNoticed(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction", "--save", "3600 1")
+	a := newStore(t, Options{URL: srv.URL()})
+	b := newStore(t, Options{URL: srv.URL()})
+	ctx := context.Background()
+	forgot(t, a)
+	forgot(t, b)
+	save := func() {
+		t.Helper()
+		if err := srv.Client(t).Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	save()
+	if got := forgot(t, a); len(got) != 0 { // a checks after the snapshot
+		t.Fatalf("a quiet check: %q", got)
+	}
+	srv.Restart() // SIGKILL: back to the snapshot
+	if got := forgot(t, a); len(got) != 1 || !strings.Contains(got[0], "older copy") {
+		t.Fatalf("after a restart from an older snapshot: %q, want one loss naming the older copy", got)
+	}
+	if got := forgot(t, b); len(got) != 1 || !strings.Contains(got[0], "set anew") {
+		t.Fatalf("the store that last checked before the snapshot: %q, want one loss, the marker set anew", got)
+	}
+	for _, s := range []*Store{a, b} {
+		if got := forgot(t, s); len(got) != 0 {
+			t.Fatalf("a loss is reported once: %q", got)
+		}
+	}
+
+	save() // after both stores' last checks
+	srv.Restart()
+	for _, s := range []*Store{a, b} {
+		if got := forgot(t, s); len(got) != 0 {
+			t.Fatalf("after a restart from a snapshot newer than every check: %q", got)
+		}
+	}
+}
+
+// TestFullRedisStillNoticesALoss: a Redis out of memory refuses the
+// markers' advance; a check then only reads them, and still notices an
+// older copy, once.
+func TestFullRedisStillNoticesALoss(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction", "--save", "3600 1")
+	s := newStore(t, Options{URL: srv.URL()})
+	ctx := context.Background()
+	forgot(t, s)
+	rc := srv.Client(t)
+	if err := rc.Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	forgot(t, s)
+	srv.Restart()
+	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := forgot(t, s); len(got) != 1 || !strings.Contains(got[0], "older copy") {
+		t.Fatalf("a full Redis restarted from an older snapshot: %q, want one loss naming the older copy", got)
+	}
+	if got := forgot(t, s); len(got) != 0 {
+		t.Fatalf("a loss is reported once: %q", got)
+	}
+}
+
+// TestUnacknowledgedMarkAdvanceIsNotALoss: with replica_ack, a mark's
+// advance no replica acknowledged counts for nothing, so a failover that
+// loses it (here: the master's copy set back, as a promoted replica would
+// hold it) is not reported, while one that loses an acknowledged advance
+// is.
+func TestUnacknowledgedMarkAdvanceIsNotALoss(t *testing.T) {
+	s, master, replica := patientlyReplicated(t)
+	ctx := context.Background()
+	forgot(t, s)
+	forgot(t, s) // acknowledged: the replica holds the mark
+	mark := s.markKey(s.markerKey("0"))
+	held, err := replica.Client(t).Get(ctx, mark).Result()
+	if err != nil {
+		t.Fatalf("the replica's copy of the mark: %v", err)
+	}
+
+	replica.Pause()
+	if got := forgot(t, s); len(got) != 0 { // advances, unacknowledged
+		replica.Resume()
+		t.Fatalf("a check with the replica paused: %q", got)
+	}
+	mc := master.Client(t)
+	if err := mc.Set(ctx, mark, held, markTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica.Resume()
+	if got := forgot(t, s); len(got) != 0 {
+		t.Fatalf("after losing an unacknowledged advance: %q, want no loss", got)
+	}
+
+	if err := mc.Set(ctx, mark, held, markTTL).Err(); err != nil { // behind the acknowledged one now
+		t.Fatal(err)
+	}
+	if got := forgot(t, s); len(got) != 1 || !strings.Contains(got[0], "older copy") {
+		t.Fatalf("after losing an acknowledged advance: %q, want one loss naming the older copy", got)
 	}
 }
