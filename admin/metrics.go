@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_proxy_store_data_loss_total",
-			Help: "Times the store was found to have forgotten what it held while the proxy ran (Redis restarted without persistence, flushed, or failed over to a replica without the data).",
+			Help: "Times the store was found to have forgotten what it held while the proxy ran (Redis restarted without persistence or from an older snapshot, flushed, or failed over to a replica without the data).",
 		}),
 		lockTTLUnsafe: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idempotency_proxy_lock_ttl_unsafe",
