@@ -213,10 +213,6 @@ func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) att
 
 // settleLater keeps trying to settle q's key, in the background.
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
-	giveUp := "could not record response before its lease expired; a retry with its key will execute again"
-	if q.rec == nil {
-		giveUp = "could not release key before its lease expired; it unlocks at lock_ttl"
-	}
 	defer h.settled(q)
 	renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
 	backoff := 50 * time.Millisecond
@@ -226,7 +222,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 			wait = min(wait, renewEvery)
 		}
 		if q.lease.until.Sub(h.clock.Now()) <= wait {
-			h.log.Warn(giveUp, "route", q.route.label, "key_hash", q.keyHash)
+			h.log.Warn(gaveUp(q), "route", q.route.label, "key_hash", q.keyHash)
 			return
 		}
 		<-h.clock.After(wait)
@@ -238,6 +234,19 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// gaveUp says how settling q's key ended when its lease ran out first.
+func gaveUp(q *request) string {
+	switch {
+	case q.rec == nil:
+		return "could not release key before its lease expired; it unlocks at lock_ttl"
+	case q.unreplicated:
+		// Not a lost record: it is there, with its ttl, while the master is.
+		return "response recorded on the store's master, but fewer replicas than replica_ack acknowledged it before its lease expired; " +
+			"retries replay it, unless the master fails before a replica has it: after such a failover a retry with its key executes again"
+	}
+	return "could not record response before its lease expired; a retry with its key will execute again"
 }
 
 // tryComplete stores q.rec. When the store has no room for it, it stores
@@ -278,6 +287,12 @@ func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) a
 			h.log.Error("store full: no room to record a response, even without its body; the key stays locked (retries get 409) until the record fits",
 				"route", q.route.label, "key_hash", q.keyHash, "error", err)
 		}
+		return retry
+	}
+	if errors.Is(err, store.ErrUnreplicated) {
+		q.unreplicated = true
+		h.log.Warn("response recorded on the store's master, not yet acknowledged by replica_ack replicas; writing it again until they do or its lease expires",
+			"route", q.route.label, "key_hash", q.keyHash, "error", err)
 		return retry
 	}
 	h.log.Warn("could not record response yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)

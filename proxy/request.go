@@ -66,6 +66,10 @@ type request struct {
 	// held is set once the store had no room even for rec without its
 	// body: the key stays locked, its lease renewed, until rec fits.
 	held bool
+	// unreplicated is set once a try wrote rec on the store's master but
+	// fewer replicas than replica_ack acknowledged it: retries replay it,
+	// unless a failover loses it first.
+	unreplicated bool
 
 	// The upstream call's own goroutine and how the client waits for it
 	// (detach.go). cancel ends the call; deadline fires at upstream.timeout

@@ -42,6 +42,12 @@ var (
 	// again, or store a smaller record. It wraps ErrUnavailable so callers
 	// that do not tell the two apart apply the same policy.
 	ErrFull = full{}
+	// ErrUnreplicated means a Complete wrote its record on the master but
+	// fewer replicas than asked acknowledged it in time: the record is
+	// there while that master is, and a failover before a replica has it
+	// loses it. It wraps ErrUnavailable, so callers that do not tell the
+	// two apart retry it alike.
+	ErrUnreplicated = unreplicated{}
 	// ErrLockLost means the token no longer owns the key: its lease expired
 	// and the key was released, completed or taken by another owner, or an
 	// operator deleted it.
@@ -113,6 +119,13 @@ type full struct{}
 
 func (full) Error() string        { return "store full" }
 func (full) Is(target error) bool { return target == ErrUnavailable }
+
+type unreplicated struct{}
+
+func (unreplicated) Error() string {
+	return "written on the master, not acknowledged by enough replicas"
+}
+func (unreplicated) Is(target error) bool { return target == ErrUnavailable }
 
 // Fingerprint identifies a request's payload (a SHA-256 digest, computed by
 // the caller). Two requests with one key but different fingerprints are a

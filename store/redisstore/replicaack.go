@@ -47,16 +47,23 @@ func (s *Store) ReplicaAckFailures() (begin, complete uint64) {
 }
 
 // shortfall counts a failed wait for op and returns the error its caller
-// reports: the WAIT's own error, or how many replicas acknowledged.
+// reports: the WAIT's own error, or how many replicas acknowledged. A
+// record's shortfall is store.ErrUnreplicated: the record is written on
+// the master, only the replicas' copies are in doubt (a lease's shortfall
+// is released, so it stays ErrUnavailable).
 func (s *Store) shortfall(op int, what string, got int64, err error) error {
 	s.acks.failures[op].Add(1)
 	name := [...]string{ackBegin: "begin", ackComplete: "complete"}[op]
+	var cause error = store.ErrUnavailable
+	if op == ackComplete {
+		cause = store.ErrUnreplicated
+	}
 	if err != nil {
 		return fmt.Errorf("redis %s: %w: waiting for %d replicas to acknowledge the %s: %w",
-			name, store.ErrUnavailable, s.acks.n, what, err)
+			name, cause, s.acks.n, what, err)
 	}
 	return fmt.Errorf("redis %s: %w: %d of %d replicas acknowledged the %s within %v",
-		name, store.ErrUnavailable, got, s.acks.n, what, s.acks.timeout)
+		name, cause, got, s.acks.n, what, s.acks.timeout)
 }
 
 // doAcked runs cmd, then WAIT, as one pipeline on one connection to the

@@ -56,8 +56,8 @@ func TestReplicaAckShortfallReleasesTheLease(t *testing.T) {
 	replica.Pause()
 	t.Cleanup(replica.Resume)
 	_, err := s.Begin(ctx, "k", store.Lease{Fingerprint: store.Fingerprint{1}}, time.Minute)
-	if !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("Begin with the replica paused: %v; want ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrUnreplicated) {
+		t.Fatalf("Begin with the replica paused: %v; want ErrUnavailable, not ErrUnreplicated (the lease is released)", err)
 	}
 	t.Logf("Begin: %v", err)
 	if n := master.Client(t).Exists(ctx, s.redisKey("k")).Val(); n != 0 {
@@ -87,8 +87,11 @@ func TestReplicaAckShortfallOnCompleteIsRetryable(t *testing.T) {
 	replica.Pause()
 	t.Cleanup(replica.Resume)
 	err = s.Complete(ctx, "k", b.Token, rec, time.Hour)
-	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLockLost) {
-		t.Fatalf("Complete with the replica paused: %v; want ErrUnavailable (retried), not ErrLockLost", err)
+	if !errors.Is(err, store.ErrUnreplicated) || !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrLockLost) {
+		t.Fatalf("Complete with the replica paused: %v; want ErrUnreplicated, an ErrUnavailable (retried), not ErrLockLost", err)
+	}
+	if v, err := s.c.Get(ctx, s.redisKey("k")).Bytes(); err != nil || v[0] != kindRecord {
+		t.Fatalf("master's value after the shortfall = %q, %v; want the record (ErrUnreplicated says it is written)", v, err)
 	}
 	if begin, complete := s.ReplicaAckFailures(); begin != 0 || complete != 1 {
 		t.Errorf("ReplicaAckFailures = %d, %d; want 0, 1", begin, complete)
