@@ -168,12 +168,14 @@ func TestRedisRestoredFromAnOlderSnapshotIsNoticed(t *testing.T) {
 	}
 
 	srv.Restart() // SIGKILL; the restart loads the older dump.rdb
+	restarted := time.Now()
 	if n := srv.CountKeys(t, "idem:{*}"); n != 1 {
 		t.Fatalf("Redis holds %d keys after the restart, want the snapshot's one", n)
 	}
 	older := false
 	for _, p := range ps {
 		waitDataLoss(t, p, 1)
+		t.Logf("%s counted the loss within %v of the restart", p.name, time.Since(restarted).Round(100*time.Millisecond))
 		code, body := readyz(t, p)
 		if code != http.StatusOK || !strings.Contains(body, "store data lost 1 time(s)") {
 			t.Errorf("/readyz of %s after the restore: %d %q, want 200 naming the loss", p.name, code, body)
