@@ -42,9 +42,10 @@ import (
 // starts learns the markers it finds; what Redis forgot while no proxy ran,
 // or lost of the writes after a proxy's last check, cannot be told.
 type epochs struct {
-	mu    sync.Mutex
-	self  string            // this process's mark suffix, random
-	known map[string]marker // epoch key → what this process last saw
+	mu      sync.Mutex
+	self    string            // this process's mark suffix, random
+	known   map[string]marker // epoch key → what this process last saw
+	pending []Loss            // found by a check that failed on another master
 }
 
 // marker is what this process last saw of one master's markers.
@@ -125,10 +126,14 @@ func (s *Store) checkEpochs(ctx context.Context) ([]Loss, error) {
 		}
 	}
 	slices.Sort(keys)
-	var lost []Loss
+	lost := s.epochs.pending
+	s.epochs.pending = nil
 	for _, k := range keys {
 		cause, err := s.checkEpoch(ctx, k)
 		if err != nil {
+			// The losses found so far are known now and will not be
+			// found again: the next check that completes reports them.
+			s.epochs.pending = lost
 			return nil, err
 		}
 		if cause != "" {
