@@ -211,23 +211,35 @@ func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) att
 	return h.tryComplete(ctx, q, leaseLost)
 }
 
-// settleLater keeps trying to settle q's key, in the background.
+// settleLater keeps trying to settle q's key, in the background, for as
+// long as its lease lives: the last try goes out just before it expires
+// (lastTryBefore), because a store back in the lease's last second still
+// takes the record, and a record the store does not take lets a retry
+// execute the key again. A record's lease is renewed in its last third
+// on the way (renewToRecord), so a store that answers again has the time
+// to take the record.
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
-	renewEvery := max(q.route.policy.LockTTL/3, time.Millisecond)
+	ttl := q.route.policy.LockTTL
 	backoff := 50 * time.Millisecond
 	for {
 		wait := backoff
 		if q.held {
-			wait = min(wait, renewEvery)
+			wait = min(wait, renewEvery(ttl))
 		}
-		if q.lease.until.Sub(h.clock.Now()) <= wait {
+		left := q.lease.until.Sub(h.clock.Now()) - lastTryBefore(ttl)
+		if left <= 0 {
 			h.log.Warn(gaveUp(q), "route", q.route.label, "key_hash", q.keyHash)
 			return
 		}
-		<-h.clock.After(wait)
-		if q.held && h.renewHeld(ctx, q) {
-			return // lost: another owner has the key
+		<-h.clock.After(min(wait, left))
+		switch {
+		case q.held:
+			if h.renewHeld(ctx, q) {
+				return // lost: another owner has the key
+			}
+		case q.rec != nil:
+			h.renewToRecord(ctx, q)
 		}
 		if h.trySettle(ctx, q, leaseLost) == settled {
 			return
@@ -247,6 +259,30 @@ func gaveUp(q *request) string {
 			"retries replay it, unless the master fails before a replica has it: after such a failover a retry with its key executes again"
 	}
 	return "could not record response before its lease expired; a retry with its key will execute again"
+}
+
+// lastTryBefore is how long before a lease of ttl expires, as far as this
+// process knows, settling tries for the last time: little enough that a
+// store back in the lease's last moments still gets the try, enough that
+// the try reaches it before the lease ends there. The lease's end is read
+// from when Begin was sent, so the store's own end is later still.
+func lastTryBefore(ttl time.Duration) time.Duration { return min(ttl/10, 100*time.Millisecond) }
+
+// renewToRecord renews the lease of a key whose record is still to be
+// written once the lease is in its last third, as a running lease is
+// renewed: a store that answers again, but not yet the record, must not
+// see the lease run out meanwhile. A failed renewal changes nothing: the
+// try to record that follows says why, or finds the lease lost, or its
+// own record written by a try whose reply was lost.
+func (h *Handler) renewToRecord(ctx context.Context, q *request) {
+	ttl := q.route.policy.LockTTL
+	if q.lease.until.Sub(h.clock.Now()) > renewEvery(ttl) {
+		return
+	}
+	sent := h.clock.Now()
+	if h.store.Extend(ctx, q.keyHash, q.token, ttl) == nil {
+		q.lease.until = sent.Add(ttl)
+	}
 }
 
 // tryComplete stores q.rec. When the store has no room for it, it stores

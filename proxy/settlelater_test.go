@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// outageStore is a store on a fake clock whose Extend and Complete fail as
+// an unreachable store does until the clock reaches back (extendBack for
+// Extend), counting every try.
+type outageStore struct {
+	Store
+	clock            *fakeClock
+	back, extendBack atomic.Pointer[time.Time]
+	completes        atomic.Int64
+}
+
+func (s *outageStore) down(at *atomic.Pointer[time.Time]) bool {
+	back := at.Load()
+	return back != nil && s.clock.Now().Before(*back)
+}
+
+func (s *outageStore) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	if s.down(&s.extendBack) {
+		return store.ErrUnavailable
+	}
+	return s.Store.Extend(ctx, key, token, ttl)
+}
+
+func (s *outageStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	s.completes.Add(1)
+	if s.down(&s.back) {
+		return store.ErrUnavailable
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// outageEnv is a handler with a lock_ttl of lockTTL on a memory store, both
+// on a fake clock, behind an outageStore.
+func outageEnv(t *testing.T, lockTTL time.Duration) (*env, *fakeClock, *outageStore) {
+	t.Helper()
+	clock := newFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	st := &outageStore{Store: mem, clock: clock}
+	e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	e.handler.clock = clock
+	return e, clock, st
+}
+
+// nextTimer is when the earliest pending timer of c is due.
+func (c *fakeClock) nextTimer() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	for _, t := range c.timers {
+		if t.live && (next.IsZero() || t.at.Before(next)) {
+			next = t.at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// settleInBackground moves the clock from one try at settling to the next,
+// each as soon as it is armed, until no key is left to settle or the
+// clock reaches end.
+func settleInBackground(t *testing.T, e *env, clock *fakeClock, end time.Time) {
+	t.Helper()
+	for clock.Now().Before(end) {
+		var due time.Time
+		testbin.SucceedsSoon(t, 10*time.Second, func() error {
+			var ok bool
+			if due, ok = clock.nextTimer(); ok || e.handler.settling.Load() == 0 {
+				return nil
+			}
+			return errors.New("a key is left to settle, and no try at it is armed")
+		})
+		if e.handler.settling.Load() == 0 {
+			return
+		}
+		clock.Advance(due.Sub(clock.Now()))
+	}
+}
+
+// A store that comes back in the last second of a lease still gets the
+// record: the background retries use the whole lease, their last try just
+// before it expires, and the retry after the lease is a replay.
+func TestRecordingUsesTheWholeLease(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	// Back 2.7 s into the lease: after the retry that 50 ms doubling
+	// (capped at 1 s) brings 2.55 s in, before the lease ends.
+	back := began.Add(2700 * time.Millisecond)
+	st.back.Store(&back)
+	st.extendBack.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
+	}
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL) // past the lease the record was written in
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
+
+// A store that answers renewals but not yet the record keeps the key
+// locked: the lease is renewed while the record is retried, past lock_ttl,
+// so a retry never executes the key again; once the record is taken the
+// retry replays it.
+func TestLeaseRenewedWhileTheRecordIsRetried(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	back := began.Add(3 * lockTTL)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
+	}
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
+		t.Fatalf("retry two lock_ttls in, the record not taken yet: %d, want 409", r.StatusCode)
+	}
+	settleInBackground(t, e, clock, began.Add(5*lockTTL))
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry once the record was taken: %d replayed=%v executions=%d, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load())
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.lockLost); got != 0 {
+		t.Errorf("lock lost = %v, want 0", got)
+	}
+}
