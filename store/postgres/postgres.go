@@ -114,10 +114,11 @@ type Store struct {
 	prepared  atomic.Bool
 	prepareMu sync.Mutex
 	// migrateErr is why the last migration failed, at migratedAt: ready
-	// gives it back until migrateRetry has passed (see migrate). Guarded
-	// by prepareMu.
-	migrateErr error
-	migratedAt time.Time
+	// gives it back until migrateWait has passed (see migrateIfDue).
+	// Guarded by prepareMu.
+	migrateErr  error
+	migratedAt  time.Time
+	migrateWait time.Duration
 	// serving is set by Prepare: from then on Ping prepares too.
 	serving atomic.Bool
 

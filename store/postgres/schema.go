@@ -157,11 +157,7 @@ func (s *Store) ready(ctx context.Context) error {
 		return err
 	}
 	if err := s.checkShape(ctx); errors.Is(err, errNoLeaseColumn) {
-		if s.migrateErr != nil && time.Since(s.migratedAt) < migrateRetry {
-			return s.migrateErr
-		}
-		if err := s.migrate(ctx); err != nil {
-			s.migrateErr, s.migratedAt = err, time.Now()
+		if err := s.migrateIfDue(ctx); err != nil {
 			return err
 		}
 	} else if err != nil {
@@ -201,15 +197,47 @@ func (s *Store) create(ctx context.Context) error {
 	return nil
 }
 
-// migrateRetry is how long a failed migration is not tried again: each
-// try queues the table's other queries, an earlier version's replicas'
-// among them, behind its ALTER TABLE for as long as it waits for its lock,
-// and every operation would try while a long transaction holds the table.
-const migrateRetry = 30 * time.Second
+// A failed migration is not tried again at once: each try queues the
+// table's other queries, an earlier version's replicas' among them, behind
+// its ALTER TABLE for as long as it waits for its lock, and every operation
+// would try while a long transaction holds the table. The pause starts at
+// migrateRetryMin, so that a short lock costs little more than itself,
+// and doubles up to migrateRetryMax while the lock stays held.
+const (
+	migrateRetryMin = time.Second
+	migrateRetryMax = 30 * time.Second
+)
+
+// migrateLockTimeout is how long the migration waits for its lock before
+// giving up rather than hold the table's other queries queued behind it.
+const migrateLockTimeout = 2 * time.Second
+
+// codeLockNotAvailable is the error of a statement that gave up waiting
+// for its lock at lock_timeout.
+const codeLockNotAvailable = "55P03"
 
 // errNoLeaseColumn is a table of the store's shape but for the lease
 // column, which versions before leases were described did not make.
 var errNoLeaseColumn = errors.New("no column " + leaseColumn)
+
+// migrateIfDue migrates the table unless the last try failed less than
+// the pause since (migrateRetryMin doubling to migrateRetryMax) ago, in
+// which case it gives that failure back. s.prepareMu is held.
+func (s *Store) migrateIfDue(ctx context.Context) error {
+	if s.migrateErr != nil && time.Since(s.migratedAt) < s.migrateWait {
+		return s.migrateErr
+	}
+	err := s.migrate(ctx)
+	if err == nil {
+		s.migrateErr, s.migrateWait = nil, 0
+		return nil
+	}
+	s.migrateWait = min(max(2*s.migrateWait, migrateRetryMin), migrateRetryMax)
+	s.migrateErr, s.migratedAt = err, time.Now()
+	s.log.Warn("postgres table not migrated: requests get on_store_error until it is", "table", s.table,
+		"error", err.Error(), "retry_in", s.migrateWait.String())
+	return err
+}
 
 // migrate adds the lease column to a table an earlier version made. That
 // version goes on working with the table during a rolling upgrade (it
@@ -218,13 +246,20 @@ var errNoLeaseColumn = errors.New("no column " + leaseColumn)
 // other query on the table behind a long transaction's lock. A role that
 // may not alter the table gets an error naming the statement its owner
 // runs.
+//
+// The migration has a deadline of its own, past the lock's wait: the
+// operation that finds the table unmigrated has one of a few hundred
+// milliseconds, which would end before lock_timeout gives its cause.
 func (s *Store) migrate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), migrateLockTimeout+2*s.timeout)
+	defer cancel()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return s.translate("add column "+leaseColumn, err)
 	}
 	defer tx.Rollback(ctx)
-	for _, q := range []string{`SET LOCAL lock_timeout = '2s'`, s.sql.addLease} {
+	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", migrateLockTimeout.Milliseconds())
+	for _, q := range []string{lockTimeout, s.sql.addLease} {
 		if _, err = tx.Exec(ctx, q); err != nil {
 			break
 		}
@@ -237,6 +272,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 		return fmt.Errorf("postgres table %s: %w (no column %s, where this version keeps a lease's request): "+
 			"have its owner run %s: %v", s.table, ErrTableShape, leaseColumn, s.sql.addLease, err)
+	case errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable:
+		return s.translate(fmt.Sprintf("add column %s to %s: waited %s for a lock on the table that another transaction holds",
+			leaseColumn, s.table, migrateLockTimeout), err)
 	case err != nil:
 		return s.translate("add column "+leaseColumn+" to "+s.table, err)
 	}
