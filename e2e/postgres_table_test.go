@@ -129,3 +129,67 @@ func linesWith(logs, s string) []string {
 	}
 	return out
 }
+
+// TestPostgresTableThatRefusesInsertsIsRefusedOrUnready: a table with a
+// column of its own that is NOT NULL without a default passes no insert
+// of the proxy's. At start the proxy refuses it, naming the table and the
+// column, and exits 1; added while the proxy runs, every request gets
+// on_store_error and /readyz answers 503 with the database's words, until
+// writes pass again.
+func TestPostgresTableThatRefusesInsertsIsRefusedOrUnready(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := t.Context()
+	admin := pg.Conn(t)
+	up := startUpstream(t)
+	cfg := postgresConfig(up, pg.URL())
+
+	t.Run("at start", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, strings.Replace(earlierTable, "body bytea)", "body bytea, lease bytea, tenant text NOT NULL)", 1)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec(ctx, `DROP TABLE idempotency_keys`) })
+		file := filepath.Join(t.TempDir(), "refused.yaml")
+		if err := os.WriteFile(file, []byte(cfg.yaml(freeAddr(t), freeAddr(t))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stderr testbin.Buffer
+		proc, err := testbin.Launch(testbin.Command{Path: proxyBin, Args: []string{"--config", file}, Stdout: &stderr}, &stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, exited := proc.Wait(30 * time.Second)
+		if !exited {
+			proc.Kill()
+			t.Fatalf("the proxy started on a table whose every insert fails:\n%s", stderr.String())
+		}
+		out := stderr.String()
+		if code != 1 || !strings.Contains(out, "table idempotency_keys") ||
+			!strings.Contains(out, "column tenant is NOT NULL without a default") {
+			t.Errorf("exit %d with\n%s\nwant exit 1 naming the table and its column tenant", code, out)
+		}
+	})
+
+	t.Run("while running", func(t *testing.T) {
+		p := startProxy(t, "refusing", cfg)
+		c := newClient(t, 10*time.Second)
+		completeKeys(t, c, p, up, "before", 1)
+		if _, err := admin.Exec(ctx, `ALTER TABLE idempotency_keys ADD COLUMN tenant text NOT NULL DEFAULT 'a';
+			ALTER TABLE idempotency_keys ALTER COLUMN tenant DROP DEFAULT`); err != nil {
+			t.Fatal(err)
+		}
+		if r := mustSend(t, c, p.URL(), request{Key: "refused"}); r.Problem() != "store-unavailable" || up.Count("refused") != 0 {
+			t.Fatalf("a new key while every insert fails: %s with %d executions, want 503 store-unavailable without the upstream", r, up.Count("refused"))
+		}
+		waitStatus(t, p.AdminURL()+"/readyz", http.StatusServiceUnavailable, 10*time.Second)
+		if code, body := getReadyz(t, p); code != http.StatusServiceUnavailable || !strings.Contains(body, `"tenant"`) {
+			t.Errorf("/readyz while every insert fails = %d %q, want 503 naming the column", code, body)
+		}
+		if _, err := admin.Exec(ctx, `ALTER TABLE idempotency_keys DROP COLUMN tenant`); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, p.AdminURL()+"/readyz", http.StatusOK, 10*time.Second)
+		if r := mustSend(t, c, p.URL(), request{Key: "after"}); r.Status != http.StatusCreated {
+			t.Errorf("a new key once inserts pass again: %s, want 201", r)
+		}
+	})
+}

@@ -121,6 +121,11 @@ type Store struct {
 	migrateWait time.Duration
 	// serving is set by Prepare: from then on Ping prepares too.
 	serving atomic.Bool
+	// refused is set when the database refused an operation (an error it
+	// answered, not a lost connection): until a write check passes, Ping
+	// runs one, so that a table or role that refuses every write shows in
+	// readiness (checkWrites).
+	refused atomic.Bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -229,7 +234,44 @@ func (s *Store) Ping(ctx context.Context) error {
 		}
 	}
 	var one int
-	return s.translate("ping", s.pool.QueryRow(ctx, "SELECT 1").Scan(&one))
+	if err := s.pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return s.translate("ping", err)
+	}
+	if s.serving.Load() && s.refused.Load() {
+		return s.checkWrites(ctx)
+	}
+	return nil
+}
+
+// checkWrites runs what a key's life takes — Begin's insert, Complete's
+// update, a delete — on a row of its own in a transaction it rolls back,
+// and clears refused when they pass. A column, a constraint, a trigger or a
+// role's privileges may refuse every write while the database answers
+// reads: every request then gets on_store_error, and readiness must say so
+// with the database's own words.
+func (s *Store) checkWrites(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.translate("write check", err)
+	}
+	defer tx.Rollback(ctx)
+	key, token := "idempotency-proxy write check "+newToken(), newToken()
+	var fp [32]byte
+	steps := []struct {
+		sql  string
+		args []any
+	}{
+		{s.sql.begin, []any{key, token, fp[:], int64(60_000), []byte(nil)}},
+		{s.sql.complete, []any{key, token, []byte{0}, []byte{}, int64(60_000)}},
+		{s.sql.delete, []any{key}},
+	}
+	for _, st := range steps {
+		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+			return s.translate("write check", err)
+		}
+	}
+	s.refused.Store(false)
+	return nil
 }
 
 // Close stops the sweeper and closes the pool.
@@ -263,8 +305,25 @@ func (s *Store) translate(op string, err error) error {
 			// Dropped while running: create it again on the next call.
 			s.prepared.Store(false)
 		}
+		if refusal(pe.Code) {
+			s.refused.Store(true)
+		}
 	}
 	return fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, sayAttemptsOnce(err))
+}
+
+// refusal reports whether an error the database answered says it will
+// refuse the same statement again: a constraint, a privilege, a read-only
+// server. The classes left out pass on their own (PostgreSQL's appendix
+// A): a connection lost (08), a transaction rolled back under contention
+// (40), resources short (53), a lock not granted in time (55), the server
+// shutting down or a statement cancelled (57), a system error (58).
+func refusal(code string) bool {
+	switch code[:min(2, len(code))] {
+	case "08", "40", "53", "55", "57", "58":
+		return false
+	}
+	return true
 }
 
 // tokenLen is the length of a token: 128 random bits, hex-encoded.

@@ -15,17 +15,23 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// columns is the table's shape: each column the store uses and its type as
-// format_type names it. A table with these columns and a unique key works;
-// columns of its own an operator added are left alone.
-var columns = []struct{ name, typ string }{
-	{"key", "text"},
-	{"token", "text"},
-	{"fingerprint", "bytea"},
-	{"expires_at", "timestamp with time zone"},
-	{"head", "bytea"},
-	{"body", "bytea"},
-	{leaseColumn, "bytea"},
+// columns is the table's shape: each column the store uses, its type as
+// format_type names it, and whether the store leaves it NULL in some rows
+// (a lease has no head or body, a record no lease). A table with these
+// columns and a unique key works; columns of its own an operator added are
+// left alone, unless they are NOT NULL without a default: the store's
+// inserts leave them empty, so every new key would fail.
+var columns = []struct {
+	name, typ string
+	nullable  bool
+}{
+	{"key", "text", false},
+	{"token", "text", false},
+	{"fingerprint", "bytea", false},
+	{"expires_at", "timestamp with time zone", false},
+	{"head", "bytea", true},
+	{"body", "bytea", true},
+	{leaseColumn, "bytea", true},
 }
 
 // leaseColumn holds a lease's description (store.AppendLease): NULL in a
@@ -64,7 +70,10 @@ func newStatements(t string) statements {
 		// the table, holding its lock only for that moment.
 		addLease: `ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS lease bytea`,
 		index:    `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{index}.Sanitize() + ` ON ` + t + ` (expires_at)`,
-		shape: `SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+		// A column is filled in by the database when it has a default, is
+		// an identity or is generated.
+		shape: `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+				a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' FROM pg_attribute a
 			WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
 		unique: `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = 'key')`,
@@ -132,6 +141,7 @@ func newStatements(t string) statements {
 // another replica creating it, and new connections for their handshakes.
 func (s *Store) Prepare(ctx context.Context) error {
 	s.serving.Store(true)
+	s.refused.Store(true) // the first readiness check tries the writes
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, prepareTimeout)
@@ -295,10 +305,15 @@ func (s *Store) checkShape(ctx context.Context) error {
 	if err != nil {
 		return s.translate("table lookup", err)
 	}
-	got := map[string]string{}
-	var name, typ string
-	_, err = pgx.ForEachRow(rows, []any{&name, &typ}, func() error {
-		got[name] = typ
+	type column struct {
+		typ             string
+		notNull, filled bool
+	}
+	got := map[string]column{}
+	var name string
+	var c column
+	_, err = pgx.ForEachRow(rows, []any{&name, &c.typ, &c.notNull, &c.filled}, func() error {
+		got[name] = c
 		return nil
 	})
 	if err != nil {
@@ -306,14 +321,22 @@ func (s *Store) checkShape(ctx context.Context) error {
 	}
 	var wrong []string
 	_, hasLease := got[leaseColumn]
-	for _, c := range columns {
-		switch t, ok := got[c.name]; {
-		case !ok && c.name == leaseColumn:
+	for _, want := range columns {
+		switch c, ok := got[want.name]; {
+		case !ok && want.name == leaseColumn:
 			// An earlier version's table: migrate adds it.
 		case !ok:
-			wrong = append(wrong, "no column "+c.name)
-		case t != c.typ:
-			wrong = append(wrong, fmt.Sprintf("column %s is %s, not %s", c.name, t, c.typ))
+			wrong = append(wrong, "no column "+want.name)
+		case c.typ != want.typ:
+			wrong = append(wrong, fmt.Sprintf("column %s is %s, not %s", want.name, c.typ, want.typ))
+		case want.nullable && c.notNull:
+			wrong = append(wrong, fmt.Sprintf("column %s is NOT NULL, and the proxy leaves it NULL", want.name))
+		}
+		delete(got, want.name)
+	}
+	for name, c := range got { // the operator's own columns
+		if c.notNull && !c.filled {
+			wrong = append(wrong, fmt.Sprintf("column %s is NOT NULL without a default, and the proxy's inserts leave it empty", name))
 		}
 	}
 	if len(wrong) == 0 {
