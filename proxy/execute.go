@@ -227,7 +227,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 		if q.held {
 			wait = min(wait, renewEvery(ttl))
 		}
-		left := q.lease.until.Sub(h.clock.Now()) - lastTryBefore(ttl)
+		left := q.lease.end().Sub(h.clock.Now()) - lastTryBefore(ttl)
 		if left <= 0 {
 			h.log.Warn(gaveUp(q), "route", q.route.label, "key_hash", q.keyHash)
 			return
@@ -276,12 +276,12 @@ func lastTryBefore(ttl time.Duration) time.Duration { return min(ttl/10, 100*tim
 // own record written by a try whose reply was lost.
 func (h *Handler) renewToRecord(ctx context.Context, q *request) {
 	ttl := q.route.policy.LockTTL
-	if q.lease.until.Sub(h.clock.Now()) > renewEvery(ttl) {
+	if q.lease.end().Sub(h.clock.Now()) > renewEvery(ttl) {
 		return
 	}
 	sent := h.clock.Now()
 	if h.store.Extend(ctx, q.keyHash, q.token, ttl) == nil {
-		q.lease.until = sent.Add(ttl)
+		q.lease.extendTo(sent.Add(ttl))
 	}
 }
 

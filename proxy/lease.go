@@ -82,6 +82,12 @@ func (h *Handler) renewLease(ctx context.Context, q *request, first time.Duratio
 		defer l.mu.Unlock()
 		switch {
 		case l.stopped:
+			// Answered after the call ended: the record is retried in
+			// this lease, which now runs from this renewal (unless
+			// settling renewed it since).
+			if end := sent.Add(ttl); err == nil && end.After(l.until) {
+				l.until = end
+			}
 		case err == nil:
 			l.until = sent.Add(ttl)
 			l.timer.Reset(every)
@@ -102,7 +108,8 @@ func (h *Handler) renewLease(ctx context.Context, q *request, first time.Duratio
 }
 
 // stop ends renewals and reports whether the lease was found lost. From
-// then on only settleKey's goroutine changes until (renewHeld).
+// then on settleKey's goroutine renews it (renewHeld, renewToRecord), and
+// a renewal still on its way may lengthen it: both under l.mu.
 func (l *lease) stop() (lost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -113,6 +120,23 @@ func (l *lease) stop() (lost bool) {
 	return l.lost
 }
 
+// end is when the lease expires, as far as this process knows.
+func (l *lease) end() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// extendTo notes a renewal that makes the lease last until t, unless one
+// already noted lasts longer.
+func (l *lease) extendTo(t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.After(l.until) {
+		l.until = t
+	}
+}
+
 // renewHeld extends the lease of a key held for lack of space and reports
 // whether the lease was lost.
 func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
@@ -121,7 +145,7 @@ func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
 	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
 	switch {
 	case err == nil:
-		q.lease.until = sent.Add(ttl)
+		q.lease.extendTo(sent.Add(ttl))
 	case errors.Is(err, store.ErrLockLost):
 		h.lockLost(q, "renewal while the store was full", lostAfterDelivered)
 		return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ type outageStore struct {
 	clock            *fakeClock
 	back, extendBack atomic.Pointer[time.Time]
 	completes        atomic.Int64
+	// holdFirstExtend, when set, holds the first Extend: it sends on the
+	// channel when it arrives, and goes on once the test sends back.
+	holdFirstExtend atomic.Pointer[chan struct{}]
 }
 
 func (s *outageStore) down(at *atomic.Pointer[time.Time]) bool {
@@ -31,7 +35,12 @@ func (s *outageStore) down(at *atomic.Pointer[time.Time]) bool {
 }
 
 func (s *outageStore) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
-	if s.down(&s.extendBack) {
+	down := s.down(&s.extendBack) // when it arrives
+	if hold := s.holdFirstExtend.Swap(nil); hold != nil {
+		*hold <- struct{}{} // it has arrived
+		<-*hold             // the test lets it go
+	}
+	if down {
 		return store.ErrUnavailable
 	}
 	return s.Store.Extend(ctx, key, token, ttl)
@@ -146,5 +155,59 @@ func TestLeaseRenewedWhileTheRecordIsRetried(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.handler.metrics.lockLost); got != 0 {
 		t.Errorf("lock lost = %v, want 0", got)
+	}
+}
+
+// A renewal the store answers just after the upstream call ended still
+// lengthens the lease the record is retried in: the store's lease runs
+// from that renewal, and a store back after the lease's first end, before
+// its renewed one, still gets the record.
+func TestRenewalAnsweredAfterTheCallEndedLengthensTheRetries(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	clock := newFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	st := &outageStore{Store: mem, clock: clock}
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once // only the first call waits
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() {
+			close(arrived)
+			<-release
+		})
+		w.Write([]byte("done"))
+	}, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	e.handler.clock = clock
+	began := clock.Now()
+	first := make(chan *response, 1)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}") }()
+	<-arrived
+
+	hold := make(chan struct{})
+	st.holdFirstExtend.Store(&hold)
+	advanced := make(chan struct{})
+	go func() { clock.Advance(lockTTL / 3); close(advanced) }() // the first renewal
+	<-hold                                                      // it is on its way to the store
+	// The store is unreachable from the moment the call ends until after
+	// the lease's first end, but before the renewed one.
+	back := began.Add(lockTTL + lockTTL/6)
+	st.back.Store(&back)
+	st.extendBack.Store(&back)
+	close(release)
+	if r := <-first; r.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d, want the response delivered", r.StatusCode)
+	}
+	hold <- struct{}{} // the renewal, answered now that the call ended
+	<-advanced
+
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
 	}
 }
