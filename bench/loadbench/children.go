@@ -209,7 +209,10 @@ func (c *children) startProxyOn(ctx context.Context, label, bin, upstream string
 	if err != nil {
 		return 0, "", "", err
 	}
-	args := append([]string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin, "--log-level", "warn"}, storeArgs...)
+	// Nothing but the addresses and the store is set: the proxy runs with
+	// the defaults a user gets (access log on, log level info), its stderr
+	// a file as a container's is (launch).
+	args := append([]string{"--upstream", "http://" + upstream, "--listen", addr, "--admin-listen", admin}, storeArgs...)
 	// A full run records a few hundred thousand responses; the default
 	// 256 MiB bound would start refusing new keys part-way through.
 	env := append([]string{"IDEMPOTENCY_PROXY_STORE_MEMORY_MAX_BYTES=2GiB"}, storeEnv...)
@@ -227,6 +230,14 @@ func (c *children) startProxyOn(ctx context.Context, label, bin, upstream string
 	}
 	return pid, addr, admin, nil
 }
+
+// proxyConfig says how every idempotency-proxy target runs, for the
+// head of each report: what a user runs, unless a target's name says more.
+const proxyConfig = "idempotency-proxy with its defaults (access_log: true, log_level: info), stderr to a file; store.memory.max_bytes: 2GiB"
+
+// accessLogOff is the environment of the targets --access-log-off adds
+// (memory-nolog, redis-nolog): the defaults but for the access log.
+var accessLogOff = []string{"IDEMPOTENCY_PROXY_ACCESS_LOG=false"}
 
 // startRedis starts a redis-server of the benchmark's own, without
 // persistence, on a free loopback port. The shared Redis on 6379 is never used.

@@ -104,6 +104,8 @@ type instrSettings struct {
 	// dumpDir, when set, keeps every cell's callgrind dump, for
 	// callgrind_annotate; else they go with the run's temporary directory.
 	dumpDir string
+	// accessLogOff counts memory-nolog and redis-nolog too (main.go).
+	accessLogOff bool
 }
 
 // countInstructions counts every target's instructions a request and
@@ -154,6 +156,18 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 			return pid, "http://" + addr, err
 		}},
 	}
+	if is.accessLogOff {
+		for _, v := range []struct{ name, redisURL string }{{"memory-nolog", ""}, {"redis-nolog", "redis://" + redisAddr + "/3"}} {
+			var storeArgs []string
+			if v.redisURL != "" {
+				storeArgs = []string{"--redis-url", v.redisURL}
+			}
+			targets = append(targets, counted{name: v.name, isProxy: true, start: func(ctx context.Context, k *children) (int, string, error) {
+				pid, addr, _, err := k.startProxyOn(ctx, "proxy-"+v.name, bin, upAddr, storeArgs, accessLogOff, false)
+				return pid, "http://" + addr, err
+			}})
+		}
+	}
 	for _, p := range is.peers {
 		peerBin, err := kids.buildPeer(ctx, p)
 		if err != nil {
@@ -194,7 +208,8 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "loadbench --instructions: %s, %s, %d requests counted per cell after %d, %s, GOMAXPROCS=1, run took %s\n",
 		strings.TrimSpace(string(version)), runtime.Version(), is.requests, is.warmup, conns, time.Since(started).Round(time.Second))
-	fmt.Fprintf(stdout, "user-space instructions of the target's process per request; the kernel's work (system calls, loopback) is not counted\n\n")
+	fmt.Fprintf(stdout, "user-space instructions of the target's process per request; the kernel's work (system calls, loopback) is not counted\n")
+	fmt.Fprintf(stdout, "%s\n\n", proxyConfig)
 	rep.write(stdout)
 	return nil
 }

@@ -12,10 +12,12 @@
 //	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
 //	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
 //	go run ./bench/loadbench --instructions    # instructions per request under callgrind, host-independent
+//	go run ./bench/loadbench --access-log-off  # the defaults with access_log: false too, beside them
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy
-// binary on the memory store and on a redis-server of its own, drives
+// binary on the memory store and on a redis-server of its own (both with
+// the product's defaults, as a user runs it), drives
 // closed-loop load at each concurrency, alternating targets round by round
 // so drift hits all of them, and prints one table of medians with their
 // spread. It exits non-zero only when a request fails, never because a
@@ -68,6 +70,9 @@ type settings struct {
 	// bracket measures the plain proxy around every other target
 	// (roundOrder), so that a ratio compares measurements seconds apart.
 	bracket bool
+	// accessLogOff measures the targets memory-nolog and redis-nolog too:
+	// the defaults with access_log: false, beside them.
+	accessLogOff bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -83,6 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	peerList := fs.String("peers", "", "comma-separated peers measured in the same rounds: fiber (Fiber v3's idempotency and proxy middleware, memory and Redis)")
 	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory; with --instructions, every cell's callgrind dump")
+	accessLogOff := fs.Bool("access-log-off", false, "measure memory-nolog and redis-nolog too: the defaults with access_log: false, in the same rounds (or, with --instructions, counted beside them)")
 	bracket := fs.Bool("bracket", true, "measure the plain proxy before and after every other target, and take each ratio to the mean of the two; false: once a round")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
@@ -113,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = fillMemoryStore(*fillStore, stdout)
 	default:
 		s := settings{rounds: *rounds, duration: *duration, warmup: *duration / 3, proxyBin: *proxyBin,
-			compareBin: *compareBin, profileDir: *profileDir, bracket: *bracket}
+			compareBin: *compareBin, profileDir: *profileDir, bracket: *bracket, accessLogOff: *accessLogOff}
 		if *quick {
 			s.rounds, s.duration, s.warmup, s.quick = 2, 200*time.Millisecond, 100*time.Millisecond, true
 		}
@@ -140,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1 || *requests < 1) {
 			err = errors.New("--rounds, --duration, --records and --requests need positive values")
 		}
-		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir}
+		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff}
 		if len(s.concs) > 0 {
 			is.conc = s.concs[0] // 1 unless asked: a count is cleanest one request at a time
 		}

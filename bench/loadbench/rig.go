@@ -90,6 +90,11 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 		more, err = startCompared(ctx, kids, s.compareBin, rg.targets, s.profileDir != "")
 		rg.targets = append(rg.targets, more...)
 	}
+	if err == nil && s.accessLogOff {
+		var more []target
+		more, err = startVariant(ctx, kids, bin, "nolog", 3, accessLogOff, rg.targets, s.profileDir != "")
+		rg.targets = append(rg.targets, more...)
+	}
 	return rg, err
 }
 
@@ -178,13 +183,23 @@ func startAll(ctx context.Context, kids *children, bin string, pprof bool) ([]ta
 // the hit keys it records must not collide with redis's, whose fingerprints
 // differ in the Host they were sent to.
 func startCompared(ctx context.Context, kids *children, bin string, ts []target, pprof bool) ([]target, error) {
+	return startVariant(ctx, kids, bin, "b", 1, nil, ts, pprof)
+}
+
+// startVariant starts bin with env on the memory store and on the run's
+// redis-server, in its database db, as the targets memory-<suffix> and
+// redis-<suffix>: a configuration measured beside the defaults, never
+// instead of them.
+func startVariant(ctx context.Context, kids *children, bin, suffix string, db int, env []string, ts []target, pprof bool) ([]target, error) {
 	mem, rd := ts[1], ts[2]
 	up := mem.upAddr
-	memPID, memAddr, memAdmin, err := kids.startProxy(ctx, "proxy-memory-b", bin, up, "", pprof)
+	memName, rdName := "memory-"+suffix, "redis-"+suffix
+	memPID, memAddr, memAdmin, err := kids.startProxyOn(ctx, "proxy-"+memName, bin, up, nil, env, pprof)
 	if err != nil {
 		return nil, err
 	}
-	rdPID, rdAddr, rdAdmin, err := kids.startProxy(ctx, "proxy-redis-b", bin, up, "redis://"+rd.storeAddr+"/1", pprof)
+	rdURL := fmt.Sprintf("redis://%s/%d", rd.storeAddr, db)
+	rdPID, rdAddr, rdAdmin, err := kids.startProxyOn(ctx, "proxy-"+rdName, bin, up, []string{"--redis-url", rdURL}, env, pprof)
 	if err != nil {
 		return nil, err
 	}
@@ -193,8 +208,8 @@ func startCompared(ctx context.Context, kids *children, bin string, ts []target,
 		memProf, rdProf = memAdmin, rdAdmin
 	}
 	return []target{
-		{name: "memory-b", base: "http://" + memAddr, pid: memPID, upPID: mem.upPID, admin: memAdmin, pprof: memProf, isProxy: true, upAddr: mem.upAddr},
-		{name: "redis-b", base: "http://" + rdAddr, pid: rdPID, upPID: rd.upPID, admin: rdAdmin, pprof: rdProf, storePID: rd.storePID, storeAddr: rd.storeAddr, isProxy: true, upAddr: rd.upAddr},
+		{name: memName, base: "http://" + memAddr, pid: memPID, upPID: mem.upPID, admin: memAdmin, pprof: memProf, isProxy: true, upAddr: mem.upAddr},
+		{name: rdName, base: "http://" + rdAddr, pid: rdPID, upPID: rd.upPID, admin: rdAdmin, pprof: rdProf, storePID: rd.storePID, storeAddr: rd.storeAddr, isProxy: true, upAddr: rd.upAddr},
 	}, nil
 }
 
@@ -209,6 +224,7 @@ func (rg *rig) describe(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "layout shared: every process on every CPU, default GOMAXPROCS\n")
 	}
+	fmt.Fprintln(w, proxyConfig)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "process\tpid\tCPUs\tGOMAXPROCS")
 	row := func(name string, pid int, procs string) {
