@@ -13,6 +13,7 @@ import (
 func BenchmarkHandlerNoKeyAccessLog(b *testing.B) {
 	rig := newBenchRig(b, withAccessLog, func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		o.AccessLogOutput = io.Discard
 	})
 	delete(rig.r.Header, "Idempotency-Key")
 	b.ReportAllocs()

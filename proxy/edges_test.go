@@ -271,6 +271,7 @@ func (l *lockedBuffer) lines(t *testing.T, substr string) []map[string]any {
 func withLog(buf *lockedBuffer) envOption {
 	return func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		o.AccessLogOutput = buf // as the binary writes them: beside the other lines
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -46,6 +47,7 @@ type Handler struct {
 	settling atomic.Int64
 	// accessLog is Options.AccessLog, as SetAccessLog last set it.
 	accessLog atomic.Bool
+	accessOut io.Writer // Options.AccessLogOutput
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -87,6 +89,7 @@ func New(opts Options) (*Handler, error) {
 	h.owners.init()
 	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
+	h.accessOut = cmp.Or[io.Writer](opts.AccessLogOutput, io.Discard)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
 	if reflect.ValueOf(def).IsZero() {

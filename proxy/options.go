@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -64,9 +65,15 @@ type Options struct {
 	Routes []Route
 	// Logger receives the handler's logs; nil discards them.
 	Logger *slog.Logger
-	// AccessLog logs one line per request at info level (see accesslog.go);
-	// SetAccessLog changes it while the handler runs.
+	// AccessLog logs one line per request at info level (see accesslog.go)
+	// on AccessLogOutput, when Logger is enabled at info; SetAccessLog
+	// changes it while the handler runs.
 	AccessLog bool
+	// AccessLogOutput receives the access lines, one Write a line: the
+	// JSON object Logger's JSON handler would write, and a newline. It must
+	// be safe for concurrent use and should buffer (internal/logbuf): a
+	// line is written on every request. Nil discards them.
+	AccessLogOutput io.Writer
 	// Instance names this process in the leases it takes (store.Lease),
 	// so an operator can tell which proxy holds a key; "" means
 	// DefaultInstance.

@@ -18,6 +18,11 @@ import (
 //     handlers), through serverErrorLog.
 //
 // go-redis has a logger of its own, routed in wire.go.
+//
+// w is the immediate side of the process's log buffer (internal/logbuf):
+// these lines are written at once, after the access lines buffered before
+// them; the access lines alone wait for a full buffer or logbuf.Delay, so
+// that a request does not pay a write(2) for its line.
 func newLogger(w io.Writer, level *slog.LevelVar) *slog.Logger {
 	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log) // also sends the log package's output to log's handler

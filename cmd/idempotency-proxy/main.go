@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/logbuf"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -83,8 +84,12 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 
 	level := new(slog.LevelVar)
 	level.Set(cfg.LogLevel.Level())
-	log := newLogger(stderr, level)
-	if err := serve(cfg, src, level, log); err != nil {
+	// Access lines gather in a buffer, every other line is written at
+	// once (logging.go); what is still buffered at the end is written out.
+	out := logbuf.New(stderr, logbuf.Size, logbuf.Delay)
+	defer out.Close()
+	log := newLogger(out.Immediate(), level)
+	if err := serve(cfg, src, level, log, out); err != nil {
 		log.Error("stopped", "error", err)
 		return exitFailure
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,8 +38,9 @@ const (
 	minHeapGoal = 32 << 20
 )
 
-// serve runs the proxy until SIGTERM or SIGINT, then drains it.
-func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slog.Logger) error {
+// serve runs the proxy until SIGTERM or SIGINT, then drains it. The
+// access lines go to access, the other lines to log.
+func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slog.Logger, access io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	gc := tuneGC(src.Env)
@@ -71,6 +73,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	}
 	defer tr.stop()
 	opts := handlerOptions(cfg, st, log, metrics)
+	opts.AccessLogOutput = access
 	tr.wrap(&opts)
 	h, err := proxy.New(opts)
 	if err != nil {

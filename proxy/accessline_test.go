@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+)
+
+// slogAccessLine is the access line as the process's slog JSON handler
+// writes the same record: what operators' parsers and the docs describe.
+func slogAccessLine(t testing.TB, now time.Time, q *request, outcome Outcome, status int, d time.Duration) []byte {
+	var buf bytes.Buffer
+	rec := slog.NewRecord(now, slog.LevelInfo, "access", 0)
+	rec.AddAttrs(
+		slog.String("method", q.in.Method), slog.String("path", q.in.URL.Path),
+		slog.String("route", q.route.label), slog.Int("status", status),
+		slog.String("outcome", string(outcome)), slog.Float64("duration_seconds", d.Seconds()),
+		slog.Int64("bytes", q.sentBytes), slog.String("key_hash", q.keyHash))
+	if err := slog.NewJSONHandler(&buf, nil).Handle(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func accessRequest(method, path, label, keyHash string, sent int64) *request {
+	return &request{
+		in:        &http.Request{Method: method, URL: &url.URL{Path: path}},
+		route:     &route{label: label},
+		keyHash:   keyHash,
+		sentBytes: sent,
+	}
+}
+
+// The access line is written by hand, not by slog: byte for byte it is the
+// line slog's JSON handler writes for the same record, whatever the path
+// holds (quotes, control characters, invalid UTF-8, JSONP's separators)
+// and however long the request took.
+func TestAccessLineIsTheJSONHandlersLine(t *testing.T) {
+	now := time.Date(2026, 12, 3, 13, 4, 5, 678901234, time.FixedZone("X", 3600))
+	paths := []string{"/v1/charges", "", `/a"b\c`, "/tab\tnl\ncr\r", "/ctl\x00\x01\x1f\x7f", "/<script>&amp;",
+		"/bad\xff\xfeutf8", "/sep\u2028\u2029", "/é/日本/🙂", "/%2F"}
+	durations := []time.Duration{0, 1, 999, time.Microsecond, 1234567, 3 * time.Second, 90 * time.Minute, math.MaxInt64}
+	for _, p := range paths {
+		for _, d := range durations {
+			q := accessRequest("POST", p, "POST /v1/"+p, "3f2a1b9c0d4e5f60718293a4b5c6d7e8", 199)
+			got := appendAccessLine(nil, now, q, OutcomeReplayed, 201, d)
+			if want := slogAccessLine(t, now, q, OutcomeReplayed, 201, d); !bytes.Equal(got, want) {
+				t.Errorf("path %q, duration %d:\n got %s\nwant %s", p, d, got, want)
+			}
+		}
+	}
+	for _, at := range []time.Time{now.Truncate(time.Second), now.Add(-678 * time.Millisecond).UTC()} {
+		q := accessRequest("GET", "/", defaultRoute, "", 0)
+		if got, want := appendAccessLine(nil, at, q, OutcomePassthrough, 200, time.Millisecond), slogAccessLine(t, at, q, OutcomePassthrough, 200, time.Millisecond); !bytes.Equal(got, want) {
+			t.Errorf("time %v:\n got %s\nwant %s", at, got, want)
+		}
+	}
+}
+
+func FuzzAccessLineIsTheJSONHandlersLine(f *testing.F) {
+	f.Add("POST", "/v1/charges", "default", "3f2a", int64(199), int64(1234567), 201)
+	f.Add("GE\"T", "/\xff\u2028", "r\\", "", int64(-1), int64(1), 0)
+	now := time.Date(2026, 12, 3, 13, 4, 5, 678901234, time.UTC)
+	f.Fuzz(func(t *testing.T, method, path, route, keyHash string, sent, d int64, status int) {
+		q := accessRequest(method, path, route, keyHash, sent)
+		got := appendAccessLine(nil, now, q, Outcome(route), status, time.Duration(d))
+		if want := slogAccessLine(t, now, q, Outcome(route), status, time.Duration(d)); !bytes.Equal(got, want) {
+			t.Errorf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
