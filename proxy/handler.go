@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/lograte"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -48,6 +49,10 @@ type Handler struct {
 	// accessLog is Options.AccessLog, as SetAccessLog last set it.
 	accessLog atomic.Bool
 	accessOut io.Writer // Options.AccessLogOutput
+	// bypassLog and refuseLog keep the store-unavailable warnings, due on
+	// every request while the store is down, to one a period: the access
+	// line has each request's outcome and key_hash.
+	bypassLog, refuseLog *lograte.Limiter
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -90,6 +95,7 @@ func New(opts Options) (*Handler, error) {
 	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
 	h.accessOut = cmp.Or[io.Writer](opts.AccessLogOutput, io.Discard)
+	h.bypassLog, h.refuseLog = lograte.New(lograte.Period), lograte.New(lograte.Period)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
 	if reflect.ValueOf(def).IsZero() {
@@ -356,14 +362,18 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 	full := errors.Is(err, store.ErrFull)
 	if q.route.policy.OnStoreError == FailOpen {
 		q.outcome = OutcomeStoreBypassed
-		h.log.Warn("store unavailable, forwarding without idempotency protection",
-			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
+		if ok, n := h.bypassLog.Allow(h.clock.Now()); ok {
+			h.log.Warn("store unavailable, forwarding without idempotency protection",
+				"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err, "suppressed", n)
+		}
 		setBody(q.in, q.body, nil)
 		h.rp.ServeHTTP(q.unrecorded(w), q.in)
 		dropControlTrailers(w.Header(), q.route.policy.UpstreamControlHeader)
 		return
 	}
-	h.log.Warn("store unavailable, rejecting request", "route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
+	if ok, n := h.refuseLog.Allow(h.clock.Now()); ok {
+		h.log.Warn("store unavailable, rejecting request", "route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err, "suppressed", n)
+	}
 	if full {
 		h.refuse(w, q, failStoreFull, err)
 		return

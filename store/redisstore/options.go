@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/lograte"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -85,7 +87,7 @@ func (o Options) Check(section string) []store.Problem {
 
 // Open builds the client (New) and sends go-redis's own log lines to log.
 func (o Options) Open(log *slog.Logger) (store.Store, error) {
-	redis.SetLogger(clientLogger{log})
+	redis.SetLogger(newClientLogger(log))
 	return New(o)
 }
 
@@ -105,9 +107,20 @@ func (o Options) Describe() string {
 }
 
 // clientLogger sends go-redis's log lines (reconnect attempts, pool
-// errors) to the JSON log instead of a plain line on stderr.
-type clientLogger struct{ log *slog.Logger }
+// errors) to the JSON log instead of a plain line on stderr, one a
+// lograte.Period: while Redis is down they come on every command.
+type clientLogger struct {
+	log   *slog.Logger
+	limit *lograte.Limiter
+	now   func() time.Time
+}
+
+func newClientLogger(log *slog.Logger) clientLogger {
+	return clientLogger{log: log, limit: lograte.New(lograte.Period), now: time.Now}
+}
 
 func (l clientLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+	if ok, n := l.limit.Allow(l.now()); ok {
+		l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...), "suppressed", n)
+	}
 }
