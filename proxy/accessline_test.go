@@ -54,7 +54,8 @@ func TestAccessLineIsTheJSONHandlersLine(t *testing.T) {
 			}
 		}
 	}
-	for _, at := range []time.Time{now.Truncate(time.Second), now.Add(-678 * time.Millisecond).UTC()} {
+	for _, at := range []time.Time{now.Truncate(time.Second), now.Add(-678 * time.Millisecond).UTC(),
+		now.Truncate(time.Second).Add(500 * time.Millisecond), now.Truncate(time.Second).Add(1), now.Add(time.Hour), now.In(time.Local), now} {
 		q := accessRequest("GET", "/", defaultRoute, "", 0)
 		if got, want := appendAccessLine(nil, at, q, OutcomePassthrough, 200, time.Millisecond), slogAccessLine(t, at, q, OutcomePassthrough, 200, time.Millisecond); !bytes.Equal(got, want) {
 			t.Errorf("time %v:\n got %s\nwant %s", at, got, want)
@@ -63,10 +64,11 @@ func TestAccessLineIsTheJSONHandlersLine(t *testing.T) {
 }
 
 func FuzzAccessLineIsTheJSONHandlersLine(f *testing.F) {
-	f.Add("POST", "/v1/charges", "default", "3f2a", int64(199), int64(1234567), 201)
-	f.Add("GE\"T", "/\xff\u2028", "r\\", "", int64(-1), int64(1), 0)
-	now := time.Date(2026, 12, 3, 13, 4, 5, 678901234, time.UTC)
-	f.Fuzz(func(t *testing.T, method, path, route, keyHash string, sent, d int64, status int) {
+	f.Add("POST", "/v1/charges", "default", "3f2a", int64(199), int64(1234567), 201, int64(0))
+	f.Add("GE\"T", "/\xff\u2028", "r\\", "", int64(-1), int64(1), 0, int64(5e8))
+	base := time.Date(2026, 12, 3, 13, 4, 5, 678901234, time.FixedZone("X", -5400))
+	f.Fuzz(func(t *testing.T, method, path, route, keyHash string, sent, d int64, status int, at int64) {
+		now := base.Add(time.Duration(at % (1 << 50)))
 		q := accessRequest(method, path, route, keyHash, sent)
 		got := appendAccessLine(nil, now, q, Outcome(route), status, time.Duration(d))
 		if want := slogAccessLine(t, now, q, Outcome(route), status, time.Duration(d)); !bytes.Equal(got, want) {
