@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"testing"
@@ -44,7 +45,8 @@ func TestAccessLineIsTheJSONHandlersLine(t *testing.T) {
 	now := time.Date(2026, 12, 3, 13, 4, 5, 678901234, time.FixedZone("X", 3600))
 	paths := []string{"/v1/charges", "", `/a"b\c`, "/tab\tnl\ncr\r", "/ctl\x00\x01\x1f\x7f", "/<script>&amp;",
 		"/bad\xff\xfeutf8", "/sep\u2028\u2029", "/é/日本/🙂", "/%2F"}
-	durations := []time.Duration{0, 1, 999, time.Microsecond, 1234567, 3 * time.Second, 90 * time.Minute, math.MaxInt64}
+	durations := []time.Duration{0, 1, 999, time.Microsecond, 1001, 1234567, 100 * time.Millisecond, time.Second - 1, time.Second,
+		3 * time.Second, 1500 * time.Millisecond, 90 * time.Minute, math.MaxInt64, -time.Millisecond}
 	for _, p := range paths {
 		for _, d := range durations {
 			q := accessRequest("POST", p, "POST /v1/"+p, "3f2a1b9c0d4e5f60718293a4b5c6d7e8", 199)
@@ -75,4 +77,25 @@ func FuzzAccessLineIsTheJSONHandlersLine(f *testing.F) {
 			t.Errorf("\n got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// Under a second the duration is written from its nanoseconds, not as a
+// float: the digits are encoding/json's for every duration tried, a
+// million spread over the range and its edges.
+func TestAccessLineSecondsAreTheFloatsDigits(t *testing.T) {
+	check := func(d time.Duration) {
+		if got, want := appendSeconds(nil, d), appendJSONFloat(nil, d.Seconds()); !bytes.Equal(got, want) {
+			t.Fatalf("duration %d ns: %s, want %s", d, got, want)
+		}
+	}
+	for d := time.Duration(0); d < 3*time.Microsecond; d++ {
+		check(d)
+	}
+	for d := time.Second - 3*time.Microsecond; d < time.Second+3*time.Microsecond; d++ {
+		check(d)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		check(time.Duration(rng.Int64N(int64(time.Second))))
+	}
 }

@@ -95,7 +95,7 @@ func appendAccessLine(b []byte, now time.Time, q *request, outcome Outcome, stat
 	b = append(b, `,"outcome":`...)
 	b = appendJSONString(b, string(outcome))
 	b = append(b, `,"duration_seconds":`...)
-	b = appendJSONFloat(b, d.Seconds())
+	b = appendSeconds(b, d)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, q.sentBytes, 10)
 	b = append(b, `,"key_hash":`...)
@@ -140,6 +140,29 @@ func appendRFC3339Nano(b []byte, t time.Time) []byte {
 		b = append(b, digits[:n]...)
 	}
 	return append(b, s.zone...)
+}
+
+// appendSeconds writes d.Seconds() as encoding/json writes it. Under a
+// second and from a microsecond, that is the nanoseconds' decimal digits
+// after "0." without trailing zeros (the float is the division of two
+// exact integers, correctly rounded, and its shortest form is then that
+// decimal); other durations take the float's own formatting.
+func appendSeconds(b []byte, d time.Duration) []byte {
+	if d < time.Microsecond || d >= time.Second {
+		return appendJSONFloat(b, d.Seconds())
+	}
+	var digits [11]byte
+	digits[0], digits[1] = '0', '.'
+	ns := int64(d)
+	for i := 10; i > 1; i-- {
+		digits[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	n := len(digits)
+	for digits[n-1] == '0' {
+		n--
+	}
+	return append(b, digits[:n]...)
 }
 
 // appendJSONFloat writes f as encoding/json does, which slog's JSON
