@@ -221,7 +221,7 @@ func bench(ctx context.Context, s settings, stdout, stderr io.Writer) (err error
 			return fmt.Errorf("%s: %w\n%s", t.name, err, rg.kids.logTail(t.pid))
 		}
 	}
-	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, drift: map[cellKey][]float64{}, quick: s.quick}
+	rep := &report{concs: s.concs, rounds: map[cellKey][]round{}, drift: map[cellKey][]float64{}, unsteady: unsteadyCounts{}, quick: s.quick}
 	for _, t := range targets {
 		rep.targets = append(rep.targets, t.name)
 	}
@@ -267,10 +267,12 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 	}
 	for r := range s.rounds {
 		for _, scen := range s.scens {
-			order := roundOrder(targets, scen, r, s.bracket)
-			results := make([]round, len(order))
 			profiled := map[string]bool{}
-			for i, t := range order {
+			remeasures := maxRemeasures
+			if s.quick {
+				remeasures = 0
+			}
+			order, results, what, err := measureRound(roundOrder(targets, scen, r, s.bracket), s.bracket, remeasures, func(t target) (round, error) {
 				// Every measurement of the first round is profiled, so
 				// that a ratio compares two sampled measurements; a
 				// target's first profile is kept, the plain proxy's
@@ -284,18 +286,23 @@ func loadRounds(ctx context.Context, l *loader, rep *report, targets []target, c
 				if err == nil {
 					err = prof.wait()
 				}
-				if err != nil {
-					return err
-				}
-				results[i] = res
+				return res, err
+			})
+			if err != nil {
+				return err
 			}
 			for i, res := range withRatios(order, results) {
 				k := cellKey{conc, scen, order[i].name}
-				rep.rounds[k] = append(rep.rounds[k], res)
+				switch what[i] {
+				case kept:
+					rep.rounds[k] = append(rep.rounds[k], res)
+				case unsteady:
+					rep.unsteady[k]++
+				}
 			}
 			if s.bracket {
 				k := cellKey{conc, scen, "plain"}
-				rep.drift[k] = append(rep.drift[k], bracketDrift(order, results)...)
+				rep.drift[k] = append(rep.drift[k], keptDrift(order, results, what)...)
 			}
 		}
 	}
@@ -357,14 +364,7 @@ func withRatios(order []target, results []round) []round {
 // fraction of their mean: how much the host's speed moved while the
 // target was measured, and so how much its ratio can be trusted.
 func bracketDrift(order []target, results []round) []float64 {
-	var out []float64
-	for i := range order {
-		if bracketedAt(order, i) {
-			a, b := results[i-1].rate, results[i+1].rate
-			out = append(out, math.Abs(a-b)/((a+b)/2))
-		}
-	}
-	return out
+	return keptDrift(order, results, make([]measured, len(order)))
 }
 
 // bracketedAt reports whether order[i] is a target with the plain proxy
@@ -378,6 +378,7 @@ func bracketedAt(order []target, i int) bool {
 // upstream and this load generator.
 func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, d time.Duration) (round, error) {
 	pids := []int{t.pid, os.Getpid(), t.upPID, t.storePID}
+	ticks, ticksOK := readCPUTicks()
 	before, err := cpuTimes(pids, t.storeTree)
 	if err != nil {
 		return round{}, fmt.Errorf("%s: %w", t.name, err)
@@ -407,6 +408,7 @@ func measure(ctx context.Context, l *loader, t target, scen scenario, conc int, 
 		clientCPU: perReq(1),
 		upCPU:     perReq(2),
 		storeCPU:  perReq(3),
+		steal:     stealSince(ticks, ticksOK),
 	}, nil
 }
 

@@ -22,6 +22,7 @@ type round struct {
 	clientCPU float64 // the load generator's CPU µs per request
 	rateX     float64 // rate / the plain proxy's rate around it (withRatios)
 	cpuX      float64 // cpu / the plain proxy's cpu around it
+	steal     float64 // share of the machine's CPU time stolen meanwhile; 0 where unknown
 }
 
 // tail is how far the slowest 1% of a round's requests lag its median:
@@ -123,11 +124,14 @@ type report struct {
 	// drift is, for each cell of the plain proxy, how far its throughput
 	// moved across each target it bracketed (bracketDrift); empty when
 	// the run did not bracket.
-	drift  map[cellKey][]float64
-	trips  map[scenario]float64 // Redis commands per request, by scenario
-	direct []time.Duration      // unloaded p50 going direct to the upstream, per round
-	hitP50 []time.Duration      // unloaded p50 of a memory-store replay, per round
-	quick  bool                 // a --quick run: two short rounds, figures that are noise
+	drift map[cellKey][]float64
+	// unsteady counts the measurements left out because the host moved
+	// across them (steady.go).
+	unsteady unsteadyCounts
+	trips    map[scenario]float64 // Redis commands per request, by scenario
+	direct   []time.Duration      // unloaded p50 going direct to the upstream, per round
+	hitP50   []time.Duration      // unloaded p50 of a memory-store replay, per round
+	quick    bool                 // a --quick run: two short rounds, figures that are noise
 }
 
 // write prints the table. Targets are judged at the highest concurrency,
@@ -185,6 +189,10 @@ func (rep *report) write(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	if len(rep.unsteady) > 0 {
+		fmt.Fprintln(w)
+		rep.unsteady.write(w, rep.rounds)
+	}
 	rep.writeDrift(w)
 	rep.writeTax(w)
 	if len(rep.direct) > 0 {

@@ -72,3 +72,13 @@ func stolenBetween(before, after cpuTicks) string {
 	}
 	return fmt.Sprintf("%.0f%%", 100*float64(after.steal-before.steal)/float64(after.total-before.total))
 }
+
+// stealSince is the share of the machine's CPU time stolen since before,
+// as a fraction; 0 when it cannot be read.
+func stealSince(before cpuTicks, ok bool) float64 {
+	after, ok2 := readCPUTicks()
+	if !ok || !ok2 || after.total <= before.total || after.steal < before.steal {
+		return 0
+	}
+	return float64(after.steal-before.steal) / float64(after.total-before.total)
+}
