@@ -113,6 +113,10 @@ type instrSettings struct {
 	dumpDir string
 	// accessLogOff counts memory-nolog and redis-nolog too (main.go).
 	accessLogOff bool
+	// baseline, when set, is what every cell is checked against
+	// (instrbaseline.go); writeBaseline, when set, receives the counts.
+	baseline      instrBaseline
+	writeBaseline string
 }
 
 // countInstructions counts every target's instructions a request and
@@ -203,6 +207,16 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 			}
 			fmt.Fprintf(stderr, "loadbench: counting %s %s\n", t.name, scen)
 			n, err := countCell(ctx, dumpDir, valgrind, control, t, scen, is)
+			if err == nil && is.baseline.above(t.name, scen, n) {
+				// A forwarded request's count moves 2–3% from run to run
+				// with how the kernel hands over its bytes: a cell is
+				// failed on the lower of two counts, not on one.
+				fmt.Fprintf(stderr, "loadbench: %s %s counted above its baseline: counting it again\n", t.name, scen)
+				var again float64
+				if again, err = countCell(ctx, dumpDir, valgrind, control, t, scen, is); err == nil {
+					n = min(n, again)
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, scen, err)
 			}
@@ -218,7 +232,27 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 	fmt.Fprintf(stdout, "user-space instructions of the target's process per request; the kernel's work (system calls, loopback) is not counted\n")
 	fmt.Fprintf(stdout, "%s; store.redis.timeout: 10s, as callgrind slows the process\n\n", proxyConfig)
 	rep.write(stdout)
+	if is.writeBaseline != "" {
+		if err := writeBaselineFile(rep, is.writeBaseline); err != nil {
+			return err
+		}
+	}
+	if is.baseline != nil {
+		return is.baseline.check(rep, stdout)
+	}
 	return nil
+}
+
+func writeBaselineFile(rep instrReport, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--write-baseline: %w", err)
+	}
+	if err := writeInstrBaseline(rep, f); err != nil {
+		f.Close()
+		return fmt.Errorf("--write-baseline: %w", err)
+	}
+	return f.Close()
 }
 
 // countCell starts t alone under callgrind and returns its instructions

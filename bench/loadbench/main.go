@@ -20,8 +20,9 @@
 // the product's defaults, as a user runs it), drives
 // closed-loop load at each concurrency, alternating targets round by round
 // so drift hits all of them, and prints one table of medians with their
-// spread. It exits non-zero only when a request fails, never because a
-// figure misses its goal. docs/performance.md explains the columns.
+// spread. It exits non-zero when a request fails, and with --instructions
+// --baseline when a count rose above the committed one, never because a
+// throughput figure misses its goal. docs/performance.md explains the columns.
 package main
 
 import (
@@ -99,6 +100,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	records := fs.Int("records", 1_000_000, "--footprint, --footprint-proxy: records to store")
 	instructions := fs.Bool("instructions", false, "count each target's instructions per request under valgrind's callgrind, one target at a time, instead of the main table: a figure the host's speed does not move")
 	requests := fs.Int("requests", 2000, "--instructions: requests counted per target and scenario")
+	baseline := fs.String("baseline", "", "--instructions: compare every cell with this baseline file (bench/instructions-baseline.txt) and fail when one counts more than 3% above it")
+	writeBaseline := fs.String("write-baseline", "", "--instructions: write the counts to this file, in the baseline's format")
 	fillStore := fs.Int("fill-memory-store", 0, "internal: fill a memory store with this many records and print what it takes")
 	serveUp := fs.String("serve-upstream", "", "internal: run as the benchmark's upstream on this address")
 	servePl := fs.String("serve-plain", "", "internal: run as the plain reverse proxy on this address")
@@ -146,7 +149,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1 || *requests < 1) {
 			err = errors.New("--rounds, --duration, --records and --requests need positive values")
 		}
-		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff}
+		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff,
+			writeBaseline: *writeBaseline}
+		if err == nil && *baseline != "" {
+			is.baseline, err = loadInstrBaseline(*baseline)
+		}
 		if len(s.concs) > 0 {
 			is.conc = s.concs[0] // 1 unless asked: a count is cleanest one request at a time
 		}
