@@ -99,3 +99,21 @@ func TestAccessLineSecondsAreTheFloatsDigits(t *testing.T) {
 		check(time.Duration(rng.Int64N(int64(time.Second))))
 	}
 }
+
+// The access line costs no allocation: a replay allocates as much with the
+// access log on as with it off.
+func TestAccessLineAddsNoAllocation(t *testing.T) {
+	if raceEnabled() {
+		t.Skip("the race detector drops sync.Pool items and adds allocations")
+	}
+	const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+	allocs := func(opts ...envOption) float64 {
+		rig := newBenchRig(t, opts...)
+		rig.serve(key)
+		return testing.AllocsPerRun(200, func() { rig.serve(key) })
+	}
+	off, on := allocs(), allocs(accessLogged)
+	if on != off {
+		t.Errorf("a replay allocates %.0f times with the access log on, %.0f with it off: the line allocates", on, off)
+	}
+}
