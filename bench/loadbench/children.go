@@ -36,6 +36,13 @@ type children struct {
 	// its options, for --instructions); env is more of every child's
 	// environment.
 	wrap, env []string
+	// stderrPipe (--stderr pipe) gives every child a pipe for its output,
+	// which this process copies to its log file, as a log collector
+	// reading a container's stderr would; else the log file is the
+	// child's stderr itself. pipedLogs are closed once their children
+	// are gone.
+	stderrPipe bool
+	pipedLogs  []*os.File
 }
 
 // stopTimeout bounds a child's own shutdown before it is killed.
@@ -70,8 +77,18 @@ func (c *children) launch(label string, cmd *exec.Cmd) error {
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if c.stderrPipe {
+		// A writer that is not an *os.File makes exec copy the child's
+		// output from a pipe, and cmd.Wait wait for the copy.
+		out := struct{ io.Writer }{logFile}
+		cmd.Stdout, cmd.Stderr = out, out
+		c.mu.Lock()
+		c.pipedLogs = append(c.pipedLogs, logFile)
+		c.mu.Unlock()
+	} else {
+		defer logFile.Close()
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+	}
 	if c.layout.pinned() {
 		err = startOn(cmd, c.layout.serverCPU)
 	} else {
@@ -90,9 +107,14 @@ func (c *children) launch(label string, cmd *exec.Cmd) error {
 // killAll kills every child by PID and waits for it; it is safe to call twice.
 func (c *children) killAll() {
 	c.mu.Lock()
-	cmds, dirs := c.cmds, c.dirs
-	c.cmds, c.dirs = nil, nil
+	cmds, dirs, logs := c.cmds, c.dirs, c.pipedLogs
+	c.cmds, c.dirs, c.pipedLogs = nil, nil, nil
 	c.mu.Unlock()
+	defer func() {
+		for _, f := range logs {
+			_ = f.Close()
+		}
+	}()
 	for _, cmd := range cmds {
 		if c.gentle[cmd.Process.Pid] && cmd.Process.Signal(syscall.SIGINT) == nil {
 			done := make(chan struct{})
@@ -233,7 +255,13 @@ func (c *children) startProxyOn(ctx context.Context, label, bin, upstream string
 
 // proxyConfig says how every idempotency-proxy target runs, for the
 // head of each report: what a user runs, unless a target's name says more.
-const proxyConfig = "idempotency-proxy with its defaults (access_log: true, log_level: info), stderr to a file; store.memory.max_bytes: 2GiB"
+func proxyConfig(stderrPipe bool) string {
+	stderr := "a file"
+	if stderrPipe {
+		stderr = "a pipe the benchmark drains"
+	}
+	return "idempotency-proxy with its defaults (access_log: true, log_level: info), stderr to " + stderr + "; store.memory.max_bytes: 2GiB"
+}
 
 // accessLogOff is the environment of the targets --access-log-off adds
 // (memory-nolog, redis-nolog): the defaults but for the access log.

@@ -30,6 +30,7 @@ func measureProxyFootprint(ctx context.Context, s settings, n int, stdout, stder
 		return err
 	}
 	defer kids.killAll()
+	kids.stderrPipe = s.stderrPipe
 	bin, err := kids.proxyBinary(ctx, s.proxyBin)
 	if err != nil {
 		return err
@@ -76,7 +77,7 @@ func measureProxyFootprint(ctx context.Context, s settings, n int, stdout, stder
 	}
 	fmt.Fprintf(stdout, "loadbench --footprint-proxy: %s, layout %s, proxy GOMAXPROCS %s; %d keys recorded through the proxy (miss scenario, %d clients, 199-byte responses) in %s\n",
 		runtime.Version(), s.layout.name, proxyGOMAXPROCS(admin), n, conc, smp.elapsed.Round(time.Second))
-	fmt.Fprintf(stdout, "  %s\n", proxyConfig)
+	fmt.Fprintf(stdout, "  %s\n", proxyConfig(s.stderrPipe))
 	fmt.Fprintf(stdout, "  proxy RSS:             %s\n", per(before.rss, after.rss))
 	fmt.Fprintf(stdout, "  proxy heap allocated:  %s (live records and garbage not yet collected)\n", per(before.heap, after.heap))
 	if before.storeBytes >= 0 && after.storeBytes >= 0 {

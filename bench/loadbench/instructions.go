@@ -113,6 +113,7 @@ type instrSettings struct {
 	dumpDir string
 	// accessLogOff counts memory-nolog and redis-nolog too (main.go).
 	accessLogOff bool
+	stderrPipe   bool // --stderr pipe (children.go)
 	// baseline, when set, is what every cell is checked against
 	// (instrbaseline.go); writeBaseline, when set, receives the counts.
 	baseline      instrBaseline
@@ -230,7 +231,7 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 	fmt.Fprintf(stdout, "loadbench --instructions: %s, %s, %d requests counted per cell after %d, %s, GOMAXPROCS=1, run took %s\n",
 		strings.TrimSpace(string(version)), runtime.Version(), is.requests, is.warmup, conns, time.Since(started).Round(time.Second))
 	fmt.Fprintf(stdout, "user-space instructions of the target's process per request; the kernel's work (system calls, loopback) is not counted\n")
-	fmt.Fprintf(stdout, "%s; store.redis.timeout: 10s, as callgrind slows the process\n\n", proxyConfig)
+	fmt.Fprintf(stdout, "%s; store.redis.timeout: 10s, as callgrind slows the process\n\n", proxyConfig(is.stderrPipe))
 	rep.write(stdout)
 	if is.writeBaseline != "" {
 		if err := writeBaselineFile(rep, is.writeBaseline); err != nil {
@@ -264,6 +265,7 @@ func countCell(ctx context.Context, dir, valgrind, control string, t counted, sc
 		return 0, err
 	}
 	defer kids.killAll()
+	kids.stderrPipe = is.stderrPipe
 	kids.wrap = []string{valgrind, "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + out}
 	kids.env = []string{"GOMAXPROCS=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1", instrStoreTimeout}
 	pid, base, err := t.start(ctx, kids)

@@ -74,6 +74,8 @@ type settings struct {
 	// accessLogOff measures the targets memory-nolog and redis-nolog too:
 	// the defaults with access_log: false, beside them.
 	accessLogOff bool
+	// stderrPipe (--stderr pipe): the children write to pipes, not files.
+	stderrPipe bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -90,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory; with --instructions, every cell's callgrind dump")
 	accessLogOff := fs.Bool("access-log-off", false, "measure memory-nolog and redis-nolog too: the defaults with access_log: false, in the same rounds (or, with --instructions, counted beside them)")
+	stderrTo := fs.String("stderr", "file", "where the targets' stderr goes: file (as a container runtime writes it) or pipe (drained by the benchmark, as a log collector reads it)")
 	bracket := fs.Bool("bracket", true, "measure the plain proxy before and after every other target, and take each ratio to the mean of the two; false: once a round")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
 	scaling := fs.Bool("scaling", false, "measure Redis miss and hit over response body sizes and numbers of clients instead of the main table")
@@ -140,6 +143,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			s.stores, err = parseStores(*storeList)
 		}
+		if err == nil {
+			s.stderrPipe, err = parseStderr(*stderrTo)
+		}
 		if err == nil && s.profileDir != "" {
 			err = os.MkdirAll(s.profileDir, 0o755)
 		}
@@ -149,7 +155,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1 || *requests < 1) {
 			err = errors.New("--rounds, --duration, --records and --requests need positive values")
 		}
-		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff,
+		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff, stderrPipe: s.stderrPipe,
 			writeBaseline: *writeBaseline}
 		if err == nil && *baseline != "" {
 			is.baseline, err = loadInstrBaseline(*baseline)
@@ -182,6 +188,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseStderr reads --stderr: true for pipe.
+func parseStderr(s string) (bool, error) {
+	switch s {
+	case "file":
+		return false, nil
+	case "pipe":
+		return true, nil
+	}
+	return false, fmt.Errorf("--stderr %q: want file or pipe", s)
 }
 
 func parseScenarios(s string) ([]scenario, error) {

@@ -57,6 +57,7 @@ func setUp(ctx context.Context, s settings, conc int) (*rig, error) {
 	if err != nil {
 		return rg, err
 	}
+	kids.stderrPipe = s.stderrPipe
 	// Before pinning: the build may use every CPU.
 	bin, err := kids.proxyBinary(ctx, s.proxyBin)
 	if err != nil {
@@ -224,7 +225,7 @@ func (rg *rig) describe(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "layout shared: every process on every CPU, default GOMAXPROCS\n")
 	}
-	fmt.Fprintln(w, proxyConfig)
+	fmt.Fprintln(w, proxyConfig(rg.kids.stderrPipe))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "process\tpid\tCPUs\tGOMAXPROCS")
 	row := func(name string, pid int, procs string) {
