@@ -102,7 +102,7 @@ routes:
 		"IDEMPOTENCY_PROXY_DEFAULTS_CONCURRENT=wait",
 		"IDEMPOTENCY_PROXY_DEFAULTS_ON_UPSTREAM_ERROR=keep",
 	}})
-	if env.Admin.Token != "s3cret" || env.Defaults.Concurrent != proxy.ConcurrentWait || !env.Defaults.OnUpstreamError {
+	if env.Admin.Token != "s3cret" || env.Defaults.Concurrent != proxy.ConcurrentWait || env.Defaults.OnUpstreamError != proxy.UpstreamErrorKeep {
 		t.Errorf("admin.token %q, concurrent %s, on_upstream_error %s", env.Admin.Token, env.Defaults.Concurrent, env.Defaults.OnUpstreamError)
 	}
 }

@@ -73,7 +73,7 @@ var invalidFiles = []invalidCase{
 		`log_level: must be one of debug, info, warn, error; got "verbose"`,
 		`defaults.concurrent: must be one of reject, wait; got "queue"`,
 		`defaults.on_store_error: must be one of fail_closed, fail_open; got "ignore"`,
-		`routes[0].on_upstream_error: must be one of release, keep; got "retry"`,
+		`routes[0].on_upstream_error: must be one of release, keep, reconcile; got "retry"`,
 		`store.kind: must be one of memory, redis, postgres, file; got "etcd"`,
 	}},
 	// A near miss of a word, a URL without its scheme and a "- header:"
@@ -252,6 +252,16 @@ var invalidFiles = []invalidCase{
 		`routes[2].advertise_expiry: must be true or false, not "sometimes"`,
 		`defaults.upstream_control_header: "Idempotency Control" is not a valid header name`,
 		`routes[1].fingerprint_ignore[1]: the empty pointer "" names the whole body, which must stay in the fingerprint`,
+	}},
+	// A lookup that cannot work is refused with the fix, keyed in its block.
+	{"invalid-reconcile.yaml", []string{
+		`routes[0].reconcile.then: must be one of keep, release; got "retry"`,
+		`routes[0].reconcile.request: placeholder {json:order_id}: JSON pointer "order_id" must start with "/" (RFC 6901), as in /id`,
+		"routes[0].reconcile.absent: 404 is in both found and absent: an answer says one or the other; remove it from one",
+		"routes[0].reconcile.every: must be > 0, not 0s",
+		"routes[1].reconcile.request: unknown placeholder {idempotency_key}: use one of {key}, {json:/pointer}, {header:Name}, {query:name}, {path}",
+		"routes[1].reconcile.after: 20m0s exceeds reconcile.for 10m0s (from defaults): no probe would ever be sent",
+		`routes[2].ambiguous_statuses: 503 is also in release_statuses: a status is either "not processed" (release_statuses) or "unknown" (ambiguous_statuses); remove it from one`,
 	}},
 	{"invalid-yaml.yaml", []string{
 		`did not find expected key, at " bad: ["`,

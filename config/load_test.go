@@ -76,6 +76,8 @@ func TestExampleFile(t *testing.T) {
 	}
 	charges := clonePolicy(want.Defaults)
 	charges.TTL, charges.RequireKey = 72*time.Hour, true
+	charges.OnUpstreamError, charges.AmbiguousStatuses = proxy.UpstreamErrorReconcile, []int{502, 504}
+	charges.Reconcile.Request, charges.Reconcile.Resend = "GET /v1/charges?idempotency_key={key}", true
 	comments := clonePolicy(want.Defaults)
 	comments.TTL, comments.OnStoreError = time.Hour, proxy.FailOpen
 	wantRoutes := []Route{

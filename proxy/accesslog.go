@@ -100,6 +100,10 @@ func appendAccessLine(b []byte, now time.Time, q *request, outcome Outcome, stat
 	b = strconv.AppendInt(b, q.sentBytes, 10)
 	b = append(b, `,"key_hash":`...)
 	b = appendJSONString(b, q.keyHash)
+	if q.recon != nil {
+		b = append(b, `,"reconcile_probes":`...)
+		b = strconv.AppendInt(b, q.recon.probes.Load(), 10)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -32,6 +32,11 @@ type capture struct {
 	mu sync.Mutex
 	// detached is set when the client was let go: rw is not written again.
 	detached bool
+	// withheld is set when the response is an unknown outcome a lookup
+	// settles (reconcile.go): the client gets the settled answer instead.
+	withheld bool
+	// ambiguous is set for a status in ambiguous_statuses, not recorded.
+	ambiguous bool
 	// ended is set when the upstream call returned: too late to detach.
 	ended bool
 	// wroteClient is the status that went to the client, 0 until it did.
@@ -101,7 +106,7 @@ func (c *capture) Header() http.Header { return c.hdr }
 
 // toClient reports whether the client still gets what the upstream sends.
 // c.mu must be held.
-func (c *capture) toClient() bool { return !c.detached && !c.clientGone }
+func (c *capture) toClient() bool { return !c.detached && !c.clientGone && !c.withheld }
 
 // copyHeader sets every field of c.hdr on the client's header. c.mu must
 // be held.
@@ -143,6 +148,13 @@ func (c *capture) WriteHeader(code int) {
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
 	c.recording = !c.route.releases(code) && !c.noStore
+	if pol.OnUpstreamError != UpstreamErrorKeep && pol.isAmbiguous(code) && c.upstreamErr == nil {
+		// An answer that says nothing of the outcome: not the key's.
+		c.recording, c.ambiguous = false, true
+		c.mu.Lock()
+		c.withheld = c.route.reconciles()
+		c.mu.Unlock()
+	}
 	c.declared, c.sentLength = -1, h["Content-Length"]
 	if len(c.sentLength) > 0 {
 		if n, err := strconv.ParseInt(c.sentLength[0], 10, 64); err == nil {
@@ -339,7 +351,13 @@ func (c *capture) requestSent() { c.sent.Store(true) }
 func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash string) {
 	c.upstreamErr = err
 	sent = c.sent.Load()
-	return upstreamFailure(err, sent, c.stopCause()), sent, c.keyHash
+	f = upstreamFailure(err, sent, c.stopCause())
+	if c.route.reconciles() && (f == failUpstream || f == failUpstreamTimeout || f == failMaxExecution) {
+		c.mu.Lock() // the lookup's answer goes to the client instead of this 502
+		c.withheld = true
+		c.mu.Unlock()
+	}
+	return f, sent, c.keyHash
 }
 
 // stopCause is why the call's context was cancelled: a shutdown out of

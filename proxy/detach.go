@@ -30,7 +30,7 @@ func (h *Handler) await(w http.ResponseWriter, q *request) {
 		select {
 		case <-q.wake:
 			if q.ended.Load() {
-				h.answered(q)
+				h.answered(w, q)
 				return
 			}
 			// upstream.timeout passed
@@ -48,8 +48,12 @@ func (h *Handler) await(w http.ResponseWriter, q *request) {
 
 // answered takes the outcome of q's call, which ran with its client
 // attached, and aborts the client's response as the reverse proxy did.
-func (h *Handler) answered(q *request) {
+func (h *Handler) answered(w http.ResponseWriter, q *request) {
 	q.outcome, q.status = q.ran.outcome, q.ran.status
+	if q.recon != nil && q.recon.client {
+		h.awaitSettlement(w, q) // nothing went to the client yet
+		return
+	}
 	if q.ran.aborted {
 		panic(http.ErrAbortHandler)
 	}

@@ -128,7 +128,7 @@ func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {
 	for _, keep := range []bool{true, false} {
 		name := map[bool]string{true: "keep", false: "release"}[keep]
 		t.Run(name, func(t *testing.T) {
-			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.OnUpstreamError = OnUpstreamError(keep) }))
+			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.OnUpstreamError = map[bool]OnUpstreamError{true: UpstreamErrorKeep}[keep] }))
 			first := e.goDo(t, "k")
 			<-arrived
 			clock.Advance(testTimeout)
@@ -281,7 +281,7 @@ func TestAbortKeepsLeaseOfRunningRequest(t *testing.T) {
 	for _, keep := range []bool{true, false} {
 		name := map[bool]string{true: "keep", false: "release"}[keep]
 		t.Run(name, func(t *testing.T) {
-			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.OnUpstreamError = OnUpstreamError(keep) }))
+			e, clock, arrived, _ := slowEnv(t, withPolicy(func(p *Policy) { p.OnUpstreamError = map[bool]OnUpstreamError{true: UpstreamErrorKeep}[keep] }))
 			detached := e.goDo(t, "detached")
 			<-arrived
 			clock.Advance(testTimeout)

@@ -128,10 +128,13 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// is too large to read. A retry would execute again and fail the
 		// same way: the 502 is kept whatever on_upstream_error says.
 		rec = h.problemRecord(q, f)
-	case f != 0 || aborted || !c.responseStarted || c.cutShort():
+	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && c.withheld:
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short. on_upstream_error chooses between at-least-once and
-		// at-most-once.
+		// at-most-once, or asks the upstream (reconcile.go).
+		if pol.OnUpstreamError == UpstreamErrorReconcile && q.route.reconciles() && !leaseLost {
+			return h.startReconcile(q)
+		}
 		if pol.OnUpstreamError == UpstreamErrorKeep {
 			rec = h.problemRecord(q, failResponseCutShort)
 		}

@@ -38,6 +38,10 @@ const (
 	failAmbiguousPath    // a protected request's path can be read two ways
 	failAmbiguousMethod  // its method-override headers name more than one method
 	failKeyExpired       // the key's record expired, and the route rejects expired keys
+	failProbeHole        // the route's reconcile lookup needs what the request lacks
+	failInFlightSettling // in flight: its unknown outcome is being settled
+	failSettling         // the first caller's wait for a settlement ran out
+	failSettledAbsent    // the lookup says it did not happen: the key is released
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -51,6 +55,8 @@ func problemFor(q *request, f failure, err error) (problem, string, Outcome) {
 	case failWaitedTooLong:
 		return probInFlight, "A request with this idempotency key" + runningSince(q) + " was still being processed after waiting " +
 			q.route.policy.WaitTimeout.String() + ". Retry later.", OutcomeConflict
+	case failInFlightSettling:
+		return probInFlight, "A request with this idempotency key" + runningSince(q) + " reached the upstream, whose answer was lost; its outcome is being settled by asking the upstream. Retry after a few seconds to get the settled answer.", OutcomeConflict
 	case failInFlight:
 		return probInFlight, "A request with this idempotency key" + runningSince(q) + " is still being processed. Retry after it completes.", OutcomeConflict
 	case failKeyExpired:
@@ -97,6 +103,12 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousMethod:
 		return probAmbiguousMethod, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method (two headers, a list or repeated lines), or something that is not a method, and upstreams pick different ones. Send one header naming one method.", OutcomeAmbiguous
+	case failProbeHole:
+		return probMissingKey, "This route settles lost answers by asking the upstream, and " + err.Error() + ". Send it, or use a route without reconcile.", OutcomeMissingKey
+	case failSettling:
+		return probUpstreamError, "The connection to the upstream failed after the request was sent, and its outcome is being settled by asking the upstream. Retry with the same key to get the settled answer (409 in-flight until then); it is never executed twice.", OutcomeUpstreamError
+	case failSettledAbsent:
+		return probUpstreamError, "The connection to the upstream failed after the request was sent, and the upstream says it did not take effect (or its outcome could not be settled and the route releases such keys): the key is released, and a retry with it executes the request.", OutcomeUpstreamError
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
 	}

@@ -162,7 +162,7 @@ func TestUpstreamFailsAfterRequestSent(t *testing.T) {
 	})
 	t.Run("keep", func(t *testing.T) {
 		var calls atomic.Int64
-		e := newEnv(t, hangUpAfterRead(&calls, 1), withPolicy(func(p *Policy) { p.OnUpstreamError = true }))
+		e := newEnv(t, hangUpAfterRead(&calls, 1), withPolicy(func(p *Policy) { p.OnUpstreamError = UpstreamErrorKeep }))
 		first := e.do(t, "POST", "/x", "k", "{}")
 		r := e.do(t, "POST", "/x", "k", "{}")
 		if r.StatusCode != http.StatusBadGateway || !r.replayed() || r.body != first.body {
@@ -181,7 +181,7 @@ func TestUpstreamTimeoutIsAmbiguous(t *testing.T) {
 		func(o *Options) {
 			// max_execution no longer than the timeout: nothing goes on detached.
 			o.UpstreamTimeout, o.MaxExecution = 50*time.Millisecond, 50*time.Millisecond
-			o.Default.OnUpstreamError = true
+			o.Default.OnUpstreamError = UpstreamErrorKeep
 		})
 	r := e.do(t, "POST", "/x", "k", "{}")
 	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ type Handler struct {
 	detachable      detachBudget
 	store           meteredStore
 	forgetter       forgetter // the store's Delete, when it has one
+	inspector       inspector // the store's Inspect, for reconcile markers
+	upstream        *url.URL  // where lookups of unknown outcomes go
+	transport       http.RoundTripper
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
 	metrics         *Metrics
@@ -87,10 +91,12 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.store = meteredStore{opts.Store, h.metrics, &h.clock}
 	h.forgetter, _ = opts.Store.(forgetter)
+	h.inspector, _ = opts.Store.(inspector)
 	transport := opts.Transport
 	if transport == nil {
 		transport = NewTransport()
 	}
+	h.upstream, h.transport = opts.Upstream, transport
 	h.owners.init()
 	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
@@ -220,6 +226,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return
 	}
+	if q.route.reconciles() && !h.fillProbe(w, q) {
+		return
+	}
 	h.serveKeyed(w, q)
 }
 
@@ -285,6 +294,9 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		switch {
 		case res.State == store.Acquired:
 			q.token = res.Token
+			if q.route.reconciles() && h.takeOver(w, q, detached) {
+				return
+			}
 			h.execute(detached, w, q)
 			return
 		case res.State == store.Expired && pol.ExpiredKeys == ExpiredReject:
@@ -309,7 +321,11 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		}
 		q.heldSince = res.Lease.Request.StartedAt
 		if pol.Concurrent != ConcurrentWait {
-			h.refuse(w, q, failInFlight, nil)
+			f := failInFlight
+			if q.route.reconciles() && h.settlingElsewhere(detached, q) {
+				f = failInFlightSettling
+			}
+			h.refuse(w, q, f, nil)
 			return
 		}
 		// In flight, and this route waits for the first request to finish.

@@ -56,6 +56,7 @@ var allOutcomes = []Outcome{
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
 	OutcomeAmbiguous, OutcomeUpstreamTimeout, OutcomeExpiredKey,
+	OutcomeReconciledFound, OutcomeReconciledAbsent, OutcomeReconcileGaveUp,
 }
 
 // Result is the value of the "result" label of the request duration
@@ -81,7 +82,8 @@ func ResultOf(o Outcome) Result {
 	switch o {
 	case OutcomeReplayed:
 		return ResultReplayed
-	case OutcomeExecuted, OutcomeReleased, OutcomeUpstreamError, OutcomeUpstreamTimeout:
+	case OutcomeExecuted, OutcomeReleased, OutcomeUpstreamError, OutcomeUpstreamTimeout,
+		OutcomeReconciledFound, OutcomeReconciledAbsent, OutcomeReconcileGaveUp:
 		return ResultExecuted
 	case OutcomePassthrough, OutcomeNoKey, OutcomeStoreBypassed:
 		return ResultForwarded
@@ -134,6 +136,8 @@ type Metrics struct {
 	detached      prometheus.Gauge
 	detachedEnded *prometheus.CounterVec
 	detachRefused prometheus.Counter
+	// Lookups of unknown outcomes (reconcile.go), by route and result.
+	probes *prometheus.CounterVec
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -154,6 +158,8 @@ type routeMetrics struct {
 	// detached counts the ends of detached calls, by the outcomes an
 	// executed request can have.
 	detached map[Outcome]prometheus.Counter
+	// probes counts the route's lookups of unknown outcomes, by result.
+	probes map[string]prometheus.Counter
 }
 
 // executedOutcomes are the outcomes an executed request ends in.
@@ -202,6 +208,10 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Name: "idempotency_proxy_detached_requests_total",
 			Help: "Upstream calls that ended after their client was let go, by route and outcome (executed: recorded; released; upstream_error: failed or cut at upstream.max_execution).",
 		}, []string{"route", "outcome"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_reconcile_probes_total",
+			Help: "Lookups sent to the upstream to settle unknown outcomes (on_upstream_error: reconcile), by route and result: found, absent, unknown (another status), error (no answer within its deadline, or a failed connection).",
+		}, []string{"route", "result"}),
 		detachRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_proxy_detach_refused_total",
 			Help: "Upstream calls that could not go on after their client was let go because upstream.max_detached or upstream.max_detached_bytes was reached; they were bounded by upstream.timeout instead.",
@@ -231,7 +241,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
-		m.detached, m.detachedEnded, m.detachRefused)
+		m.detached, m.detachedEnded, m.detachRefused, m.probes)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
@@ -254,6 +264,10 @@ func (m *Metrics) route(label string) *routeMetrics {
 	durations := make(map[Result]prometheus.Observer, len(allResults))
 	for _, r := range allResults {
 		durations[r] = m.requestDuration.WithLabelValues(label, string(r))
+	}
+	rm.probes = make(map[string]prometheus.Counter, len(probeResults))
+	for _, r := range probeResults {
+		rm.probes[r] = m.probes.WithLabelValues(label, r)
 	}
 	for _, o := range allOutcomes {
 		rm.outcomes[o] = outcomeMetrics{m.requests.WithLabelValues(label, string(o)), durations[ResultOf(o)]}

@@ -57,8 +57,17 @@ type Policy struct {
 	// OnUpstreamError is what a key becomes when the upstream failed after
 	// the request was sent: UpstreamErrorKeep records the proxy's 502
 	// (at-most-once), UpstreamErrorRelease releases the key so a retry
-	// executes again (at-least-once).
+	// executes again (at-least-once), UpstreamErrorReconcile asks the
+	// upstream through Reconcile.
 	OnUpstreamError OnUpstreamError `config:"on_upstream_error"`
+	// Reconcile is how an unknown outcome is settled under
+	// on_upstream_error: reconcile: the upstream's lookup, and what its
+	// answers mean (docs/request-handling.md, "Unknown outcomes").
+	Reconcile Reconcile `config:"reconcile"`
+	// AmbiguousStatuses are upstream statuses that leave the outcome
+	// unknown (a load balancer's 502 for a request that reached the
+	// backend): on_upstream_error settles them instead of recording them.
+	AmbiguousStatuses []int `config:"ambiguous_statuses,status"`
 	// ReleaseStatuses are upstream statuses that mean "not processed": they
 	// are delivered but not recorded, and the key is released.
 	ReleaseStatuses []int `config:"release_statuses,status"`
@@ -130,6 +139,8 @@ func DefaultPolicy() Policy {
 		OnStoreError:          FailClosed,
 		OnUpstreamError:       UpstreamErrorRelease,
 		ReleaseStatuses:       []int{408, 425, 429, 503},
+		Reconcile:             DefaultReconcile(),
+		AmbiguousStatuses:     []int{},
 		MaxRequestBody:        10 << 20,
 		MaxResponseBody:       1 << 20,
 		ScopeHeaders:          []ScopeHeader{{Header: "Authorization"}},
@@ -178,23 +189,27 @@ func (o *OnStoreError) UnmarshalText(b []byte) error { return parseBool(o, store
 
 // OnUpstreamError settles a key whose upstream failed after the request was
 // sent, when it may or may not have been processed; in the configuration,
-// "release" or "keep".
-type OnUpstreamError bool
+// "release", "keep" or "reconcile".
+type OnUpstreamError uint8
 
 const (
 	// UpstreamErrorRelease releases the key: a retry executes again
 	// (at-least-once).
-	UpstreamErrorRelease OnUpstreamError = false
+	UpstreamErrorRelease OnUpstreamError = iota
 	// UpstreamErrorKeep records the proxy's 502 and replays it
 	// (at-most-once).
-	UpstreamErrorKeep OnUpstreamError = true
+	UpstreamErrorKeep
+	// UpstreamErrorReconcile keeps the key's lease and asks the upstream
+	// what happened (Policy.Reconcile): exactly once, where the upstream
+	// offers a lookup.
+	UpstreamErrorReconcile
 )
 
-var upstreamErrorWords = enum.Words{"release", "keep"}
+var upstreamErrorWords = enum.Words{"release", "keep", "reconcile"}
 
-func (o OnUpstreamError) String() string                { return upstreamErrorWords.Name(boolIndex(bool(o))) }
+func (o OnUpstreamError) String() string                { return upstreamErrorWords.Name(int(o)) }
 func (o OnUpstreamError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
-func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseBool(o, upstreamErrorWords, b) }
+func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseWord(o, upstreamErrorWords, b) }
 
 // AmbiguousPaths is what a protected request gets whose path can be read
 // two ways (docs/request-handling.md, "Paths and methods"); in the

@@ -20,7 +20,8 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 	}{
 		{[]string{"reject", "wait"}, func() text { return new(Concurrency) }},
 		{[]string{"fail_closed", "fail_open"}, func() text { return new(OnStoreError) }},
-		{[]string{"release", "keep"}, func() text { return new(OnUpstreamError) }},
+		{[]string{"release", "keep", "reconcile"}, func() text { return new(OnUpstreamError) }},
+		{[]string{"keep", "release"}, func() text { return new(ReconcileThen) }},
 		{[]string{"reject", "allow"}, func() text { return new(AmbiguousPaths) }},
 		{[]string{"forget", "reject"}, func() text { return new(ExpiredKeys) }},
 		{[]string{"sensitive", "insensitive"}, func() text { return new(PathCase) }},
@@ -41,7 +42,7 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 			t.Errorf("UnmarshalText(Sometimes) = %v, want %q", err, want)
 		}
 	}
-	if !bool(FailOpen) || bool(FailClosed) || !bool(UpstreamErrorKeep) || ConcurrentReject != 0 {
+	if !bool(FailOpen) || bool(FailClosed) || UpstreamErrorRelease != 0 || ThenKeep != 0 || ConcurrentReject != 0 {
 		t.Error("the zero value of a policy word must be the safe default")
 	}
 }

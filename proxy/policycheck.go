@@ -111,6 +111,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}
+	c.checkReconcile(&p)
 	return c.out
 }
 

@@ -70,6 +70,10 @@ type request struct {
 	// fewer replicas than replica_ack acknowledged it: retries replay it,
 	// unless a failover loses it first.
 	unreplicated bool
+	// probeTarget is the route's lookup filled from this request, and
+	// recon the settling of its unknown outcome (reconcile.go).
+	probeTarget string
+	recon       *reconciliation
 
 	// The upstream call's own goroutine and how the client waits for it
 	// (detach.go). cancel ends the call; deadline fires at upstream.timeout

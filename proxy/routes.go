@@ -25,6 +25,11 @@ type route struct {
 	scope []ScopeHeader
 	// sources are the key sources in force: key_sources or [header:NAME].
 	sources []KeySource
+	// probe is the lookup of unknown outcomes under on_upstream_error:
+	// reconcile (nil otherwise), and probeHeaders the canonical names of
+	// the headers it copies from the original request.
+	probe        *probeTemplate
+	probeHeaders []string
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
@@ -42,6 +47,9 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	}
 	if label != defaultRoute {
 		rt.folded = foldPattern(label)
+	}
+	if p.OnUpstreamError == UpstreamErrorReconcile {
+		rt.probe, rt.probeHeaders = reconcileProbe(p, rt.scope)
 	}
 	return rt
 }

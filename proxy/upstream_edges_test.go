@@ -65,7 +65,7 @@ func TestTimeoutWhileDiallingReleasesKeyUnderKeep(t *testing.T) {
 	e = newEnv(t, nil, func(o *Options) {
 		o.Transport = tr
 		o.UpstreamTimeout, o.MaxExecution = 100*time.Millisecond, 100*time.Millisecond
-		o.Default.OnUpstreamError = true
+		o.Default.OnUpstreamError = UpstreamErrorKeep
 	})
 	first := e.do(t, "POST", "/x", "k", "{}")
 	if first.StatusCode != http.StatusBadGateway {
@@ -84,7 +84,7 @@ func TestTimeoutWhileDiallingReleasesKeyUnderKeep(t *testing.T) {
 // before anything is sent: under keep too, no "outcome unknown" 502 is
 // recorded, and the key is released, not left locked.
 func TestAbortBeforeSendReleasesKeyUnderKeep(t *testing.T) {
-	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.OnUpstreamError = true }))
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.OnUpstreamError = UpstreamErrorKeep }))
 	e.handler.Abort()
 	e.do(t, "POST", "/x", "k", "{}")
 	if e.up.calls.Load() != 0 {

@@ -157,9 +157,9 @@ func newRig(t *testing.T, up *url.URL, opts ...rigOption) *rig {
 }
 
 func keepOnUpstreamError(o *proxy.Options) {
-	o.Default.OnUpstreamError = true
+	o.Default.OnUpstreamError = proxy.UpstreamErrorKeep
 	for i := range o.Routes {
-		o.Routes[i].Policy.OnUpstreamError = true
+		o.Routes[i].Policy.OnUpstreamError = proxy.UpstreamErrorKeep
 	}
 }
 

@@ -89,6 +89,18 @@ func (s *tracedStore) Delete(ctx context.Context, key string) error {
 	return d.Delete(ctx, key)
 }
 
+// Inspect is the store's Inspect, which the handler uses to read the
+// marker of a key whose unknown outcome is being settled; not traced.
+func (s *tracedStore) Inspect(ctx context.Context, key string) (store.Entry, error) {
+	i, ok := s.next.(interface {
+		Inspect(ctx context.Context, key string) (store.Entry, error)
+	})
+	if !ok {
+		return store.Entry{}, fmt.Errorf("inspect: %w", store.ErrUnavailable)
+	}
+	return i.Inspect(ctx, key)
+}
+
 func endStoreSpan(span trace.Span, err error) {
 	if err != nil {
 		kind := "_OTHER"

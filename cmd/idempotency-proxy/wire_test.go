@@ -88,6 +88,14 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 	if v.Type() == reflect.TypeFor[proxy.StatusTTL]() {
 		return map[string]any{"5xx": "1m"}
 	}
+	switch name {
+	case "Reconcile":
+		return map[string]any{"request": "GET /v1/charges?key={key}", "headers": []string{"X-Other"},
+			"found": []int{201}, "found_status": 201, "absent": []int{410}, "resend": true,
+			"after": "3s", "every": "3s", "for": "1m", "then": "release"}
+	case "AmbiguousStatuses":
+		return []int{502} // a status in release_statuses too is refused
+	}
 	if u, ok := v.Interface().(encoding.TextMarshaler); ok {
 		// The other word of a two-word choice.
 		other := reflect.New(v.Type()).Elem()

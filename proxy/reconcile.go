@@ -1,0 +1,562 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// Under on_upstream_error: reconcile, an unknown outcome — a failure after
+// the request was sent, or one of ambiguous_statuses — is not guessed: the
+// key's lease is kept and renewed while the proxy asks the upstream what
+// happened, with the route's lookup (reconcile.request), until an answer
+// settles it (docs/request-handling.md, "Unknown outcomes"):
+//
+//   - found: the lookup's answer is recorded as the key's, and replayed
+//     with Idempotency-Reconciled: true;
+//   - absent: the original request is forwarded once more (resend), or the
+//     key released;
+//   - neither within reconcile.for: reconcile.then.
+//
+// Entering reconciliation writes a marker, a small record under the key's
+// storage key + ReconcileSuffix, before the first lookup, so that whichever
+// proxy takes the key next — after this one was killed and its lease ran
+// out — looks the outcome up instead of forwarding the key again. The
+// marker is an ordinary record, so it is kept by every store and sealed by
+// the encryption layer like any other.
+
+// ReconcileSuffix ends the storage key of the marker of a key whose outcome
+// is being settled: the marker of key k is a record under k +
+// ReconcileSuffix.
+const ReconcileSuffix = "/reconcile"
+
+// IdempotencyReconciled marks a replay whose answer came from the
+// upstream's lookup rather than from the original request.
+const IdempotencyReconciled = "Idempotency-Reconciled"
+
+// Outcomes of a settlement, in idempotency_proxy_requests_total.
+const (
+	OutcomeReconciledFound  Outcome = "reconciled_found"  // the lookup found the effect: its answer recorded
+	OutcomeReconciledAbsent Outcome = "reconciled_absent" // the lookup found none: resent, or released
+	OutcomeReconcileGaveUp  Outcome = "reconcile_gave_up" // no lookup settled it within reconcile.for: then
+)
+
+// Results of one lookup, the values of the "result" label of
+// idempotency_proxy_reconcile_probes_total.
+const (
+	probeFound   = "found"
+	probeAbsent  = "absent"
+	probeUnknown = "unknown" // another status
+	probeError   = "error"   // no answer within its deadline, or a failed connection
+)
+
+var probeResults = []string{probeFound, probeAbsent, probeUnknown, probeError}
+
+// reconciliation is the settling of one key's unknown outcome, shared by
+// the goroutine that settles it and the client waiting for it.
+type reconciliation struct {
+	// target is the lookup's path and query, filled at the original
+	// request (probeTemplate.fill).
+	target string
+	since  time.Time // when the outcome became unknown (the marker's time)
+	probes atomic.Int64
+	// client is set when a client waits for the answer (awaitSettlement),
+	// before anyone reads it.
+	client bool
+	// waiting is set while the first caller waits for the answer; whoever
+	// clears it decides who counts the settlement: the caller that gets
+	// it, or the settling goroutine when nobody took it.
+	waiting atomic.Bool
+	done    chan struct{} // closed once settled; result is set before
+	result  settlement
+}
+
+// settlement is what a key's reconciliation came to.
+type settlement struct {
+	outcome Outcome
+	// rec is the key's record (found, resent, or the 502 of then: keep);
+	// nil when the key was released or lost to another owner.
+	rec *store.Record
+}
+
+// reconcileProbe compiles p's lookup, which Policy.Check has parsed, and
+// the headers it copies: reconcile.headers, else the scope headers.
+func reconcileProbe(p Policy, scope []ScopeHeader) (*probeTemplate, []string) {
+	t, err := parseProbeTemplate(p.Reconcile.Request)
+	if err != nil {
+		return nil, nil
+	}
+	var names []string
+	for _, h := range p.Reconcile.Headers {
+		names = append(names, http.CanonicalHeaderKey(h))
+	}
+	if len(names) == 0 {
+		for _, s := range scope {
+			name := s.Header
+			if s.Cookie != "" {
+				name = "Cookie"
+			}
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return t, names
+}
+
+// reconciles reports whether rt settles unknown outcomes with a lookup.
+func (rt *route) reconciles() bool { return rt.probe != nil }
+
+// fillProbe fills q's lookup from the original request. A placeholder the
+// request cannot fill refuses it now, before anything is locked: never a
+// lookup with a hole later.
+func (h *Handler) fillProbe(w http.ResponseWriter, q *request) bool {
+	target, err := q.route.probe.fill(q.in, q.key, q.body)
+	if err != nil {
+		h.refuse(w, q, failProbeHole, err)
+		return false
+	}
+	q.probeTarget = target
+	return true
+}
+
+// startReconcile keeps q's key, whose outcome is unknown, and settles it in
+// the background; the client, if still there, waits for the answer
+// (awaitSettlement). It returns the outcome the call reports meanwhile.
+func (h *Handler) startReconcile(q *request) Outcome {
+	q.recon = &reconciliation{target: q.probeTarget, since: h.clock.Now(), done: make(chan struct{})}
+	c := &q.capture
+	c.mu.Lock() // the call ended: the client can no longer be let go
+	q.recon.client = !c.detached && c.wroteClient == 0
+	c.mu.Unlock()
+	q.recon.waiting.Store(q.recon.client)
+	h.log.Warn("upstream outcome unknown: keeping the key and asking the upstream",
+		"route", q.route.label, "key_hash", q.keyHash, "after", q.route.policy.Reconcile.After.String())
+	go h.reconcile(q, q.route.policy.Reconcile.After)
+	return OutcomeUpstreamError
+}
+
+// reconcile settles q's key: marker, lookups, then the record or release.
+func (h *Handler) reconcile(q *request, first time.Duration) {
+	defer h.settled(q)
+	ctx := q.detached
+	res := h.settle(ctx, q, first)
+	h.log.Info("unknown outcome settled", "route", q.route.label, "key_hash", q.keyHash,
+		"outcome", string(res.outcome), "probes", q.recon.probes.Load())
+	if res.outcome != "" {
+		h.dropMarker(ctx, q)
+	}
+	r := q.recon
+	r.result = res
+	if !r.waiting.CompareAndSwap(true, false) && res.outcome != "" {
+		// Nobody took the answer: the settlement is counted here.
+		q.route.metrics.observe(res.outcome, time.Since(q.start))
+	}
+	close(r.done)
+}
+
+// settle runs the lookups until one settles the key, or reconcile.for
+// passes. An empty outcome means the lease was lost: another owner
+// settles the key.
+func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) settlement {
+	pol := &q.route.policy.Reconcile
+	if !h.markReconciling(ctx, q) {
+		// Without the marker a proxy that takes the key after this one
+		// could forward it again: the lookups still run, but the log
+		// says so.
+		h.log.Error("could not mark the key as being settled: if this process dies before it is, the key executes again after lock_ttl",
+			"route", q.route.label, "key_hash", q.keyHash)
+	}
+	deadline := q.recon.since.Add(pol.For)
+	resent := false
+	for {
+		if lost := h.holdFor(ctx, q, wait); lost {
+			return settlement{}
+		}
+		wait = pol.Every
+		if !h.clock.Now().Before(deadline) {
+			return h.giveUp(ctx, q)
+		}
+		result, rec := h.probe(ctx, q)
+		switch {
+		case result == probeFound:
+			return h.record(ctx, q, rec, OutcomeReconciledFound)
+		case result == probeAbsent && pol.Resend && !resent:
+			var sent bool
+			rec, sent = h.resend(ctx, q)
+			resent = sent
+			if rec != nil {
+				return h.record(ctx, q, rec, OutcomeReconciledAbsent)
+			}
+			// Unknown again, or not sent: the lookups go on.
+		case result == probeAbsent:
+			if h.releaseSettled(ctx, q) {
+				return settlement{outcome: OutcomeReconciledAbsent}
+			}
+		}
+	}
+}
+
+// holdFor waits d while renewing q's lease, and reports whether it was lost.
+func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (lost bool) {
+	every := renewEvery(q.route.policy.LockTTL)
+	for {
+		step := min(d, every)
+		<-h.clock.After(step)
+		d -= step
+		if h.renewSettling(ctx, q) {
+			return true
+		}
+		if d <= 0 {
+			return false
+		}
+	}
+}
+
+// renewSettling extends the lease of a key being settled and reports
+// whether it was lost. A store briefly unavailable is tried again at the
+// next step: the lease outlives a few of them.
+func (h *Handler) renewSettling(ctx context.Context, q *request) (lost bool) {
+	ttl := q.route.policy.LockTTL
+	sent := h.clock.Now()
+	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
+	switch {
+	case err == nil:
+		q.lease.until = sent.Add(ttl)
+	case errors.Is(err, store.ErrLockLost):
+		h.lockLost(q, "renewal while settling an unknown outcome", lostWhileRunning)
+		return true
+	default:
+		h.log.Warn("could not renew the lease of a key being settled", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	}
+	return false
+}
+
+// record stores rec as q's key's record, trying again while the store is
+// unavailable, as settleKey does for any record.
+func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, outcome Outcome) settlement {
+	rec.Request = q.desc
+	if q.route.policy.ExpiredKeys == ExpiredReject {
+		rec.Tombstone = q.route.policy.ExpiredKeyWindow
+	}
+	q.rec, q.retried = rec, true
+	for h.trySettle(ctx, q, false) != settled {
+		if h.holdFor(ctx, q, time.Second) {
+			return settlement{}
+		}
+	}
+	return settlement{outcome: outcome, rec: q.rec}
+}
+
+// releaseSettled releases q's key, and reports whether it did.
+func (h *Handler) releaseSettled(ctx context.Context, q *request) bool {
+	return h.tryRelease(ctx, q) == settled
+}
+
+// giveUp applies reconcile.then: no lookup settled the key within
+// reconcile.for.
+func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
+	h.log.Error("no lookup settled the unknown outcome within reconcile.for: applying reconcile.then",
+		"route", q.route.label, "key_hash", q.keyHash, "then", q.route.policy.Reconcile.Then.String(), "probes", q.recon.probes.Load())
+	if q.route.policy.Reconcile.Then == ThenRelease {
+		for !h.releaseSettled(ctx, q) {
+			if h.holdFor(ctx, q, time.Second) {
+				return settlement{}
+			}
+		}
+		return settlement{outcome: OutcomeReconcileGaveUp}
+	}
+	p, detail, _ := failureProblem(failUpstream, nil)
+	return h.record(ctx, q, problemRecord(p, detail, q.fp), OutcomeReconcileGaveUp)
+}
+
+// probe sends one lookup and says what its answer means; for a found
+// answer it returns the record to keep. It carries the configured headers
+// of the original request, never its body, and is bounded by
+// reconcile.every (at most upstream.timeout) whatever the upstream does.
+func (h *Handler) probe(ctx context.Context, q *request) (string, *store.Record) {
+	pol := &q.route.policy
+	q.recon.probes.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, min(pol.Reconcile.Every, h.upstreamTimeout))
+	defer cancel()
+	result, rec, err := h.lookup(ctx, q)
+	q.route.metrics.probes[result].Inc()
+	if err != nil {
+		h.log.Warn("lookup of an unknown outcome failed", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	}
+	return result, rec
+}
+
+func (h *Handler) lookup(ctx context.Context, q *request) (string, *store.Record, error) {
+	pol := &q.route.policy
+	up := h.upstream
+	u := up.Scheme + "://" + up.Host + strings.TrimSuffix(up.EscapedPath(), "/") + q.recon.target
+	req, err := http.NewRequestWithContext(ctx, q.route.probe.method, u, nil)
+	if err != nil {
+		return probeError, nil, err
+	}
+	req.Host = q.in.Host
+	for _, name := range q.route.probeHeaders {
+		if v, ok := q.in.Header[name]; ok {
+			req.Header[name] = v
+		}
+	}
+	resp, err := h.transport.RoundTrip(req)
+	if err != nil {
+		return probeError, nil, err
+	}
+	defer resp.Body.Close()
+	var result string
+	switch {
+	case slices.Contains(pol.Reconcile.Found, resp.StatusCode):
+		result = probeFound
+	case slices.Contains(pol.Reconcile.Absent, resp.StatusCode):
+		return probeAbsent, nil, nil
+	default:
+		return probeUnknown, nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, pol.MaxResponseBody+1))
+	if err != nil {
+		return probeError, nil, err
+	}
+	return result, foundRecord(resp, body, pol, q.fp), nil
+}
+
+// foundRecord is the record of a found lookup's answer: its headers (not
+// hop-by-hop ones) and body, marked Idempotency-Reconciled.
+func foundRecord(resp *http.Response, body []byte, pol *Policy, fp store.Fingerprint) *store.Record {
+	hdr := make(map[string][]string, len(resp.Header)+2)
+	for k, v := range resp.Header {
+		if hopByHop(k) || k == "Content-Length" {
+			continue
+		}
+		hdr[k] = v
+	}
+	hdr[IdempotencyReconciled] = headerTrue
+	rec := &store.Record{Status: resp.StatusCode, Header: hdr, Body: body, Fingerprint: fp,
+		CreatedAt: time.Now().Truncate(time.Millisecond)}
+	if pol.Reconcile.FoundStatus != 0 {
+		rec.Status = pol.Reconcile.FoundStatus
+	}
+	if int64(len(body)) > pol.MaxResponseBody {
+		rec.Body, rec.BodyOmitted = nil, true
+	}
+	hdr["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
+	return rec
+}
+
+// resend forwards q's original request once more, for an absent answer
+// under reconcile.resend, and returns its record when it answered. sent
+// reports whether it reached the upstream: a resend that did not may be
+// tried again, one that did never is.
+func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, sent bool) {
+	// Ownership is proven just before: a proxy that lost the key must not
+	// execute it again.
+	if h.renewSettling(ctx, q) {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.maxExecution)
+	defer cancel()
+	// A capture of its own: the original call's may still be read by
+	// the goroutine that ran it.
+	c := &capture{rw: discard{hdr: http.Header{}}, hdr: newHeader(), aborted: &h.aborted,
+		limit: q.route.policy.MaxResponseBody, route: q.route, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
+	out := q.in.WithContext(httptrace.WithClientTrace(ctx, c.trace()))
+	setBody(out, q.body, nil)
+	aborted := h.resendUpstream(c, out)
+	putHeader(c.hdr)
+	c.hdr = nil
+	defer c.freeHeader()
+	sent = c.sent.Load()
+	h.log.Info("absent upstream outcome: the original request was sent again", "route", q.route.label, "key_hash", q.keyHash, "sent", sent)
+	switch {
+	case c.upstreamErr != nil || aborted || !c.responseStarted || c.cutShort() || c.ambiguous:
+		return nil, sent
+	case !c.recording:
+		// A release status: nothing recorded; the lookups go on.
+		return nil, true
+	}
+	// The record's header is the capture's, pooled: the client that
+	// waits for the settlement replays it after the key is settled.
+	rec = c.record(q.fp)
+	rec.Header = cloneHeader(rec.Header)
+	return rec, true
+}
+
+// resendUpstream runs the reverse proxy for a resend and reports whether
+// it panicked (a response cut short).
+func (h *Handler) resendUpstream(c *capture, out *http.Request) (panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = true
+		}
+	}()
+	h.rp.ServeHTTP(c, out)
+	return false
+}
+
+func cloneHeader(h map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// markReconciling writes q's key's marker, unless one is there.
+func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
+	mk := q.keyHash + ReconcileSuffix
+	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
+	res, err := h.store.Begin(ctx, mk, lease, q.route.policy.LockTTL)
+	switch {
+	case err != nil:
+		return false
+	case res.State == store.Completed:
+		return true // a proxy before this one wrote it
+	case res.State != store.Acquired:
+		return false
+	}
+	pol := &q.route.policy
+	marker := &store.Record{Status: http.StatusAccepted, Header: map[string][]string{}, Fingerprint: q.fp,
+		CreatedAt: q.recon.since.Truncate(time.Millisecond).UTC(), Request: q.desc}
+	// Kept while lookups may run, and as long as a kept 502 would be.
+	return h.store.Complete(ctx, mk, res.Token, marker, pol.Reconcile.For+pol.TTL) == nil
+}
+
+// dropMarker deletes the marker of a settled key. One left behind costs a
+// lookup once the key's record expires, never an execution.
+func (h *Handler) dropMarker(ctx context.Context, q *request) {
+	if h.forgetter == nil {
+		return
+	}
+	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
+		h.log.Warn("could not delete the marker of a settled key", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	}
+}
+
+// inspector reads one key, as the operator API does.
+type inspector interface {
+	Inspect(ctx context.Context, key string) (store.Entry, error)
+}
+
+// marker reads the marker of q's key: its record, nil when there is none.
+func (h *Handler) marker(ctx context.Context, q *request) (*store.Record, error) {
+	if h.inspector == nil {
+		return nil, nil
+	}
+	e, err := h.inspector.Inspect(ctx, q.keyHash+ReconcileSuffix)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case e.State != store.Completed || e.Record == nil:
+		return nil, nil
+	}
+	return e.Record, nil
+}
+
+// takeOver is a key this proxy just took on a reconciling route: when its
+// marker says an earlier owner was settling its outcome (and died, or lost
+// its lease), this request settles it by lookups instead of forwarding
+// it. It reports whether it did; false means the request executes as new.
+func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.Context) bool {
+	m, err := h.marker(detached, q)
+	if err != nil {
+		// Unknown whether an outcome is being settled: forwarding could
+		// execute twice. Give the lease back; on_store_error decides.
+		_ = h.store.Release(detached, q.keyHash, q.token)
+		h.storeUnavailable(w, q, err)
+		return true
+	}
+	if m == nil {
+		return false
+	}
+	if m.Fingerprint != q.fp {
+		_ = h.store.Release(detached, q.keyHash, q.token)
+		h.refuse(w, q, failMismatch, nil)
+		return true
+	}
+	h.log.Warn("key taken over while its outcome was being settled: asking the upstream, not forwarding",
+		"route", q.route.label, "key_hash", q.keyHash, "since", m.CreatedAt)
+	q.executed = true
+	h.settling.Add(1)
+	q.done = h.owners.add(q.keyHash, func() {})
+	q.detached = detached
+	q.startLease()
+	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, done: make(chan struct{})}
+	q.recon.client = true
+	q.recon.waiting.Store(true)
+	// The first lookup is due when it was for the earlier owner.
+	first := max(m.CreatedAt.Add(q.route.policy.Reconcile.After).Sub(h.clock.Now()), time.Millisecond)
+	go h.reconcile(q, first)
+	h.awaitSettlement(w, q)
+	return true
+}
+
+// awaitSettlement gives the client of a key being settled its answer, if
+// it comes within upstream.timeout of the request's start; otherwise a 502
+// that says the outcome is being settled and a retry will get it.
+func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
+	r := q.recon
+	left := q.start.Add(h.upstreamTimeout).Sub(h.clock.Now())
+	select {
+	case <-r.done:
+	case <-h.clock.After(max(left, 0)):
+		if r.waiting.CompareAndSwap(true, false) {
+			h.refuse(w, q, failSettling, nil)
+			return
+		}
+		<-r.done // settled meanwhile: its answer is this client's
+	case <-q.in.Context().Done():
+		if r.waiting.CompareAndSwap(true, false) {
+			q.outcome = OutcomeUpstreamError
+			return
+		}
+		<-r.done
+	}
+	res := r.result
+	switch {
+	case res.outcome == "":
+		h.refuse(w, q, failSettling, nil) // lost to another owner, which settles it
+		return
+	case res.rec == nil:
+		h.refuse(w, q, failSettledAbsent, nil)
+	default:
+		replay(w, q.in, res.rec, q.route.policy.ReplayExcludeHeaders, h.expires(q, res.rec))
+		q.status = res.rec.Status
+	}
+	q.outcome = res.outcome
+}
+
+// settlingElsewhere reports whether the marker of q's key, held in flight,
+// is there: its outcome is being settled, not run.
+func (h *Handler) settlingElsewhere(ctx context.Context, q *request) bool {
+	m, err := h.marker(ctx, q)
+	return err == nil && m != nil
+}
+
+// discard is the client of a resend: nobody waits for its bytes.
+type discard struct{ hdr http.Header }
+
+func (d discard) Header() http.Header         { return d.hdr }
+func (d discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d discard) WriteHeader(int)             {}
+
+// hopByHop reports whether a response field belongs to one connection.
+func hopByHop(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer", "Te":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,203 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// ledger is an upstream that commits each charge to its ledger before it
+// answers, and can die after the commit (it closes the connection): the
+// answer is lost, the effect is not. It answers lookups from the ledger.
+type ledger struct {
+	mu       sync.Mutex
+	charges  map[string]string // key → the charge's id
+	effects  int
+	die      int // commits that die before answering, still to come
+	lookups  int
+	lookup   func(w http.ResponseWriter, r *http.Request) bool // answers a lookup itself when it returns true
+	noCommit bool                                              // die before committing
+	probes   []*http.Request
+}
+
+func (l *ledger) handler(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if r.Method == http.MethodGet {
+		l.mu.Lock()
+		l.lookups++
+		l.probes = append(l.probes, r)
+		f := l.lookup
+		id, ok := l.charges[r.URL.Query().Get("idempotency_key")]
+		l.mu.Unlock()
+		if f != nil && f(w, r) {
+			return
+		}
+		if !ok {
+			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":%q,"status":"succeeded"}`, id)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	l.mu.Lock()
+	die := l.die > 0
+	if die {
+		l.die--
+	}
+	commit := !(die && l.noCommit)
+	id := fmt.Sprintf("ch_%d", l.effects+1)
+	if commit {
+		l.effects++
+		l.charges[key] = id
+	}
+	l.mu.Unlock()
+	_ = body
+	if die {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%q,"status":"succeeded"}`, id)
+}
+
+func (l *ledger) count() (effects, lookups int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.effects, l.lookups
+}
+
+func reconcileEnv(t *testing.T, l *ledger, f func(*Policy)) *env {
+	t.Helper()
+	if l.charges == nil {
+		l.charges = map[string]string{}
+	}
+	return newEnv(t, l.handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+		if f != nil {
+			f(p)
+		}
+	})
+}
+
+func (e *env) probes(result string) float64 {
+	return testutil.ToFloat64(e.handler.metrics.probes.WithLabelValues("default", result))
+}
+
+func TestLostAnswerOfACommittedRequestIsTheUpstreamsRecordedAnswer(t *testing.T) {
+	l := &ledger{die: 1}
+	e := reconcileEnv(t, l, nil)
+	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if first.StatusCode != http.StatusOK || !strings.Contains(first.body, `"ch_1"`) {
+		t.Fatalf("first caller: %d %s, want the found charge", first.StatusCode, first.body)
+	}
+	if first.Header.Get(IdempotencyReconciled) != "true" || !first.replayed() {
+		t.Errorf("first caller's headers %v: want Idempotent-Replayed and Idempotency-Reconciled", first.Header)
+	}
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if retry.body != first.body || retry.StatusCode != first.StatusCode || retry.Header.Get(IdempotencyReconciled) != "true" {
+		t.Errorf("retry: %d %s, want the first caller's %d %s", retry.StatusCode, retry.body, first.StatusCode, first.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+	if got := e.outcomes("default", OutcomeReconciledFound); got != 1 {
+		t.Errorf("reconciled_found = %v, want 1", got)
+	}
+	if got := e.probes(probeFound); got != 1 {
+		t.Errorf("probes found = %v, want 1", got)
+	}
+	l.mu.Lock()
+	p := l.probes[0]
+	l.mu.Unlock()
+	if p.Header.Get("Authorization") != "" || p.ContentLength > 0 {
+		t.Errorf("probe carried %v and %d body bytes", p.Header, p.ContentLength)
+	}
+}
+
+func TestAbsentOutcomeIsResentOnce(t *testing.T) {
+	l := &ledger{die: 1, noCommit: true}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Resend = true })
+	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if first.StatusCode != http.StatusCreated || !strings.Contains(first.body, `"ch_1"`) {
+		t.Fatalf("first caller: %d %s, want the resent request's answer", first.StatusCode, first.body)
+	}
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if retry.body != first.body || !retry.replayed() {
+		t.Errorf("retry: %d %s, want a replay of %s", retry.StatusCode, retry.body, first.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+}
+
+func TestAbsentOutcomeWithoutResendReleasesTheKey(t *testing.T) {
+	l := &ledger{die: 1, noCommit: true}
+	e := reconcileEnv(t, l, nil)
+	first := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if first.StatusCode != http.StatusBadGateway || !strings.Contains(first.body, "did not take effect") {
+		t.Fatalf("first caller: %d %s, want 502 saying it did not take effect", first.StatusCode, first.body)
+	}
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if retry.StatusCode != http.StatusCreated || retry.replayed() {
+		t.Fatalf("retry: %d %s, want an execution", retry.StatusCode, retry.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects = %d, want 1", effects)
+	}
+}
+
+func TestLookupPlaceholderTheRequestCannotFillIsRefusedBeforeForwarding(t *testing.T) {
+	l := &ledger{}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders/{json:/order_id}" })
+	r := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if r.StatusCode != http.StatusBadRequest || r.problemType() != "missing-key" || !strings.Contains(r.body, "/order_id") {
+		t.Fatalf("got %d %s, want 400 naming /order_id", r.StatusCode, r.body)
+	}
+	if effects, lookups := l.count(); effects != 0 || lookups != 0 {
+		t.Errorf("effects %d lookups %d, want none", effects, lookups)
+	}
+}
+
+func TestAmbiguousStatusIsSettledByTheLookup(t *testing.T) {
+	l := &ledger{charges: map[string]string{}}
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			l.mu.Lock()
+			l.effects++
+			l.charges[r.Header.Get("Idempotency-Key")] = "ch_1"
+			l.mu.Unlock()
+			http.Error(w, "bad gateway", http.StatusBadGateway) // the balancer's, after the backend committed
+			return
+		}
+		l.handler(w, r)
+	}, func(o *Options) {
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.AmbiguousStatuses = []int{502}
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+	})
+	r := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	var charge struct{ ID string }
+	json.Unmarshal([]byte(r.body), &charge)
+	if r.StatusCode != http.StatusOK || charge.ID != "ch_1" {
+		t.Fatalf("got %d %s, want the found charge", r.StatusCode, r.body)
+	}
+}
