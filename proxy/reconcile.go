@@ -139,8 +139,6 @@ func (h *Handler) startReconcile(q *request) Outcome {
 	q.recon.client = !c.detached && c.wroteClient == 0
 	c.mu.Unlock()
 	q.recon.waiting.Store(q.recon.client)
-	h.log.Warn("upstream outcome unknown: keeping the key and asking the upstream",
-		"route", q.route.label, "key_hash", q.keyHash, "after", q.route.policy.Reconcile.After.String())
 	go h.reconcile(q, q.route.policy.Reconcile.After)
 	return OutcomeUpstreamError
 }
@@ -175,6 +173,9 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		// says so.
 		h.log.Error("could not mark the key as being settled: if this process dies before it is, the key executes again after lock_ttl",
 			"route", q.route.label, "key_hash", q.keyHash)
+	} else {
+		h.log.Warn("upstream outcome unknown: the key is marked as being settled, and the upstream is asked",
+			"route", q.route.label, "key_hash", q.keyHash, "after", wait.String())
 	}
 	deadline := q.recon.since.Add(pol.For)
 	resent := false
