@@ -38,6 +38,17 @@ type entryJSON struct {
 	// ScopeHash tells the clients of a record apart: a hash of its
 	// request's scope values (Authorization...), never the values.
 	ScopeHash string `json:"scope_hash,omitempty"`
+
+	// Settling is set for a key whose unknown outcome is being settled
+	// by lookups of the upstream (on_upstream_error: reconcile).
+	Settling *settlingJSON `json:"settling,omitempty"`
+}
+
+// settlingJSON is what the key API shows of a key being settled: since
+// when, and, when this process settles it, the lookups it sent.
+type settlingJSON struct {
+	Since  string `json:"since"`
+	Probes *int64 `json:"probes,omitempty"`
 }
 
 type listJSON struct {

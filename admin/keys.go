@@ -104,8 +104,27 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, opGet, key, err)
 		return
 	}
+	out := newEntryJSON(e)
+	if e.State == store.InFlight {
+		out.Settling = h.settling(ctx, key)
+	}
 	h.metrics.count(opGet, resultOK)
-	writeJSON(w, http.StatusOK, newEntryJSON(e))
+	writeJSON(w, http.StatusOK, out)
+}
+
+// settling says whether the key in flight is being settled by lookups: its
+// marker is there, or this process settles it.
+func (h *Handler) settling(ctx context.Context, key string) *settlingJSON {
+	if h.opts.Settling != nil {
+		if since, probes, ok := h.opts.Settling(key); ok {
+			return &settlingJSON{Since: rfc3339(since), Probes: &probes}
+		}
+	}
+	m, err := h.keys.Inspect(ctx, key+store.ReconcileSuffix)
+	if err != nil || m.State != store.Completed || m.Record == nil {
+		return nil
+	}
+	return &settlingJSON{Since: rfc3339(m.Record.CreatedAt)}
 }
 
 func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request) {
@@ -159,9 +178,12 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	if find {
 		entries = withRawKey(entries, raw[0])
 	}
-	out := listJSON{Keys: make([]entryJSON, len(entries)), NextCursor: next}
-	for i, e := range entries {
-		out.Keys[i] = newEntryJSON(e)
+	out := listJSON{Keys: make([]entryJSON, 0, len(entries)), NextCursor: next}
+	for _, e := range entries {
+		// A settling marker belongs to its key, which keys get shows.
+		if !strings.HasSuffix(e.Key, store.ReconcileSuffix) {
+			out.Keys = append(out.Keys, newEntryJSON(e))
+		}
 	}
 	h.metrics.count(opList, resultOK)
 	writeJSON(w, http.StatusOK, out)

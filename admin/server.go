@@ -91,6 +91,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives deletes (warn) and store health problems (error).
 	Logger *slog.Logger
+	// Settling reports a key whose unknown outcome this process settles
+	// by lookups (on_upstream_error: reconcile): since when, and the
+	// lookups sent; nil reports none.
+	Settling func(keyHash string) (since time.Time, probes int64, ok bool)
 	// LockTTLs returns the live lock_ttl of each route (and "default"),
 	// checked against the store's failover time; nil checks nothing.
 	LockTTLs func() map[string]time.Duration

@@ -285,12 +285,14 @@ func TestChargeLostBeforeItsCommitWithoutResendReleasesTheKey(t *testing.T) {
 
 // TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers: while lookups
 // fail, retries get 409 in-flight saying the outcome is being settled, and
-// nothing is forwarded; once lookups answer, the retry gets the charge.
+// nothing is forwarded, and `keys get` shows the key being settled and
+// its lookups; once lookups answer, the retry gets the charge.
 func TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers(t *testing.T) {
 	l := startChargeLedger(t)
 	l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
 	cfg := reconcileConfig(l, "")
 	cfg.UpstreamTimeout = time.Second // the first caller stops waiting
+	cfg.Env = []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=" + runbookToken}
 	p := startProxy(t, "reconcile", cfg)
 	c := newClient(t, 20*time.Second)
 	const key = "lookup-down"
@@ -303,6 +305,22 @@ func TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers(t *testing.T) {
 	if r.Status != http.StatusConflict || r.Problem() != "in-flight" || !strings.Contains(r.Body, "being settled") || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("retry while lookups fail: %s %q %v, want 409 in-flight being settled with Retry-After", r, r.Body, r.Header)
 	}
+	marked := p.logLines(map[string]string{"msg": "upstream outcome unknown: the key is marked as being settled, and the upstream is asked"})
+	if len(marked) != 1 {
+		t.Fatalf("%d lines saying the key is being settled, want 1", len(marked))
+	}
+	hash := fmt.Sprint(marked[0]["key_hash"])
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		got := keysJSON(t, p, "get", hash)
+		s, _ := got["settling"].(map[string]any)
+		if got["state"] != "in_flight" || s == nil || s["since"] == nil {
+			return fmt.Errorf("keys get = %v, want in_flight and settling since", got)
+		}
+		if n, _ := s["probes"].(float64); n < 2 {
+			return fmt.Errorf("keys get = %v, want at least 2 probes", got)
+		}
+		return nil
+	})
 	_, before := l.counts()
 	l.set(func(l *chargeLedger) { l.lookupsDown = false })
 	var settled reply

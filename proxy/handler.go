@@ -15,6 +15,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,10 @@ type Handler struct {
 	// every request while the store is down, to one a period: the access
 	// line has each request's outcome and key_hash.
 	bypassLog, refuseLog *lograte.Limiter
+
+	// reconciling maps the storage key of each key whose unknown outcome
+	// this process settles to its *reconciliation, for the key API.
+	reconciling sync.Map
 }
 
 var _ http.Handler = (*Handler)(nil)

@@ -37,7 +37,7 @@ import (
 // ReconcileSuffix ends the storage key of the marker of a key whose outcome
 // is being settled: the marker of key k is a record under k +
 // ReconcileSuffix.
-const ReconcileSuffix = "/reconcile"
+const ReconcileSuffix = store.ReconcileSuffix
 
 // IdempotencyReconciled marks a replay whose answer came from the
 // upstream's lookup rather than from the original request.
@@ -145,7 +145,9 @@ func (h *Handler) startReconcile(q *request) Outcome {
 
 // reconcile settles q's key: marker, lookups, then the record or release.
 func (h *Handler) reconcile(q *request, first time.Duration) {
+	h.reconciling.Store(q.keyHash, q.recon)
 	defer h.settled(q)
+	defer h.reconciling.CompareAndDelete(q.keyHash, q.recon)
 	ctx := q.detached
 	res := h.settle(ctx, q, first)
 	h.log.Info("unknown outcome settled", "route", q.route.label, "key_hash", q.keyHash,
@@ -442,6 +444,18 @@ func (h *Handler) dropMarker(ctx context.Context, q *request) {
 	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.log.Warn("could not delete the marker of a settled key", "route", q.route.label, "key_hash", q.keyHash, "error", err)
 	}
+}
+
+// Settling reports whether this process is settling the unknown outcome
+// of the key with storage key keyHash, since when, and how many lookups it
+// sent: what the key API shows of a key being settled.
+func (h *Handler) Settling(keyHash string) (since time.Time, probes int64, ok bool) {
+	v, ok := h.reconciling.Load(keyHash)
+	if !ok {
+		return time.Time{}, 0, false
+	}
+	r := v.(*reconciliation)
+	return r.since, r.probes.Load(), true
 }
 
 // inspector reads one key, as the operator API does.

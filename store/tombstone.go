@@ -13,6 +13,13 @@ import (
 // the tombstone of key k is a small record under k + TombstoneSuffix.
 const TombstoneSuffix = "/expired"
 
+// ReconcileSuffix ends the storage key of the marker of a key whose
+// unknown outcome is being settled by lookups (on_upstream_error:
+// reconcile): a small record under k + ReconcileSuffix, written by the
+// proxy through the ordinary operations, so every store keeps it and the
+// encryption layer seals it like any other record.
+const ReconcileSuffix = "/reconcile"
+
 // Tombstones is a Store that remembers keys whose record expired, for
 // expired_keys: reject: a Complete whose record has a Tombstone also
 // writes a tombstone — the fingerprint and when the record expires, no

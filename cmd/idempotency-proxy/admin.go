@@ -58,6 +58,7 @@ func newAdmin(cfg *config.Config, st store.Store, reg *prometheus.Registry, pm *
 		ReadyTimeout: readyTimeout,
 		Logger:       log,
 		LockTTLs:     h.LockTTLs,
+		Settling:     h.Settling,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
 	defer cancel()
