@@ -476,3 +476,24 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmesChargesRouteChargesOnce runs the README's charges route as it
+// is written: the service commits and dies before its answer, and the
+// client gets the charge, once.
+func TestReadmesChargesRouteChargesOnce(t *testing.T) {
+	routes := yamlBlock(t, markdownSection(t, readme(t), "How it works"))
+	l := startChargeLedger(t)
+	l.set(func(l *chargeLedger) { l.dieAfterCommit = 1 })
+	p := startProxy(t, "readme", proxyConfig{Upstream: l.URL(), UpstreamTimeout: 10 * time.Second, Memory: true, Extra: routes})
+	c := newClient(t, 20*time.Second)
+	r := mustSend(t, c, p.URL(), chargeRequest("readme"))
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) {
+		t.Fatalf("first caller: %s %q, want the committed charge", r, r.Body)
+	}
+	if again := mustSend(t, c, p.URL(), chargeRequest("readme")); again.Body != r.Body {
+		t.Fatalf("retry: %s %q, want %q", again, again.Body, r.Body)
+	}
+	if n := l.effectsOf("readme"); n != 1 {
+		t.Fatalf("charges on the ledger = %d, want 1", n)
+	}
+}
