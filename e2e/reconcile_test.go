@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -420,24 +421,37 @@ func TestLookupByABodyMember(t *testing.T) {
 }
 
 // TestSettlementOutlivesTheSettlingProxy: the proxy settling a key is
-// SIGKILLed; after lock_ttl another proxy on the same store takes the
-// key, finds it being settled and looks it up — it never forwards it.
+// SIGKILLed; after lock_ttl another proxy on the same store (on the file
+// store, the same proxy restarted) takes the key, finds it being settled
+// and looks it up — it never forwards it. With encryption at rest the
+// marker is sealed like any record, and read alike.
 func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
-	for _, kind := range []string{"redis", "postgres"} {
+	for _, kind := range []string{"redis", "postgres", "file", "postgres-sealed"} {
 		t.Run(kind, func(t *testing.T) {
 			l := startChargeLedger(t)
 			l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
 			cfg := reconcileConfig(l, "")
 			cfg.Memory = false
-			if kind == "redis" {
+			switch kind {
+			case "redis":
 				cfg.RedisURL = redistest.Start(t).URL()
-			} else {
+			case "file":
+				cfg.FilePath = t.TempDir()
+			case "postgres-sealed":
+				keys := filepath.Join(t.TempDir(), "keys")
+				keysFile(t, keys, keyLine("k1", 7))
+				cfg.Env = []string{"IDEMPOTENCY_PROXY_STORE_ENCRYPTION_KEYS_FILE=" + keys}
+				fallthrough
+			default:
 				cfg.PostgresURL = pgtest.Start(t).URL()
 			}
 			cfg.UpstreamTimeout = time.Second
 			settling := startProxy(t, "settling", cfg)
-			cfg.UpstreamTimeout = 10 * time.Second
-			other := startProxy(t, "other", cfg)
+			var other *proxyProc
+			if kind != "file" { // one process per directory: the same one comes back
+				cfg.UpstreamTimeout = 10 * time.Second
+				other = startProxy(t, "other", cfg)
+			}
 			c := newClient(t, 20*time.Second)
 			const key = "outlives"
 
@@ -451,6 +465,10 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 				return nil
 			})
 			settling.Kill()
+			if other == nil {
+				settling.Restart()
+				other = settling
+			}
 			l.set(func(l *chargeLedger) { l.lookupsDown = false })
 
 			var r reply
