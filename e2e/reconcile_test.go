@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -43,6 +44,24 @@ type chargeLedger struct {
 	answerAs int
 	// lookupsDown answers lookups 503 while set.
 	lookupsDown bool
+	// chaos, when set, picks each POST's fate and each lookup's: see
+	// chaosFate.
+	chaos *rand.Rand
+}
+
+// chaosFate sets, from l.chaos, what the next POST does: one in three dies
+// after its commit, one in six before it, one in six commits and answers
+// 502 (a balancer's); the rest answer. One lookup in five fails (503).
+// l.mu must be held.
+func (l *chargeLedger) chaosFate() {
+	switch l.answerAs = 0; l.chaos.IntN(6) {
+	case 0, 1:
+		l.dieAfterCommit = 1
+	case 2:
+		l.dieBeforeCommit = 1
+	case 3:
+		l.answerAs = http.StatusBadGateway
+	}
 }
 
 func startChargeLedger(t *testing.T) *chargeLedger {
@@ -65,6 +84,9 @@ func (l *chargeLedger) serve(w http.ResponseWriter, r *http.Request) {
 	order := jsonMember(string(body), "order_id")
 	l.mu.Lock()
 	l.posts++
+	if l.chaos != nil {
+		l.chaosFate()
+	}
 	if l.dieBeforeCommit > 0 {
 		l.dieBeforeCommit--
 		l.mu.Unlock()
@@ -102,7 +124,7 @@ func (l *chargeLedger) serve(w http.ResponseWriter, r *http.Request) {
 func (l *chargeLedger) lookup(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	l.lookups++
-	down := l.lookupsDown
+	down := l.lookupsDown || l.chaos != nil && l.chaos.IntN(5) == 0
 	var charge string
 	var ok bool
 	if id, found := strings.CutPrefix(r.URL.Path, "/v1/orders/"); found {
@@ -513,5 +535,76 @@ func TestReadmesChargesRouteChargesOnce(t *testing.T) {
 	}
 	if n := l.effectsOf("readme"); n != 1 {
 		t.Fatalf("charges on the ledger = %d, want 1", n)
+	}
+}
+
+// TestChaosOfUpstreamDeathsAfterCommitOnAReconcileRoute: retrying clients
+// charge through two replicas on one Redis while the service dies after
+// its commit, before it, answers a balancer's 502 for a committed charge,
+// and fails lookups, at random. No key is charged twice, and every charged
+// key's answer, once settled, is its charge.
+func TestChaosOfUpstreamDeathsAfterCommitOnAReconcileRoute(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	seconds, seed := envInt(t, "CHAOS_SECONDS", 10), envInt(t, "CHAOS_SEED", chaosSeed)
+	t.Logf("chaos run: CHAOS_SECONDS=%d CHAOS_SEED=%d", seconds, seed)
+	l := startChargeLedger(t)
+	l.set(func(l *chargeLedger) { l.chaos = rand.New(rand.NewPCG(uint64(seed), 3)) })
+	cfg := reconcileConfig(l, "resend: true")
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	cfg.Routes[0].Keys["ambiguous_statuses"] = "[502]"
+	ps := startReplicas(t, 2, cfg)
+	c := newClient(t, 20*time.Second)
+
+	ctx, stop := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var keys []string
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed)*31+uint64(w), 11))
+			rt := retrier{Client: c, Bases: rotate(bases(ps), w), MaxAttempts: 6, MaxWait: time.Second, Rand: rng}
+			for i := 0; i < 200 && ctx.Err() == nil; i++ {
+				key := fmt.Sprintf("chaos-%d-%d", w, i)
+				mu.Lock()
+				keys = append(keys, key)
+				mu.Unlock()
+				rt.Do(ctx, chargeRequest(key))
+			}
+		}()
+	}
+	wg.Wait()
+	l.set(func(l *chargeLedger) { l.chaos = nil }) // the service recovers
+
+	twice := 0
+	for i, key := range keys {
+		var r reply
+		testbin.SucceedsSoon(t, 30*time.Second, func() error {
+			r = mustSend(t, c, ps[i%2].URL(), chargeRequest(key))
+			if r.Status == http.StatusConflict {
+				return fmt.Errorf("key %s: still being settled", key)
+			}
+			return nil
+		})
+		n := l.effectsOf(key)
+		if n > 1 {
+			twice++
+			t.Errorf("key %s: charged %d times", key, n)
+		}
+		l.mu.Lock()
+		charge := l.byKey[key]
+		l.mu.Unlock()
+		if n == 1 && r.Body != charge {
+			t.Errorf("key %s: answered %s %q, want its charge %q", key, r, r.Body, charge)
+		}
+	}
+	posts, lookups := l.counts()
+	t.Logf("%d keys, %d POSTs, %d lookups, %d keys charged twice", len(keys), posts, lookups, twice)
+	if lookups == 0 {
+		t.Error("no lookup was sent: the run never met an unknown outcome")
 	}
 }
