@@ -54,8 +54,8 @@ func parseProbeTemplate(s string) (*probeTemplate, error) {
 	if !ok || !httpguts.ValidHeaderFieldName(method) || method != strings.ToUpper(method) {
 		return nil, fmt.Errorf(`%q: want "METHOD /path?query", an upper-case method, a space and the path, e.g. "GET /v1/charges?idempotency_key={key}"`, s)
 	}
-	if !strings.HasPrefix(target, "/") || strings.ContainsAny(target, " \t#") {
-		return nil, fmt.Errorf("%q: the target must start with / and hold no space or fragment (#)", target)
+	if !strings.HasPrefix(target, "/") && !strings.HasPrefix(target, "{path}") || strings.ContainsAny(target, " \t#") {
+		return nil, fmt.Errorf("%q: the target must start with / (or {path}) and hold no space or fragment (#)", target)
 	}
 	t := &probeTemplate{method: method}
 	inQuery := false

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
 )
 
 // ledger is an upstream that commits each charge to its ledger before it
@@ -101,24 +103,36 @@ func (e *env) probes(result string) float64 {
 }
 
 func TestLostAnswerOfACommittedRequestIsTheUpstreamsRecordedAnswer(t *testing.T) {
-	l := &ledger{die: 1}
+	l := &ledger{}
 	e := reconcileEnv(t, l, nil)
-	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
-	if first.StatusCode != http.StatusOK || !strings.Contains(first.body, `"ch_1"`) {
+	if r := e.do(t, "POST", "/v1/charges", "known", `{}`); r.StatusCode != http.StatusCreated {
+		t.Fatalf("a charge that answered: %d %s", r.StatusCode, r.body)
+	}
+	l.mu.Lock()
+	l.die = 1
+	l.mu.Unlock()
+	if _, lookups := l.count(); lookups != 0 {
+		t.Fatalf("%d lookups for a charge whose outcome is known, want none", lookups)
+	}
+	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`, "Authorization", "Bearer c1", "X-Card", "4242")
+	if first.StatusCode != http.StatusOK || !strings.Contains(first.body, `"ch_2"`) {
 		t.Fatalf("first caller: %d %s, want the found charge", first.StatusCode, first.body)
 	}
 	if first.Header.Get(IdempotencyReconciled) != "true" || !first.replayed() {
 		t.Errorf("first caller's headers %v: want Idempotent-Replayed and Idempotency-Reconciled", first.Header)
 	}
-	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`, "Authorization", "Bearer c1")
 	if retry.body != first.body || retry.StatusCode != first.StatusCode || retry.Header.Get(IdempotencyReconciled) != "true" {
 		t.Errorf("retry: %d %s, want the first caller's %d %s", retry.StatusCode, retry.body, first.StatusCode, first.body)
 	}
-	if effects, _ := l.count(); effects != 1 {
-		t.Errorf("effects on the ledger = %d, want 1", effects)
+	if effects, _ := l.count(); effects != 2 {
+		t.Errorf("effects on the ledger = %d, want 2 (one a key)", effects)
 	}
 	if got := e.outcomes("default", OutcomeReconciledFound); got != 1 {
 		t.Errorf("reconciled_found = %v, want 1", got)
+	}
+	if _, lookups := l.count(); lookups != 1 {
+		t.Errorf("%d lookups, want 1", lookups)
 	}
 	if got := e.probes(probeFound); got != 1 {
 		t.Errorf("probes found = %v, want 1", got)
@@ -126,8 +140,75 @@ func TestLostAnswerOfACommittedRequestIsTheUpstreamsRecordedAnswer(t *testing.T)
 	l.mu.Lock()
 	p := l.probes[0]
 	l.mu.Unlock()
-	if p.Header.Get("Authorization") != "" || p.ContentLength > 0 {
-		t.Errorf("probe carried %v and %d body bytes", p.Header, p.ContentLength)
+	// The scope header goes with the lookup (its default headers); the
+	// rest of the request, its body included, does not.
+	if p.Header.Get("Authorization") != "Bearer c1" || p.Header.Get("X-Card") != "" || p.Header.Get("Content-Type") != "" || p.ContentLength > 0 {
+		t.Errorf("lookup carried %v and %d body bytes, want Authorization alone", p.Header, p.ContentLength)
+	}
+	if got := p.URL.RawQuery; got != "idempotency_key=k1" {
+		t.Errorf("lookup query %q, want idempotency_key=k1", got)
+	}
+}
+
+// A lookup that does not answer is cut at its own deadline (every),
+// counted as an error, and asked again until one answers.
+func TestLookupThatHangsIsCutAtItsDeadlineAndAskedAgain(t *testing.T) {
+	hang := make(chan struct{})
+	l := &ledger{die: 1}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		select {
+		case <-hang:
+			return false // answered from the ledger
+		case <-r.Context().Done():
+			return true
+		}
+	}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Every = 50 * time.Millisecond })
+	done := make(chan *response, 1)
+	go func() { done <- e.do(t, "POST", "/v1/charges", "k1", `{}`) }()
+	waitFor(t, func() bool { return e.probes(probeError) >= 2 })
+	close(hang)
+	if r := <-done; r.StatusCode != http.StatusOK || !strings.Contains(r.body, `"ch_1"`) {
+		t.Fatalf("got %d %s, want the charge once a lookup answered", r.StatusCode, r.body)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if !cond() {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+}
+
+func TestProbeTemplateFill(t *testing.T) {
+	r, _ := http.NewRequest("POST", "http://x/v1/a%2Fb/charges?ref=r+1&ref2=", nil)
+	r.Header.Set("X-Order", "o/1 2")
+	body := []byte(`{"order":{"id":"ord 7"},"n":42}`)
+	for _, tt := range []struct{ tmpl, want, hole string }{
+		{"GET /v1/charges?idempotency_key={key}", "/v1/charges?idempotency_key=k+%26%3D1", ""},
+		{"GET /v1/keys/{key}", "/v1/keys/k%20&=1", ""},
+		{"GET /v1/orders/{json:/order/id}?n={json:/n}", "/v1/orders/ord%207?n=42", ""},
+		{"GET /v1/orders/{header:x-order}", "/v1/orders/o%2F1%202", ""},
+		{"GET /v1/refs/{query:ref}", "/v1/refs/r%201", ""},
+		{"GET {path}/status?of={path}", "/v1/a%2Fb/charges/status?of=%2Fv1%2Fa%2Fb%2Fcharges", ""},
+		{"GET /v1/orders/{json:/missing}", "", "/missing"},
+		{"GET /v1/orders/{header:X-Absent}", "", "X-Absent"},
+		{"GET /v1/refs/{query:ref2}", "", "ref2"},
+	} {
+		p, err := parseProbeTemplate(tt.tmpl)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.tmpl, err)
+		}
+		got, err := p.fill(r, "k &=1", body)
+		switch {
+		case tt.hole != "" && (err == nil || !strings.Contains(err.Error(), tt.hole)):
+			t.Errorf("%s: %q, %v; want a hole naming %s", tt.tmpl, got, err, tt.hole)
+		case tt.hole == "" && (err != nil || got != tt.want):
+			t.Errorf("%s = %q, %v; want %q", tt.tmpl, got, err, tt.want)
+		}
 	}
 }
 
