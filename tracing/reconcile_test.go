@@ -1,0 +1,54 @@
+package tracing
+
+import (
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// Each lookup of an unknown outcome is a client span of its own, under
+// the request whose answer was lost; the marker beside the key is read
+// through the traced store.
+func TestEachLookupIsAClientSpanUnderTheRequest(t *testing.T) {
+	var lookups atomic.Int64
+	up := upstreamURL(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		if r.Method == http.MethodPost {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close() // committed, then died
+			}
+			return
+		}
+		if lookups.Add(1) == 1 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte(`{"id":"ch_1"}`))
+	})
+	reconcile := func(p *proxy.Policy) {
+		p.OnUpstreamError = proxy.UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+	}
+	rg := newRig(t, up, func(o *proxy.Options) {
+		reconcile(&o.Default)
+		for i := range o.Routes {
+			reconcile(&o.Routes[i].Policy)
+		}
+	})
+	if r := rg.do(t, "/v1/charges", "k"); r.StatusCode != http.StatusOK || r.body != `{"id":"ch_1"}` {
+		t.Fatalf("got %d %s, want the looked-up charge", r.StatusCode, r.body)
+	}
+	spans := rg.sink.waitFor(t, "the lookups", func(s []sdktrace.ReadOnlySpan) bool {
+		return len(serverSpans(s)) == 1 && len(named(children(s, serverSpans(s)[0]), "GET")) == 2
+	})
+	if post := named(children(spans, serverSpans(spans)[0]), "POST"); len(post) != 1 {
+		t.Errorf("want the failed POST beside the lookups:%s", describe(spans))
+	}
+}
