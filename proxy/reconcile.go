@@ -139,14 +139,42 @@ func (h *Handler) startReconcile(q *request) Outcome {
 	q.recon.client = !c.detached && c.wroteClient == 0
 	c.mu.Unlock()
 	q.recon.waiting.Store(q.recon.client)
+	if !h.detachable.take(settlementSize(q)) {
+		h.leaveToNextOwner(q)
+		return OutcomeUpstreamError
+	}
 	go h.reconcile(q, q.route.policy.Reconcile.After)
 	return OutcomeUpstreamError
 }
 
+// settlementSize is what a settlement of q may hold: its body, to resend,
+// and a found answer, bounded as a record is.
+func settlementSize(q *request) int64 {
+	return int64(len(q.body)) + q.route.policy.MaxResponseBody
+}
+
+// leaveToNextOwner marks q's key as being settled and leaves its lease to
+// expire at lock_ttl, without lookups here: settlements share the room of
+// detached calls (upstream.max_detached, upstream.max_detached_bytes),
+// and past it the next request with the key, once the lease expired, takes
+// it over and asks (takeOver). Nothing is held meanwhile, and the key is
+// never forwarded again.
+func (h *Handler) leaveToNextOwner(q *request) {
+	h.metrics.detachRefused.Inc()
+	marked := h.markReconciling(q.detached, q)
+	h.log.Warn("too many unknown outcomes being settled (upstream.max_detached, upstream.max_detached_bytes): this key is left to its next request after lock_ttl",
+		"route", q.route.label, "key_hash", q.keyHash, "marked", marked, "lock_ttl", q.route.policy.LockTTL.String())
+	q.recon.waiting.Store(false)
+	close(q.recon.done) // result empty: the client hears it is being settled
+	h.settled(q)
+}
+
 // reconcile settles q's key: marker, lookups, then the record or release.
+// It holds the room startReconcile or takeOver took.
 func (h *Handler) reconcile(q *request, first time.Duration) {
 	h.reconciling.Store(q.keyHash, q.recon)
 	defer h.settled(q)
+	defer h.detachable.give(settlementSize(q))
 	defer h.reconciling.CompareAndDelete(q.keyHash, q.recon)
 	ctx := q.detached
 	res := h.settle(ctx, q, first)
@@ -499,6 +527,13 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	if m.Fingerprint != q.fp {
 		_ = h.store.Release(detached, q.keyHash, q.token)
 		h.refuse(w, q, failMismatch, nil)
+		return true
+	}
+	if !h.detachable.take(settlementSize(q)) {
+		// No room to settle it here now: the lease is given back, and a
+		// later retry takes the key over again.
+		_ = h.store.Release(detached, q.keyHash, q.token)
+		h.refuse(w, q, failInFlightSettling, nil)
 		return true
 	}
 	h.log.Warn("key taken over while its outcome was being settled: asking the upstream, not forwarding",

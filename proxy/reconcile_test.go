@@ -27,6 +27,14 @@ type ledger struct {
 	lookup   func(w http.ResponseWriter, r *http.Request) bool // answers a lookup itself when it returns true
 	noCommit bool                                              // die before committing
 	probes   []*http.Request
+	// lookupsUp is for lookup funcs that fail until it is set.
+	lookupsUp bool
+}
+
+func (l *ledger) up() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lookupsUp
 }
 
 func (l *ledger) handler(w http.ResponseWriter, r *http.Request) {
@@ -280,5 +288,51 @@ func TestAmbiguousStatusIsSettledByTheLookup(t *testing.T) {
 	json.Unmarshal([]byte(r.body), &charge)
 	if r.StatusCode != http.StatusOK || charge.ID != "ch_1" {
 		t.Fatalf("got %d %s, want the found charge", r.StatusCode, r.body)
+	}
+}
+
+// Settlements share the room of detached calls: past it, a key is marked
+// and left to its next request, which takes it over once its lease
+// expired and asks — it is never forwarded again.
+func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
+	l := &ledger{die: 2}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("idempotency_key") == "a" && !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = 300 * time.Millisecond })
+	e.handler.detachable.maxN = 1
+	done := make(chan *response, 1)
+	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
+	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
+	b := e.do(t, "POST", "/v1/charges", "b", `{}`)
+	if b.StatusCode != http.StatusBadGateway || !strings.Contains(b.body, "being settled") {
+		t.Fatalf("b past the room: %d %s, want 502 being settled", b.StatusCode, b.body)
+	}
+	if r := e.do(t, "POST", "/v1/charges", "b", `{}`); r.StatusCode != http.StatusConflict || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("b's retry within lock_ttl: %d %s, want 409 being settled", r.StatusCode, r.body)
+	}
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	if r := <-done; r.StatusCode != http.StatusOK {
+		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
+	}
+	var r *response
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
+		if r.StatusCode == http.StatusConflict {
+			return fmt.Errorf("b still in flight")
+		}
+		return nil
+	})
+	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Fatalf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
+	}
+	if effects, _ := l.count(); effects != 2 {
+		t.Errorf("effects = %d, want 2 (a and b, once each)", effects)
 	}
 }
