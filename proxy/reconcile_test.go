@@ -336,3 +336,30 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 		t.Errorf("effects = %d, want 2 (a and b, once each)", effects)
 	}
 }
+
+// Under concurrent: wait a retry of a key being settled waits for the
+// settled answer instead of getting 409.
+func TestRetryOfAKeyBeingSettledWaitsUnderConcurrentWait(t *testing.T) {
+	l := &ledger{die: 1}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Concurrent, p.WaitTimeout = ConcurrentWait, 10*time.Second })
+	first := make(chan *response, 1)
+	go func() { first <- e.do(t, "POST", "/v1/charges", "k1", `{}`) }()
+	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
+	retry := make(chan *response, 1)
+	go func() { retry <- e.do(t, "POST", "/v1/charges", "k1", `{}`) }()
+	waitFor(t, func() bool { return e.probes(probeUnknown) >= 3 }) // the retry is waiting meanwhile
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	f, r := <-first, <-retry
+	if f.StatusCode != http.StatusOK || r.StatusCode != http.StatusOK || r.body != f.body || !r.replayed() {
+		t.Fatalf("first %d %s, retry %d %s: want the same settled charge", f.StatusCode, f.body, r.StatusCode, r.body)
+	}
+}
