@@ -186,7 +186,7 @@ func (l *chargeLedger) counts() (posts, lookups int) {
 // unknown outcomes by looking them up, with lookup settings in extra
 // (YAML flow-mapping entries). Store settings are the caller's.
 func reconcileConfig(l *chargeLedger, extra string) proxyConfig {
-	block := `{request: "GET /v1/charges?idempotency_key={key}", after: 100ms, every: 100ms`
+	block := `{request: "GET /v1/charges?idempotency_key={key}", after: 100ms, every: 500ms`
 	if extra != "" {
 		block += ", " + extra
 	}
@@ -425,7 +425,7 @@ func TestLookupByABodyMember(t *testing.T) {
 	l := startChargeLedger(t)
 	l.set(func(l *chargeLedger) { l.dieAfterCommit = 1 })
 	cfg := reconcileConfig(l, "")
-	cfg.Routes[0].Keys["reconcile"] = `{request: "GET /v1/orders/{json:/order_id}", after: 100ms, every: 100ms}`
+	cfg.Routes[0].Keys["reconcile"] = `{request: "GET /v1/orders/{json:/order_id}", after: 100ms, every: 500ms}`
 	p := startProxy(t, "reconcile", cfg)
 	c := newClient(t, 20*time.Second)
 

@@ -99,7 +99,7 @@ func reconcileEnv(t *testing.T, l *ledger, f func(*Policy)) *env {
 		p := &o.Default
 		p.OnUpstreamError = UpstreamErrorReconcile
 		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
 		if f != nil {
 			f(p)
 		}
@@ -171,7 +171,7 @@ func TestLookupThatHangsIsCutAtItsDeadlineAndAskedAgain(t *testing.T) {
 			return true
 		}
 	}
-	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Every = 50 * time.Millisecond })
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Every = 200 * time.Millisecond })
 	done := make(chan *response, 1)
 	go func() { done <- e.do(t, "POST", "/v1/charges", "k1", `{}`) }()
 	waitFor(t, func() bool { return e.probes(probeError) >= 2 })
@@ -281,7 +281,7 @@ func TestAmbiguousStatusIsSettledByTheLookup(t *testing.T) {
 		p.OnUpstreamError = UpstreamErrorReconcile
 		p.AmbiguousStatuses = []int{502}
 		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
 	})
 	r := e.do(t, "POST", "/v1/charges", "k1", `{}`)
 	var charge struct{ ID string }

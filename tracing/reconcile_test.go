@@ -34,7 +34,7 @@ func TestEachLookupIsAClientSpanUnderTheRequest(t *testing.T) {
 	reconcile := func(p *proxy.Policy) {
 		p.OnUpstreamError = proxy.UpstreamErrorReconcile
 		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 10*time.Millisecond
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 200*time.Millisecond
 	}
 	rg := newRig(t, up, func(o *proxy.Options) {
 		reconcile(&o.Default)
