@@ -445,10 +445,11 @@ func TestLookupByABodyMember(t *testing.T) {
 // TestSettlementOutlivesTheSettlingProxy: the proxy settling a key is
 // SIGKILLed; after lock_ttl another proxy on the same store (on the file
 // store, the same proxy restarted) takes the key, finds it being settled
-// and looks it up — it never forwards it. With encryption at rest the
+// and looks it up — it never forwards it: on Redis (single, Cluster,
+// Sentinel), Postgres and the file store. With encryption at rest the
 // marker is sealed like any record, and read alike.
 func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
-	for _, kind := range []string{"redis", "postgres", "file", "postgres-sealed"} {
+	for _, kind := range []string{"redis", "redis-cluster", "redis-sentinel", "postgres", "file", "postgres-sealed"} {
 		t.Run(kind, func(t *testing.T) {
 			l := startChargeLedger(t)
 			l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
@@ -457,6 +458,11 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 			switch kind {
 			case "redis":
 				cfg.RedisURL = redistest.Start(t).URL()
+			case "redis-cluster": // the marker hashes to a slot of its own
+				cfg.RedisAddrs = redistest.StartCluster(t, 3).Addrs()
+			case "redis-sentinel":
+				sn := redistest.StartSentinel(t)
+				cfg.RedisAddrs, cfg.MasterName = sn.SentinelAddrs(), sn.MasterName()
 			case "file":
 				cfg.FilePath = t.TempDir()
 			case "postgres-sealed":
