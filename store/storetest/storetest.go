@@ -79,6 +79,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RecordExpires", testRecordTTL},
 		{"ExpiredKeyIsRemembered", testExpiredKeyIsRemembered},
 		{"TombstonesOffTakeTheLease", testTombstonesOff},
+		{"ExpiredKeyIsRefusedForItsWholeWindow", testExpiredKeyIsRefusedForItsWholeWindow},
+		{"StaleCompletionIsFencedWithTombstones", testStaleCompletionIsFencedWithTombstones},
 		{"ExtendKeepsLock", testExtend},
 		{"CompleteAfterReleaseLost", testCompleteAfterRelease},
 		{"ManyKeys", testManyKeys},
