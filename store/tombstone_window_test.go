@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -76,5 +77,27 @@ func TestExpiredKeyIsRefusedUntilItsWindowEnds(t *testing.T) {
 				t.Errorf("refusal at %v says fingerprint %x expired at %v, want %x at %v, when the record expired", probe.at, got.Fingerprint[:4], got.ExpiredAt, fp[:4], expiry)
 			}
 		})
+	}
+}
+
+// A record completed without a tombstone (expired_keys: forget) leaves
+// none: the completion costs no operation more and the key is new once its
+// record expires.
+func TestCompletionWithoutTombstoneLeavesNone(t *testing.T) {
+	clock := &stepClock{now: time.Unix(1_700_000_000, 0)}
+	mem := memory.New(memory.Options{Now: clock.Now, SweepInterval: -1})
+	t.Cleanup(func() { mem.Close() })
+	ts := store.WithTombstones(mem, clock.Now)
+	ts.Check(true)
+	ctx := context.Background()
+	b, err := ts.Begin(ctx, "k", store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %v, %v; want acquired", b.State, err)
+	}
+	if err := ts.Complete(ctx, "k", b.Token, &store.Record{Status: 201}, 10*time.Second); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if e, err := mem.Inspect(ctx, "k"+store.TombstoneSuffix); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Inspect of the tombstone's key = %+v, %v; want none written", e, err)
 	}
 }
