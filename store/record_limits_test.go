@@ -62,17 +62,26 @@ func TestRecordFieldsPastTheirLimitsAreCorrupt(t *testing.T) {
 	sealed := AppendRecord(nil, &Record{Sealed: &Sealed{KeyID: "k", Data: []byte{1}}})
 	// Ending in: body length 0, no header names, no values.
 	head := sealed[: len(sealed)-3 : len(sealed)-3]
-	// Two fields of one value each, ending in "B", 1 value, "b": the
-	// second field claims a value more than the record announced.
-	twoFields := AppendRecord(nil, &Record{Header: map[string][]string{"A": {"a"}, "B": {"b"}}})
-	overCounted := append(append([]byte{}, twoFields[:len(twoFields)-3]...), 2, 1, 'b', 1, 'c')
+	// Fields of one value each, the last "X-9", 1 value, "v": it claims
+	// a value more than the record announced, with one field (a few
+	// values) or more than the values read beside the record.
+	overCounted := func(fields int) []byte {
+		h := map[string][]string{}
+		for i := range fields - 1 {
+			h[fmt.Sprint("X-", i)] = []string{"v"}
+		}
+		h["X-9"] = []string{"v"}
+		b := AppendRecord(nil, &Record{Header: h})
+		return append(append([]byte{}, b[:len(b)-3]...), 2, 1, 'v', 1, 'w')
+	}
 	tests := map[string][]byte{
-		"a field with more values than announced": overCounted,
-		"status past MaxInt32":                    AppendRecord(nil, &Record{Status: math.MaxInt32 + 1}),
-		"sealed body size past MaxInt32":          AppendRecord(nil, &Record{Sealed: &Sealed{KeyID: "k", BodyBytes: math.MaxInt32 + 1, Data: []byte{1}}}),
-		"sealed with a trailing byte":             append(append([]byte{}, sealed...), 0),
-		"sealed with names counted":               append(head, 0, 1, 0),
-		"sealed with values counted":              append(head, 0, 0, 1),
+		"a field with more values than announced":              overCounted(2),
+		"a field with more values than announced, many values": overCounted(valuesWithRecord + 1),
+		"status past MaxInt32":                                 AppendRecord(nil, &Record{Status: math.MaxInt32 + 1}),
+		"sealed body size past MaxInt32":                       AppendRecord(nil, &Record{Sealed: &Sealed{KeyID: "k", BodyBytes: math.MaxInt32 + 1, Data: []byte{1}}}),
+		"sealed with a trailing byte":                          append(append([]byte{}, sealed...), 0),
+		"sealed with names counted":                            append(head, 0, 1, 0),
+		"sealed with values counted":                           append(head, 0, 0, 1),
 	}
 	for name, b := range tests {
 		t.Run(name, func(t *testing.T) {

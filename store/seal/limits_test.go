@@ -120,3 +120,27 @@ func TestSealedPartThatDisagreesDoesNotOpen(t *testing.T) {
 		})
 	}
 }
+
+// A full set of remembered completions makes room by forgetting those
+// older than pendingAge, not those exactly that old.
+func TestRememberedCompletionsOlderThanTheirAgeMakeRoom(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	for name, tc := range map[string]struct {
+		after      time.Duration
+		remembered bool
+	}{
+		"exactly pendingAge later":   {pendingAge, false},
+		"just over pendingAge later": {pendingAge + time.Nanosecond, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := New(newMemory(t), nil)
+			for i := range maxPending {
+				s.remember(fmt.Sprint("token-", i), pendingSeal{key: "k", at: start})
+			}
+			s.remember("new", pendingSeal{key: "k", at: start.Add(tc.after)})
+			if _, got := s.pending["new"]; got != tc.remembered {
+				t.Fatalf("a completion %v after a full set: remembered %v, want %v", tc.after, got, tc.remembered)
+			}
+		})
+	}
+}
