@@ -20,20 +20,23 @@
 # it left for a sweep.
 #
 # MUTATION_WORKERS (1) mutants run at once; each test run may take
-# MUTATION_TIMEOUT_COEFFICIENT (5) times the package's coverage run before
-# the mutant counts as caught by a timeout. MUTATION_ONLY="capture.go
+# MUTATION_TIMEOUT_COEFFICIENT (5; 2 under --changed, where one mutant
+# that hangs must not spend the whole budget) times the package's coverage
+# run before the mutant counts as caught by a timeout. MUTATION_ONLY="capture.go
 # lease.go" sweeps only those files of the packages given: a part of a
-# package, so no score, no stale entries and no new base.
+# package, whose score is of those files, and which reports no stale entry
+# and records no base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 
-# Every package the sweep covers, cheapest first: --changed spends its
-# budget on these in order.
+# Every package the sweep covers, in the order --changed spends its budget
+# on them: those whose tests run in seconds first, the real-server stores
+# last.
 all=(store store/seal proxy store/memory store/filestore store/postgres store/redisstore)
 workers=${MUTATION_WORKERS:-1}
-coefficient=${MUTATION_TIMEOUT_COEFFICIENT:-5}
+coefficient=${MUTATION_TIMEOUT_COEFFICIENT:-}
 budget=${MUTATION_BUDGET:-540}
 bases=.ci/mutation-base
 only=${MUTATION_ONLY:-}
@@ -41,8 +44,10 @@ only=${MUTATION_ONLY:-}
 changed=false
 if [ "${1:-}" = --changed ]; then
   changed=true
+  coefficient=${coefficient:-2}
   shift
 fi
+coefficient=${coefficient:-5}
 [ $# -gt 0 ] || set -- "${all[@]}"
 
 head=$(git rev-parse HEAD)
@@ -95,6 +100,10 @@ if $changed; then
   left=()
   for pkg in "$@"; do
     since=$(base "$pkg")
+    if [ -n "$since" ] && ! git cat-file -e "$since^{commit}" 2>/dev/null &&
+      [ "$(git rev-parse --is-shallow-repository)" = true ]; then
+      git fetch -q --unshallow || true # a shallow clone, as some CI checkouts are
+    fi
     if [ -z "$since" ] || ! git cat-file -e "$since^{commit}" 2>/dev/null; then
       echo "mutation: $pkg: its base ${since:-(none in $bases)} is not in this clone's history; fetch it (git fetch --unshallow)" >&2
       exit 1
@@ -123,7 +132,7 @@ if $changed; then
 fi
 
 for pkg in "$@"; do
-  echo "mutation: $pkg, every mutant (started $(date -u +%H:%M:%S))"
+  echo "mutation: $pkg, ${only:-every file} (started $(date -u +%H:%M:%S))"
   sweep "$pkg"
 done
 status=0
