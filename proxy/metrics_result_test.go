@@ -9,6 +9,7 @@ func TestEveryOutcomeIsTimedUnderItsResult(t *testing.T) {
 	want := map[Outcome]Result{
 		OutcomeReplayed: ResultReplayed,
 		OutcomeExecuted: ResultExecuted, OutcomeReleased: ResultExecuted, OutcomeUpstreamError: ResultExecuted, OutcomeUpstreamTimeout: ResultExecuted,
+		OutcomeReconciledFound: ResultExecuted, OutcomeReconciledAbsent: ResultExecuted, OutcomeReconcileGaveUp: ResultExecuted,
 		OutcomePassthrough: ResultForwarded, OutcomeNoKey: ResultForwarded, OutcomeStoreBypassed: ResultForwarded,
 	}
 	for _, o := range Outcomes() {
