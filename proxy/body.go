@@ -118,7 +118,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(body)) > limit {
-		return nil, tooLarge(limit)
+		return body, tooLarge(limit) // what was read, for a shadow route to forward
 	}
 	return body, nil
 }

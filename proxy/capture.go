@@ -185,7 +185,8 @@ func (c *capture) WriteHeader(code int) {
 	keepContentTypeUnset(h, code)
 	// Not recorded, so no expiry to advertise; nor on the proxy's own
 	// problem responses (upstreamErr is set before they are written).
-	if pol.AdvertiseExpiry && c.recording && c.upstreamErr == nil {
+	// A shadow route adds no header.
+	if pol.AdvertiseExpiry && pol.Mode == ModeEnforce && c.recording && c.upstreamErr == nil {
 		// The store counts ttl from when the record is written, later
 		// than this: a retry before the date always finds the record.
 		h[ExpiresHeader] = []string{expiresValue(c.answered, pol.ttlFor(code))}

@@ -116,7 +116,12 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 }
 
 // refuse answers q with the problem response of f.
+// A shadow route forwards the request instead, and counts what it would
+// have answered.
 func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error) {
+	if would, ok := shadowWould(f); ok && h.shadowed(w, q, would) {
+		return
+	}
 	p, detail, outcome := problemFor(q, f, err)
 	q.outcome, q.status = outcome, p.Status
 	b := p.body(detail)

@@ -244,6 +244,9 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 	q.body, err = readBody(q.in, q.route.policy.MaxRequestBody)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
+		if q.route.policy.Mode == ModeShadow {
+			q.in.Body, q.body = prefixedBody(q.body, q.in.Body), nil
+		}
 		h.refuse(w, q, failBodyTooLarge, err)
 		return false
 	case err != nil:
@@ -319,13 +322,15 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		case res.Fingerprint != q.fp:
 			h.refuse(w, q, failMismatch, nil)
 			return
+		case res.State == store.Completed && h.shadowed(w, q, WouldReplay):
+			return
 		case res.State == store.Completed:
 			q.outcome, q.status = OutcomeReplayed, res.Record.Status
 			replay(w, r, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
 			return
 		}
 		q.heldSince = res.Lease.Request.StartedAt
-		if pol.Concurrent != ConcurrentWait {
+		if pol.Concurrent != ConcurrentWait || pol.Mode == ModeShadow {
 			f := failInFlight
 			if q.route.reconciles() && h.settlingElsewhere(detached, q) {
 				f = failInFlightSettling
@@ -381,6 +386,12 @@ func (h *Handler) unreadable(w http.ResponseWriter, q *request, err error) {
 // the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
 	full := errors.Is(err, store.ErrFull)
+	if q.route.policy.Mode == ModeShadow {
+		h.log.Warn("store unavailable, forwarding as the route is in shadow mode",
+			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
+		h.shadowed(w, q, WouldStoreUnavailable)
+		return
+	}
 	if q.route.policy.OnStoreError == FailOpen {
 		q.outcome = OutcomeStoreBypassed
 		if ok, n := h.bypassLog.Allow(h.clock.Now()); ok {

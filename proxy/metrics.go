@@ -138,6 +138,7 @@ type Metrics struct {
 	detachRefused prometheus.Counter
 	// Lookups of unknown outcomes (reconcile.go), by route and result.
 	probes *prometheus.CounterVec
+	shadow *prometheus.CounterVec
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -160,6 +161,9 @@ type routeMetrics struct {
 	detached map[Outcome]prometheus.Counter
 	// probes counts the route's lookups of unknown outcomes, by result.
 	probes map[string]prometheus.Counter
+	// shadow counts what enforce would have answered a request a shadow
+	// route forwarded; nil under enforce.
+	shadow map[Would]prometheus.Counter
 }
 
 // executedOutcomes are the outcomes an executed request ends in.
@@ -216,6 +220,10 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Name: "idempotency_proxy_detach_refused_total",
 			Help: "Upstream calls that could not go on after their client was let go because upstream.max_detached or upstream.max_detached_bytes was reached; they were bounded by upstream.timeout instead.",
 		}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_shadow_total",
+			Help: "Requests a route in shadow mode forwarded that enforce would have answered otherwise, by route and what it would have done (replay, conflict, mismatch, missing_key, invalid_key, too_large, ambiguous, expired_key, unreadable, store_unavailable).",
+		}, []string{"route", "would"}),
 	}
 	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idempotency_proxy_records_body_omitted_total",
@@ -241,7 +249,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
-		m.detached, m.detachedEnded, m.detachRefused, m.probes)
+		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
@@ -273,6 +281,16 @@ func (m *Metrics) route(label string) *routeMetrics {
 		rm.outcomes[o] = outcomeMetrics{m.requests.WithLabelValues(label, string(o)), durations[ResultOf(o)]}
 	}
 	return rm
+}
+
+// shadowed creates the shadow series of a route in shadow mode at zero;
+// a route in enforce mode has none.
+func (m *Metrics) shadowed(label string) map[Would]prometheus.Counter {
+	c := make(map[Would]prometheus.Counter, len(allWoulds))
+	for _, w := range allWoulds {
+		c[w] = m.shadow.WithLabelValues(label, string(w))
+	}
+	return c
 }
 
 type outcomeMetrics struct {

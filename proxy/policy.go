@@ -115,6 +115,11 @@ type Policy struct {
 	// ASP.NET Core and Spring MVC before 6 route it to the same handler;
 	// distinct leaves that spelling to the routes it matches as sent.
 	TrailingSlash TrailingSlash `config:"trailing_slash"`
+	// Mode shadow forwards every request as a plain reverse proxy would
+	// and only counts what enforce would have done, while keeping the
+	// records (docs/operating.md, "Rolling out in front of a legacy
+	// service").
+	Mode Mode `config:"mode"`
 }
 
 // sources returns the key sources in force: KeySources, or the header

@@ -34,6 +34,9 @@ type route struct {
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), sources: p.sources()}
+	if p.Mode == ModeShadow {
+		rt.metrics.shadow = m.shadowed(label)
+	}
 	// Canonical once here rather than on every response: the control
 	// header is looked up and removed on each of them, keyed or not.
 	rt.policy.UpstreamControlHeader = textproto.CanonicalMIMEHeaderKey(p.UpstreamControlHeader)
@@ -48,7 +51,9 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	if label != defaultRoute {
 		rt.folded = foldPattern(label)
 	}
-	if p.OnUpstreamError == UpstreamErrorReconcile {
+	// A shadow route answers as a plain reverse proxy would, so it never
+	// holds an unknown outcome back to settle it: it releases the key.
+	if p.OnUpstreamError == UpstreamErrorReconcile && p.Mode != ModeShadow {
 		rt.probe, rt.probeHeaders = reconcileProbe(p, rt.scope)
 	}
 	return rt

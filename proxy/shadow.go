@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
+)
+
+// Mode is whether a route enforces idempotency or only watches; in the
+// configuration, "enforce" or "shadow".
+type Mode uint8
+
+const (
+	// ModeEnforce replays, refuses and waits as the policy says.
+	ModeEnforce Mode = iota
+	// ModeShadow forwards every request and delivers its response
+	// unchanged, as a plain reverse proxy would. Keys are still taken and
+	// responses recorded, so a switch to enforce starts warm, and what
+	// enforce would have answered instead is counted by its Would.
+	ModeShadow
+)
+
+var modeWords = enum.Words{"enforce", "shadow"}
+
+func (m Mode) String() string                { return modeWords.Name(int(m)) }
+func (m Mode) MarshalText() ([]byte, error)  { return []byte(m.String()), nil }
+func (m *Mode) UnmarshalText(b []byte) error { return parseWord(m, modeWords, b) }
+
+// Would is the value of the "would" label of
+// idempotency_proxy_shadow_total: what a route in enforce mode would have
+// answered a request that a shadow route forwarded instead.
+type Would string
+
+// Woulds, as documented in docs/operating.md.
+const (
+	WouldReplay           Would = "replay"            // a recorded response
+	WouldConflict         Would = "conflict"          // 409 in-flight (or a wait, under concurrent: wait)
+	WouldMismatch         Would = "mismatch"          // 422, the key was used with another payload
+	WouldMissingKey       Would = "missing_key"       // 400, require_key and no key
+	WouldInvalidKey       Would = "invalid_key"       // 400, a malformed key
+	WouldTooLarge         Would = "too_large"         // 413, a body over max_request_body
+	WouldAmbiguous        Would = "ambiguous"         // 400 ambiguous-body, -path or -method
+	WouldExpiredKey       Would = "expired_key"       // 410, expired_keys: reject
+	WouldUnreadable       Would = "unreadable"        // 503 record-unreadable
+	WouldStoreUnavailable Would = "store_unavailable" // on_store_error: 503, or forwarded unprotected
+)
+
+// allWoulds lists every would, so that each route's series exist from the start.
+var allWoulds = []Would{
+	WouldReplay, WouldConflict, WouldMismatch, WouldMissingKey, WouldInvalidKey, WouldTooLarge,
+	WouldAmbiguous, WouldExpiredKey, WouldUnreadable, WouldStoreUnavailable,
+}
+
+// shadowWould is what a shadow route counts instead of refusing with f;
+// false for the failures it answers as enforce does: a request body that
+// could not be read, or an upstream exchange that failed, which a plain
+// reverse proxy cannot forward either. A store that could not take the key
+// is decided before on_store_error, in storeUnavailable.
+func shadowWould(f failure) (Would, bool) {
+	switch f {
+	case failMissingKey, failProbeHole:
+		return WouldMissingKey, true
+	case failInvalidKey:
+		return WouldInvalidKey, true
+	case failBodyTooLarge:
+		return WouldTooLarge, true
+	case failAmbiguousBody, failAmbiguousPath, failAmbiguousMethod:
+		return WouldAmbiguous, true
+	case failMismatch:
+		return WouldMismatch, true
+	case failInFlight, failInFlightSettling, failWaitedTooLong:
+		return WouldConflict, true
+	case failKeyExpired:
+		return WouldExpiredKey, true
+	case failRecordUnreadable:
+		return WouldUnreadable, true
+	}
+	return "", false
+}
+
+// shadowed reports whether q's route is in shadow mode; if it is, q was
+// forwarded as a plain reverse proxy would and would counted.
+func (h *Handler) shadowed(w http.ResponseWriter, q *request, would Would) bool {
+	if q.route.policy.Mode != ModeShadow {
+		return false
+	}
+	q.route.metrics.shadow[would].Inc()
+	if would == WouldStoreUnavailable {
+		q.outcome = OutcomeStoreBypassed
+	} else {
+		q.outcome = OutcomePassthrough
+	}
+	if q.body != nil {
+		setBody(q.in, q.body, nil)
+	}
+	h.passThrough(q.unrecorded(w), q.in)
+	dropControlTrailers(w.Header(), q.route.policy.UpstreamControlHeader)
+	return true
+}
+
+// prefixedBody is a request body of which the proxy read the first part
+// (body) before it found the body too large: the upstream gets all of it.
+func prefixedBody(body []byte, rest io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(newBodyReader(body), rest), rest}
+}
