@@ -127,6 +127,9 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 	if err != nil {
 		return err
 	}
+	if old := h.routes.Load(); old != nil {
+		t.adoptChurn(old)
+	}
 	h.routes.Store(t)
 	return nil
 }
@@ -231,6 +234,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return
 	}
+	h.countChurn(q)
 	if q.route.reconciles() && !h.fillProbe(w, q) {
 		return
 	}

@@ -137,8 +137,9 @@ type Metrics struct {
 	detachedEnded *prometheus.CounterVec
 	detachRefused prometheus.Counter
 	// Lookups of unknown outcomes (reconcile.go), by route and result.
-	probes *prometheus.CounterVec
-	shadow *prometheus.CounterVec
+	probes   *prometheus.CounterVec
+	shadow   *prometheus.CounterVec
+	keyChurn *prometheus.CounterVec
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -164,6 +165,7 @@ type routeMetrics struct {
 	// shadow counts what enforce would have answered a request a shadow
 	// route forwarded; nil under enforce.
 	shadow map[Would]prometheus.Counter
+	churn  prometheus.Counter // idempotency_proxy_key_churn_total
 }
 
 // executedOutcomes are the outcomes an executed request ends in.
@@ -224,6 +226,10 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Name: "idempotency_proxy_shadow_total",
 			Help: "Requests a route in shadow mode forwarded that enforce would have answered otherwise, by route and what it would have done (replay, conflict, mismatch, missing_key, invalid_key, too_large, ambiguous, expired_key, unreadable, store_unavailable).",
 		}, []string{"route", "would"}),
+		keyChurn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_key_churn_total",
+			Help: "Keyed requests whose fingerprint and scope were sent under another key within churn_window, by route: clients minting a new key per attempt.",
+		}, []string{"route"}),
 	}
 	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idempotency_proxy_records_body_omitted_total",
@@ -249,7 +255,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
-		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow)
+		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow, m.keyChurn)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
@@ -265,6 +271,7 @@ func (m *Metrics) route(label string) *routeMetrics {
 		outcomes: make(map[Outcome]outcomeMetrics, len(allOutcomes)),
 		upstream: m.upstreamDuration.WithLabelValues(label),
 		detached: make(map[Outcome]prometheus.Counter, len(executedOutcomes)),
+		churn:    m.keyChurn.WithLabelValues(label),
 	}
 	for _, o := range executedOutcomes {
 		rm.detached[o] = m.detachedEnded.WithLabelValues(label, string(o))

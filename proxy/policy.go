@@ -120,6 +120,13 @@ type Policy struct {
 	// records (docs/operating.md, "Rolling out in front of a legacy
 	// service").
 	Mode Mode `config:"mode"`
+	// ChurnWindow is how long a request's fingerprint and scope are
+	// remembered for key churn: the same ones under another key within
+	// it count in idempotency_proxy_key_churn_total. 0 turns it off.
+	ChurnWindow time.Duration `config:"churn_window"`
+	// ChurnMaxEntries bounds the fingerprints a route remembers for key
+	// churn, 16-byte hashes (about 52 bytes each with their map).
+	ChurnMaxEntries int `config:"churn_max_entries"`
 }
 
 // sources returns the key sources in force: KeySources, or the header
@@ -154,6 +161,8 @@ func DefaultPolicy() Policy {
 		FingerprintIgnore:     []jsonread.Pointer{},
 		ReplayExcludeHeaders:  []string{"Date", "Set-Cookie"},
 		UpstreamControlHeader: DefaultUpstreamControlHeader,
+		ChurnWindow:           DefaultChurnWindow,
+		ChurnMaxEntries:       DefaultChurnMaxEntries,
 	}
 }
 

@@ -108,6 +108,13 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	c.word("ambiguous_paths", ambiguousWords, int(p.AmbiguousPaths))
 	c.word("path_case", pathCaseWords, int(p.PathCase))
 	c.word("trailing_slash", trailingSlashWords, int(p.TrailingSlash))
+	c.word("mode", modeWords, int(p.Mode))
+	if p.ChurnWindow < 0 {
+		c.add("churn_window", "must not be negative (%s)", c.show("churn_window", p.ChurnWindow))
+	}
+	if p.ChurnMaxEntries < 2 && p.ChurnWindow > 0 {
+		c.addWith("churn_max_entries", []string{"churn_window"}, "must be at least 2 when churn_window is set, not %d", p.ChurnMaxEntries)
+	}
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}

@@ -30,12 +30,18 @@ type route struct {
 	// the headers it copies from the original request.
 	probe        *probeTemplate
 	probeHeaders []string
+	// churn remembers fingerprints for key churn; nil when churn_window
+	// is 0.
+	churn *churn
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), sources: p.sources()}
 	if p.Mode == ModeShadow {
 		rt.metrics.shadow = m.shadowed(label)
+	}
+	if p.ChurnWindow > 0 {
+		rt.churn = newChurn()
 	}
 	// Canonical once here rather than on every response: the control
 	// header is looked up and removed on each of them, keyed or not.

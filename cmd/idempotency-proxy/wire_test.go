@@ -118,6 +118,8 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 		return !v.Bool()
 	case v.Kind() == reflect.Int64 && option == "size":
 		return v.Int() + 1
+	case v.Kind() == reflect.Int:
+		return v.Int() + 1
 	case v.Kind() == reflect.String && option == "header":
 		return "X-Other-" + v.String()
 	case v.Kind() == reflect.Slice && option == "header":
