@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/admin"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // repoRoot is the module root; go test runs in the package directory.
@@ -41,7 +43,15 @@ var outcomeMatcherRE = regexp.MustCompile(`\boutcome\s*(?:=~|!~|!=|=)\s*"([^"]*)
 func exposedFamilies(t *testing.T) map[string]dto.MetricType {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	proxy.NewMetrics(reg, "test")
+	m := proxy.NewMetrics(reg, "test")
+	// A route in shadow mode has series of its own.
+	shadow := proxy.DefaultPolicy()
+	shadow.Mode = proxy.ModeShadow
+	st := memory.New(memory.Options{})
+	defer st.Close()
+	if _, err := proxy.New(proxy.Options{Upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, Store: st, Metrics: m, Default: shadow}); err != nil {
+		t.Fatalf("a handler with a shadow route: %v", err)
+	}
 	admin.NewMetrics(reg)
 	admin.RegisterStoreStats(reg, func() admin.StoreStats { return admin.StoreStats{} })
 	admin.RegisterReplicaAck(reg, func() (uint64, uint64) { return 0, 0 }) // a Redis store's
