@@ -26,6 +26,7 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 		{[]string{"forget", "reject"}, func() text { return new(ExpiredKeys) }},
 		{[]string{"sensitive", "insensitive"}, func() text { return new(PathCase) }},
 		{[]string{"raw", "canonical"}, func() text { return new(FingerprintJSON) }},
+		{[]string{"enforce", "shadow"}, func() text { return new(Mode) }},
 	}
 	for _, tt := range tests {
 		for _, w := range tt.words {
@@ -42,7 +43,7 @@ func TestPolicyWordsRoundTrip(t *testing.T) {
 			t.Errorf("UnmarshalText(Sometimes) = %v, want %q", err, want)
 		}
 	}
-	if !bool(FailOpen) || bool(FailClosed) || UpstreamErrorRelease != 0 || ThenKeep != 0 || ConcurrentReject != 0 {
+	if !bool(FailOpen) || bool(FailClosed) || UpstreamErrorRelease != 0 || ThenKeep != 0 || ConcurrentReject != 0 || ModeEnforce != 0 {
 		t.Error("the zero value of a policy word must be the safe default")
 	}
 }
@@ -69,6 +70,9 @@ func TestCheckNamesConfigurationKeys(t *testing.T) {
 		ScopeHeaders:         []ScopeHeader{{Cookie: "a b"}, {Header: "a b"}},
 		FingerprintHeaders:   []string{"a b"},
 		ReplayExcludeHeaders: []string{"a b"},
+		Mode:                 9,
+		ChurnWindow:          -1,
+		ChurnMaxEntries:      1,
 	}
 	keys := map[string]bool{}
 	typ := reflect.TypeFor[Policy]()
@@ -77,8 +81,8 @@ func TestCheckNamesConfigurationKeys(t *testing.T) {
 		keys[key] = true
 	}
 	problems := p.Check(nil)
-	if len(problems) != 13 {
-		t.Errorf("%d problems, want 13: %v", len(problems), problems)
+	if len(problems) != 15 {
+		t.Errorf("%d problems, want 15: %v", len(problems), problems)
 	}
 	for _, pr := range problems {
 		for _, k := range pr.Keys {
