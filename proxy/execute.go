@@ -220,10 +220,11 @@ func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) att
 // takes the record, and a record the store does not take lets a retry
 // execute the key again. A record's lease is renewed in its last third
 // on the way (renewToRecord), so a store that answers again has the time
-// to take the record.
+// to take the record — for one lock_ttl at most (renewLimit).
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
 	ttl := q.route.policy.LockTTL
+	q.renewUntil = q.lease.end().Add(ttl)
 	backoff := 50 * time.Millisecond
 	for {
 		wait := backoff
@@ -236,6 +237,16 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 			return
 		}
 		<-h.clock.After(min(wait, left))
+		if wait >= left && q.rec != nil && !q.held {
+			// The try due just before the lease ends goes first: a
+			// renewal sent to a store that does not answer would hold it
+			// until the store's timeout, past the lease's end.
+			if h.trySettle(ctx, q, leaseLost) == settled {
+				return
+			}
+			h.renewToRecord(ctx, q)
+			continue
+		}
 		switch {
 		case q.held:
 			if h.renewHeld(ctx, q) {
@@ -277,14 +288,27 @@ func lastTryBefore(ttl time.Duration) time.Duration { return min(ttl/10, 100*tim
 // see the lease run out meanwhile. A failed renewal changes nothing: the
 // try to record that follows says why, or finds the lease lost, or its
 // own record written by a try whose reply was lost.
+//
+// Renewals stop at q.renewUntil, one lock_ttl past the lease's end when
+// the call returned, and after the store refused the record
+// (store.ErrRefused): a store that takes renewals but never the record (a
+// trigger or privilege refusing it, a body whose write always times out)
+// would otherwise keep its key answering 409, and its record in memory,
+// for ever. One lock_ttl is the longest the operator lets a key stay
+// locked for an owner that no longer answers; a store back within it
+// still gets the record.
 func (h *Handler) renewToRecord(ctx context.Context, q *request) {
 	ttl := q.route.policy.LockTTL
-	if q.lease.end().Sub(h.clock.Now()) > renewEvery(ttl) {
+	if q.refused || q.lease.end().Sub(h.clock.Now()) > renewEvery(ttl) {
 		return
 	}
 	sent := h.clock.Now()
-	if h.store.Extend(ctx, q.keyHash, q.token, ttl) == nil {
-		q.lease.extendTo(sent.Add(ttl))
+	d := min(ttl, q.renewUntil.Sub(sent))
+	if !sent.Add(d).After(q.lease.end()) {
+		return // at renewUntil already
+	}
+	if h.store.Extend(ctx, q.keyHash, q.token, d) == nil {
+		q.lease.extendTo(sent.Add(d))
 	}
 }
 
@@ -334,7 +358,10 @@ func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) a
 			"route", q.route.label, "key_hash", q.keyHash, "error", err)
 		return retry
 	}
-	h.log.Warn("could not record response yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	if errors.Is(err, store.ErrRefused) {
+		q.refused = true
+	}
+	h.warnRetry(q, "could not record response yet; retrying until its lease expires", err)
 	return retry
 }
 
@@ -358,6 +385,17 @@ func (h *Handler) tryRelease(ctx context.Context, q *request) attempt {
 	if err == nil {
 		return settled
 	}
-	h.log.Warn("could not release key yet; retrying until its lease expires", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	h.warnRetry(q, "could not release key yet; retrying until its lease expires", err)
 	return retry
+}
+
+// warnRetry logs a failed try at settling q's key, the first time only:
+// a store that keeps failing is said once, then by how settling ended
+// (gaveUp), not once a second for the whole lease.
+func (h *Handler) warnRetry(q *request, msg string, err error) {
+	if q.warnedRetry {
+		return
+	}
+	q.warnedRetry = true
+	h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "error", err)
 }

@@ -70,6 +70,12 @@ type request struct {
 	// fewer replicas than replica_ack acknowledged it: retries replay it,
 	// unless a failover loses it first.
 	unreplicated bool
+	// renewUntil is as far as settling renews the lease of rec
+	// (renewToRecord); refused is set once the store refused rec, which
+	// ends the renewals; warnedRetry once a failed try was logged.
+	renewUntil  time.Time
+	refused     bool
+	warnedRetry bool
 	// probeTarget is the route's lookup filled from this request, and
 	// recon the settling of its unknown outcome (reconcile.go).
 	probeTarget string

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,8 @@ type outageStore struct {
 	clock            *fakeClock
 	back, extendBack atomic.Pointer[time.Time]
 	completes        atomic.Int64
+	// refuse makes Complete fail as a store that refuses the write does.
+	refuse atomic.Bool
 	// holdFirstExtend, when set, holds the first Extend: it sends on the
 	// channel when it arrives, and goes on once the test sends back.
 	holdFirstExtend atomic.Pointer[chan struct{}]
@@ -48,6 +51,9 @@ func (s *outageStore) Extend(ctx context.Context, key, token string, ttl time.Du
 
 func (s *outageStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	s.completes.Add(1)
+	if s.refuse.Load() {
+		return fmt.Errorf("a trigger refused it: %w", store.ErrRefused)
+	}
 	if s.down(&s.back) {
 		return store.ErrUnavailable
 	}
@@ -56,13 +62,13 @@ func (s *outageStore) Complete(ctx context.Context, key, token string, rec *stor
 
 // outageEnv is a handler with a lock_ttl of lockTTL on a memory store, both
 // on a fake clock, behind an outageStore.
-func outageEnv(t *testing.T, lockTTL time.Duration) (*env, *fakeClock, *outageStore) {
+func outageEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (*env, *fakeClock, *outageStore) {
 	t.Helper()
 	clock := newFakeClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	st := &outageStore{Store: mem, clock: clock}
-	e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	e := newEnv(t, nil, append([]envOption{withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL })}, opts...)...)
 	e.handler.clock = clock
 	return e, clock, st
 }
@@ -137,15 +143,17 @@ func TestLeaseRenewedWhileTheRecordIsRetried(t *testing.T) {
 	const lockTTL = 3 * time.Second
 	e, clock, st := outageEnv(t, lockTTL)
 	began := clock.Now()
-	back := began.Add(3 * lockTTL)
+	// Back after the lease's first end, within the lock_ttl it is renewed
+	// for (5.4 s in, after the tries 3.55 and 4.55 s in).
+	back := began.Add(lockTTL + 4*lockTTL/5)
 	st.back.Store(&back)
 	first := e.do(t, "POST", "/x", "k", "{}")
 	if first.StatusCode != http.StatusCreated {
 		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
 	}
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	settleInBackground(t, e, clock, began.Add(lockTTL+lockTTL/3))
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
-		t.Fatalf("retry two lock_ttls in, the record not taken yet: %d, want 409", r.StatusCode)
+		t.Fatalf("retry past the lease's first end, the record not taken yet: %d, want 409", r.StatusCode)
 	}
 	settleInBackground(t, e, clock, began.Add(5*lockTTL))
 	r := e.do(t, "POST", "/x", "k", "{}")
@@ -209,5 +217,59 @@ func TestRenewalAnsweredAfterTheCallEndedLengthensTheRetries(t *testing.T) {
 	if !r.replayed() || e.up.calls.Load() != 1 {
 		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
 			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
+
+// A store that takes renewals but never the record (a trigger refusing the
+// body's update under a generic error, a body whose write always times
+// out) keeps the key locked one lock_ttl past its lease at most: then
+// settling gives up with its log line, the key unlocks, and the failed
+// tries are logged once, not once a second.
+func TestRecordNeverTakenIsGivenUpOneLockTTLPastItsLease(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	var logs lockedBuffer
+	e, clock, st := outageEnv(t, lockTTL, withLog(&logs))
+	began := clock.Now()
+	never := began.Add(1000 * time.Hour)
+	st.back.Store(&never)
+	e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(200*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling 200 lock_ttls later, after %d tries to record", n, st.completes.Load())
+	}
+	if ended := clock.Now(); ended.After(began.Add(2 * lockTTL)) {
+		t.Errorf("settling gave up %v after the lease began, want within 2 lock_ttls (%v)", ended.Sub(began), 2*lockTTL)
+	}
+	if got := len(logs.lines(t, "could not record response before its lease expired")); got != 1 {
+		t.Errorf("%d give-up lines, want 1", got)
+	}
+	if got := len(logs.lines(t, "could not record response yet")); got != 1 {
+		t.Errorf("%d retry warnings for one key, want 1", got)
+	}
+	clock.Advance(lockTTL) // past the lease's last renewal
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode == http.StatusConflict {
+		t.Errorf("retry after settling gave up: 409, want the key unlocked")
+	}
+}
+
+// A record the store refused (store.ErrRefused: a constraint, a trigger,
+// a privilege) is not renewed for: the same write is refused again, so the
+// key unlocks when its lease ends, not a lock_ttl later.
+func TestRecordTheStoreRefusesIsNotRenewedFor(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	st.refuse.Store(true)
+	e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(200*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling 200 lock_ttls later", n)
+	}
+	if ended := clock.Now(); ended.After(began.Add(lockTTL)) {
+		t.Errorf("settling gave up %v after the lease began, want within its lock_ttl (%v)", ended.Sub(began), lockTTL)
+	}
+	clock.Advance(lockTTL)
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode == http.StatusConflict {
+		t.Errorf("retry after the lease: 409, want the key unlocked")
 	}
 }

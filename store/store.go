@@ -48,6 +48,12 @@ var (
 	// loses it. It wraps ErrUnavailable, so callers that do not tell the
 	// two apart retry it alike.
 	ErrUnreplicated = unreplicated{}
+	// ErrRefused means the store answered and refused the write for a
+	// reason that does not pass on its own: a constraint, a trigger, a
+	// privilege, a read-only server. The same write is refused again. It
+	// wraps ErrUnavailable, so callers that do not tell the two apart
+	// retry it alike.
+	ErrRefused = refused{}
 	// ErrLockLost means the token no longer owns the key: its lease expired
 	// and the key was released, completed or taken by another owner, or an
 	// operator deleted it.
@@ -126,6 +132,11 @@ func (unreplicated) Error() string {
 	return "written on the master, not acknowledged by enough replicas"
 }
 func (unreplicated) Is(target error) bool { return target == ErrUnavailable }
+
+type refused struct{}
+
+func (refused) Error() string        { return "refused by the store" }
+func (refused) Is(target error) bool { return target == ErrUnavailable }
 
 // Fingerprint identifies a request's payload (a SHA-256 digest, computed by
 // the caller). Two requests with one key but different fingerprints are a

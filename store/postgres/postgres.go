@@ -307,6 +307,7 @@ func (s *Store) translate(op string, err error) error {
 		}
 		if refusal(pe.Code) {
 			s.refused.Store(true)
+			return fmt.Errorf("postgres %s: %w: %w", op, store.ErrRefused, err)
 		}
 	}
 	return fmt.Errorf("postgres %s: %w: %w", op, store.ErrUnavailable, sayAttemptsOnce(err))
