@@ -55,6 +55,7 @@ func TestEverySpellingOfAPathOrMethodGetsItsRoutesPolicy(t *testing.T) {
 		{"GET with a method override", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: POST"}, "missing-key"},
 		{"a trailing slash", "POST", "/v1/charges/", nil, "missing-key"},
 		{"a format suffix", "POST", "/v1/charges.json", nil, "missing-key"},
+		{"a format suffix then a trailing slash", "POST", "/v1/charges.json/", nil, "missing-key"},
 		{"an encoded trailing space", "POST", "/v1/charges%20", nil, "ambiguous-path"},
 		{"an encoded path parameter", "POST", "/v1/charges%3Bx", nil, "ambiguous-path"},
 	} {

@@ -59,6 +59,8 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 		{"two trailing slashes", "POST", "/v1/charges//", nil, "missing-key"},
 		{"a trailing slash and a query", "POST", "/v1/charges/?x=1", nil, "missing-key"},
 		{"a format suffix", "POST", "/v1/charges.json", nil, "missing-key"},
+		{"a format suffix then a trailing slash", "POST", "/v1/charges.json/", nil, "missing-key"},
+		{"a format suffix then two trailing slashes", "POST", "/v1/charges.json//", nil, "missing-key"},
 		{"an encoded trailing space", "POST", "/v1/charges%20", nil, "ambiguous-path"},
 		{"an encoded trailing tab", "POST", "/v1/charges%09", nil, "ambiguous-path"},
 		{"an encoded path parameter", "POST", "/v1/charges%3Bx", nil, "ambiguous-path"},
@@ -89,7 +91,7 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 	// trailing_slash: distinct leaves /v1/charges/ to the routes it
 	// matches as sent; a space inside a segment is no trailing one.
 	d := newEnv(t, nil, chargesRoutes(func(p *Policy) { p.TrailingSlash = TrailingSlashDistinct }))
-	for _, target := range []string{"/v1/charges/", "/v1/my%20charges"} {
+	for _, target := range []string{"/v1/charges/", "/v1/charges.json/", "/v1/my%20charges"} {
 		if r := d.raw(t, rawRequest("POST", target)); r.StatusCode != http.StatusCreated {
 			t.Errorf("%s: %d %q, want forwarded under the defaults", target, r.StatusCode, r.problemType())
 		}
@@ -197,6 +199,44 @@ func TestPayloadKeysAreOneOperationAcrossSpellings(t *testing.T) {
 	}
 	if n := e.up.calls.Load(); n != 1 {
 		t.Errorf("executions = %d, want 1", n)
+	}
+}
+
+// A format suffix a route's parameter took (/v1/charges/ch_1.json on POST
+// /v1/charges/{id}), which Rails routes to the action of
+// /v1/charges/ch_1, names the same operation as the path without it: its
+// payload key is that path's, so the second spelling is a 422, never a
+// second execution.
+func TestPayloadKeyIsOneOperationWithOrWithoutAFormatSuffixAfterAParameter(t *testing.T) {
+	e := newEnv(t, nil, func(o *Options) {
+		p := DefaultPolicy()
+		p.RequireKey = true
+		p.Header, p.KeySources = "", mustSources(t, "json:/id")
+		o.Routes = []Route{
+			{Pattern: "POST /v1/charges/{id}", Policy: p},
+			{Pattern: "POST /v1/files/{rest...}", Policy: p},
+		}
+	})
+	post := func(target string) *response {
+		t.Helper()
+		return e.raw(t, "POST "+target+" HTTP/1.1\r\nHost: h.example\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"+`{"id":"k1"}`)
+	}
+	for _, spellings := range [][]string{
+		{"/v1/charges/ch_1", "/v1/charges/ch_1.json", "/v1/charges/ch_1.json/"},
+		{"/v1/files/a/b.json", "/v1/files/a/b"},
+	} {
+		before := e.up.calls.Load()
+		if r := post(spellings[0]); r.StatusCode != http.StatusCreated {
+			t.Fatalf("%s: %d %s", spellings[0], r.StatusCode, r.body)
+		}
+		for _, target := range spellings[1:] {
+			if r := post(target); r.problemType() != "payload-mismatch" {
+				t.Errorf("%s after %s with one key: %d %q, want 422 payload-mismatch", target, spellings[0], r.StatusCode, r.problemType())
+			}
+		}
+		if n := e.up.calls.Load() - before; n != 1 {
+			t.Errorf("%v: executions = %d, want 1", spellings, n)
+		}
 	}
 }
 

@@ -194,26 +194,45 @@ func (tb *routeTable) anyReadingProtected(r *http.Request, t *target) bool {
 // more specific for one of the spellings upstreams route to it: the path
 // without its trailing slashes, on a route with trailing_slash: same
 // (Express, ASP.NET Core, Spring MVC before 6), or without a format
-// suffix, as Rails routes /v1/charges.json to /v1/charges. Such a route
-// is taken only when it protects method: giving a protected route every
-// spelling of its path costs a key where an upstream reads another path,
-// never an unprotected execution where it reads this one.
+// suffix, as Rails routes /v1/charges.json to /v1/charges — also before
+// trailing slashes, which Rails strips first (/v1/charges.json/). Such a
+// route is taken only when it protects method: giving a protected route
+// every spelling of its path costs a key where an upstream reads another
+// path, never an unprotected execution where it reads this one.
+//
+// A path whose suffix a parameter or wildcard took (/v1/charges/ch_1.json
+// on POST /v1/charges/{id}) is on the same route either way, and matched
+// as the path without the suffix, which Rails routes alike: its payload
+// key is the one of /v1/charges/ch_1, never a second execution.
 func (tb *routeTable) lookupSpelling(r *http.Request, method string, t *target) (*route, string) {
 	rt := tb.lookup(r, method, t.path, t.escaped)
 	if tb.mux == nil {
 		return rt, t.path
 	}
-	if p := strings.TrimRight(t.path, "/"); p != t.path && p != "" {
-		if other := tb.lookup(r, method, p, t.escaped); tb.moreSpecific(other, rt) && other.protects(method) && other.policy.TrailingSlash == TrailingSlashSame {
-			return other, p
+	routed := t.path
+	trimmed := strings.TrimRight(t.path, "/")
+	slashed := trimmed != t.path && trimmed != ""
+	if slashed {
+		if other := tb.lookup(r, method, trimmed, t.escaped); tb.moreSpecific(other, rt) && other.protects(method) && other.policy.TrailingSlash == TrailingSlashSame {
+			rt, routed = other, trimmed
 		}
 	}
-	if p, ok := withoutFormatSuffix(t.path); ok {
-		if other := tb.lookup(r, method, p, t.escaped); tb.moreSpecific(other, rt) && other.protects(method) {
-			return other, p
-		}
+	// A path ending in "/" has no suffix as sent: only trimmed can.
+	p, ok := withoutFormatSuffix(t.path)
+	if !ok && slashed {
+		p, ok = withoutFormatSuffix(trimmed)
 	}
-	return rt, t.path
+	if !ok {
+		return rt, routed
+	}
+	other := tb.lookup(r, method, p, t.escaped)
+	switch {
+	case other == rt && rt != tb.fallback && rt.protects(method):
+		return rt, p
+	case tb.moreSpecific(other, rt) && other.protects(method) && (!slashed || other.policy.TrailingSlash == TrailingSlashSame):
+		return other, p
+	}
+	return rt, routed
 }
 
 // moreSpecific reports whether the route a spelling matched, other, is
