@@ -56,6 +56,7 @@ func TestEverySpellingOfAPathOrMethodGetsItsRoutesPolicy(t *testing.T) {
 		{"a trailing slash", "POST", "/v1/charges/", nil, "missing-key"},
 		{"a format suffix", "POST", "/v1/charges.json", nil, "missing-key"},
 		{"a format suffix then a trailing slash", "POST", "/v1/charges.json/", nil, "missing-key"},
+		{"GET with a method override in underscores", "GET", "/v1/charges", []string{"X_HTTP_METHOD_OVERRIDE: POST"}, "missing-key"},
 		{"an encoded trailing space", "POST", "/v1/charges%20", nil, "ambiguous-path"},
 		{"an encoded path parameter", "POST", "/v1/charges%3Bx", nil, "ambiguous-path"},
 	} {
@@ -104,6 +105,7 @@ func TestMethodOverridesThatDisagreeAreRefused(t *testing.T) {
 		{"a list, POST first", []string{"X-HTTP-Method-Override: POST, GET"}},
 		{"a list, POST last", []string{"X-HTTP-Method-Override: GET, POST"}},
 		{"two lines, GET then POST", []string{"X-HTTP-Method-Override: GET", "X-HTTP-Method-Override: POST"}},
+		{"underscores name POST", []string{"X-HTTP-Method-Override: GET", "X_HTTP_METHOD_OVERRIDE: POST"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := exchange(t, addr, targetRequest("GET", "/v1/charges", "", c.extra...))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/textproto"
 	"path"
 	"slices"
 	"strings"
@@ -68,7 +69,34 @@ const (
 // methodOverrideHeaders are the headers through which frameworks (Rails,
 // Laravel, ASP.NET, Express's method-override, Google APIs) let a client
 // that can only send GET or POST name the method an upstream applies.
-var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+// Each is also read with any of its hyphens sent as underscores
+// (X_HTTP_METHOD_OVERRIDE): Rack, Puma and every CGI-style server map "-"
+// and "_" to one variable, HTTP_X_HTTP_METHOD_OVERRIDE, and net/http
+// forwards such names as sent.
+var methodOverrideHeaders = overrideSpellings("X-Http-Method-Override", "X-Http-Method", "X-Method-Override")
+
+// overrideSpellings returns each of names, then its spellings with one or
+// more of its hyphens as underscores, each as net/http canonicalises it
+// ("X_http_method_override"): the header map's keys they arrive under.
+func overrideSpellings(names ...string) []string {
+	var out []string
+	for _, name := range names {
+		hyphens := strings.Count(name, "-")
+		for mask := 0; mask < 1<<hyphens; mask++ {
+			b, n := []byte(name), 0
+			for i, c := range b {
+				if c == '-' {
+					if mask&(1<<n) != 0 {
+						b[i] = '_'
+					}
+					n++
+				}
+			}
+			out = append(out, textproto.CanonicalMIMEHeaderKey(string(b)))
+		}
+	}
+	return out
+}
 
 // readTarget reads r's method and path. It allocates nothing for a request
 // whose method is upper-case, that carries no method override and whose
