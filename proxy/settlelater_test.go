@@ -27,6 +27,10 @@ type outageStore struct {
 	completes        atomic.Int64
 	// refuse makes Complete fail as a store that refuses the write does.
 	refuse atomic.Bool
+	// blackholeExtend, once the clock reaches it, makes each Extend take
+	// blackholeTimeout on the clock, as a store that does not answer holds
+	// a call until its timeout, and fail.
+	blackholeExtend atomic.Pointer[time.Time]
 	// holdFirstExtend, when set, holds the first Extend: it sends on the
 	// channel when it arrives, and goes on once the test sends back.
 	holdFirstExtend atomic.Pointer[chan struct{}]
@@ -37,7 +41,14 @@ func (s *outageStore) down(at *atomic.Pointer[time.Time]) bool {
 	return back != nil && s.clock.Now().Before(*back)
 }
 
+// blackholeTimeout is how long an Extend to a blackholed outageStore takes.
+const blackholeTimeout = 300 * time.Millisecond
+
 func (s *outageStore) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	if from := s.blackholeExtend.Load(); from != nil && !s.clock.Now().Before(*from) {
+		s.clock.Advance(blackholeTimeout)
+		return store.ErrUnavailable
+	}
 	down := s.down(&s.extendBack) // when it arrives
 	if hold := s.holdFirstExtend.Swap(nil); hold != nil {
 		*hold <- struct{}{} // it has arrived
@@ -271,5 +282,32 @@ func TestRecordTheStoreRefusesIsNotRenewedFor(t *testing.T) {
 	clock.Advance(lockTTL)
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode == http.StatusConflict {
 		t.Errorf("retry after the lease: 409, want the key unlocked")
+	}
+}
+
+// The try due just before the lease ends goes out before that pass's
+// renewal: a renewal to a store that does not answer takes the store's
+// timeout, and a record sent after it would reach the store after the
+// lease ended. A store that takes records again in the lease's last
+// 120 ms, while renewals go unanswered, still gets the record.
+func TestLastTryBeforeTheLeaseEndsGoesBeforeItsRenewal(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	st.blackholeExtend.Store(&began)
+	// After the try 2.55 s in, which its renewal's timeout delays to
+	// 2.85 s; before the last one, 2.9 s in.
+	back := began.Add(2880 * time.Millisecond)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
 	}
 }
