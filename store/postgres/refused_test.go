@@ -88,3 +88,30 @@ func TestStoreThatRefusesEveryWriteIsNotReady(t *testing.T) {
 		t.Errorf("rows the write checks left = %d, %v; want none", rows, err)
 	}
 }
+
+// A record the database refuses (a CHECK constraint added while the proxy
+// runs; a trigger or a column privilege alike) is said to be refused
+// (store.ErrRefused, still ErrUnavailable to callers that do not tell
+// them apart): the same write would be refused again, so the proxy stops
+// renewing the lease it would record it in. A lost connection is not.
+func TestRecordTheDatabaseRefusesIsSaidToBeRefused(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "refusing_records"})
+	b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(ctx, `ALTER TABLE refusing_records ADD CONSTRAINT no_records CHECK (head IS NULL) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(ctx, "k", b.Token, &store.Record{Status: 201, Body: []byte("ok")}, time.Hour)
+	if !errors.Is(err, store.ErrRefused) || !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "no_records") {
+		t.Fatalf("Complete the table refuses = %v, want ErrRefused and ErrUnavailable naming the constraint", err)
+	}
+	srv.Stop()
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 201}, time.Hour); errors.Is(err, store.ErrRefused) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Complete with the database stopped = %v, want ErrUnavailable, not ErrRefused", err)
+	}
+}
