@@ -220,7 +220,7 @@ func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) att
 // takes the record, and a record the store does not take lets a retry
 // execute the key again. A record's lease is renewed in its last third
 // on the way (renewToRecord), so a store that answers again has the time
-// to take the record — for one lock_ttl at most (renewLimit).
+// to take the record — for one lock_ttl more at most (q.renewUntil).
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
 	ttl := q.route.policy.LockTTL
