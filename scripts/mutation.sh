@@ -124,7 +124,11 @@ if $changed; then
     echo "mutation: not swept within ${budget}s: ${left[*]}; run scripts/mutation.sh ${left[*]}"
   fi
   if [ ${#results[@]} -eq 0 ]; then
-    echo "mutation: no package changed since its last sweep"
+    if [ ${#left[@]} -eq 0 ]; then
+      echo "mutation: no package changed since its last sweep"
+    else
+      echo "mutation: no package's changed lines were swept"
+    fi
     exit 0
   fi
   go run ./internal/mutsurvivors "${results[@]}"
