@@ -244,9 +244,13 @@ func TestCommittedChargeWhoseAnswerWasLostIsAnsweredFromTheUpstreamsLedger(t *te
 	if got := metricSum(t, "idempotency_proxy_requests_total", with(labels, "outcome", "reconciled_found"), p); got != 1 {
 		t.Errorf("reconciled_found = %v, want 1", got)
 	}
-	if lines := p.logLines(map[string]string{"msg": "access", "reconcile_probes": "1"}); len(lines) != 1 {
-		t.Errorf("access lines with reconcile_probes 1: %d, want 1", len(lines))
-	}
+	// Access lines are buffered for up to a second: wait for this one.
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		if lines := p.logLines(map[string]string{"msg": "access", "reconcile_probes": "1"}); len(lines) != 1 {
+			return fmt.Errorf("access lines with reconcile_probes 1: %d, want 1", len(lines))
+		}
+		return nil
+	})
 }
 
 func with(m map[string]string, k, v string) map[string]string {
