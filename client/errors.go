@@ -33,6 +33,8 @@ const (
 	ProblemUpstreamUnreachable = problemBase + "upstream-unreachable" // 502: request never reached the upstream
 	ProblemUpstreamFailed      = problemBase + "upstream-failed"      // 502: upstream failed after the request was sent
 	ProblemUpstreamTimeout     = problemBase + "upstream-timeout"     // 504: upstream still running; retries get 409, then its answer
+	ProblemStatusUnknown       = problemBase + "status-unknown"       // 404: no such status URL, or not this caller's, or expired
+	ProblemStatusMethod        = problemBase + "status-method"        // 405: a status URL answers GET and HEAD only
 )
 
 // maxProblemBody bounds how much of an error body is read to parse it.

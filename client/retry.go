@@ -36,6 +36,8 @@ var problemActions = map[string]action{
 	ProblemUpstreamUnreachable: retry,
 	ProblemUpstreamFailed:      retry,
 	ProblemUpstreamTimeout:     retry,
+	ProblemStatusUnknown:       stop,
+	ProblemStatusMethod:        stop,
 }
 
 // statusAction decides an answer that carries none of the proxy's problem

@@ -64,10 +64,18 @@ type Config struct {
 	AccessLog bool `config:"access_log" reload:"live"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `config:"shutdown_timeout" reload:"live"`
-	Upstream        Upstream      `config:"upstream"`
-	Store           Store         `config:"store"`
-	Admin           Admin         `config:"admin"`
-	Tracing         Tracing       `config:"tracing"`
+	// AsyncPath is the prefix of the status URLs of requests answered 202
+	// under Prefer: respond-async (a route's async: allow), served on the
+	// proxy listener and never forwarded.
+	AsyncPath string `config:"async_path"`
+	// AsyncSecret signs status URLs; required when a route sets async:
+	// allow, the same on every replica sharing a store. Prefer setting it
+	// through the environment (IDEMPOTENCY_PROXY_ASYNC_SECRET).
+	AsyncSecret string   `config:"async_secret" secret:"yes"`
+	Upstream    Upstream `config:"upstream"`
+	Store       Store    `config:"store"`
+	Admin       Admin    `config:"admin"`
+	Tracing     Tracing  `config:"tracing"`
 	// Defaults is the policy of every request no route matches, and the base
 	// every route inherits from. It is decoded before Routes, which start
 	// from it.
@@ -195,6 +203,7 @@ func Default() *Config {
 		LogLevel:        LogInfo,
 		AccessLog:       true,
 		ShutdownTimeout: 30 * time.Second,
+		AsyncPath:       proxy.DefaultAsyncPath,
 		Upstream: Upstream{
 			Timeout:          proxy.DefaultUpstreamTimeout,
 			MaxExecution:     proxy.DefaultMaxExecution,

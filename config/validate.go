@@ -76,6 +76,7 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 		v.add("admin.pprof", "true without admin.token or admin.token_file serves profiles, and the command line, to anyone who reaches admin_listen %q: set admin.token (or admin.token_file), or bind admin_listen to a loopback address such as 127.0.0.1:9090", c.AdminListen)
 	}
 	c.checkPolicies(v)
+	c.checkAsync(v)
 	matches := make([]string, len(c.Routes))
 	insensitive := make([]bool, len(c.Routes))
 	for i, r := range c.Routes {
@@ -177,5 +178,32 @@ func checkUpstream(v *validation, u Upstream) {
 	}
 	if u.MaxDetachedBytes <= 0 {
 		v.add("upstream.max_detached_bytes", "must be > 0, not %d", u.MaxDetachedBytes)
+	}
+}
+
+// minAsyncSecret is the shortest async_secret accepted, in bytes.
+const minAsyncSecret = 16
+
+// checkAsync checks async_path, and that a route answering 202 under
+// Prefer: respond-async has a secret to sign its status URLs with.
+func (c *Config) checkAsync(v *validation) {
+	p := c.AsyncPath
+	if len(p) < 2 || !strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || strings.ContainsAny(p, "?#") {
+		v.add("async_path", "must be a path starting and ending with \"/\", such as %q, not %q", proxy.DefaultAsyncPath, p)
+	}
+	var allow string
+	if c.Defaults.Async == proxy.AsyncAllow {
+		allow = "defaults.async"
+	}
+	for i, r := range c.Routes {
+		if allow == "" && r.Enabled && r.Async == proxy.AsyncAllow {
+			allow = fmt.Sprintf("routes[%d].async", i)
+		}
+	}
+	switch {
+	case allow != "" && c.AsyncSecret == "":
+		v.add("async_secret", "required by %s: allow; set at least %d random bytes, the same on every replica (e.g. IDEMPOTENCY_PROXY_ASYNC_SECRET=$(openssl rand -hex 32))", allow, minAsyncSecret)
+	case c.AsyncSecret != "" && len(c.AsyncSecret) < minAsyncSecret:
+		v.add("async_secret", "must be at least %d bytes, not %d: status URLs signed with it must not be guessable (e.g. openssl rand -hex 32)", minAsyncSecret, len(c.AsyncSecret))
 	}
 }

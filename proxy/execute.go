@@ -24,6 +24,14 @@ import (
 // by Abort; this goroutine waits for it as long as the client does
 // (await, detach.go).
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
+	h.prepareCall(detached, w, q)
+	h.callers.start(q)
+	h.await(w, q)
+}
+
+// prepareCall readies q's upstream call, the lease's renewals and its
+// deadline, for callers.start.
+func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q *request) {
 	q.executed = true
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithCancel(detached)
@@ -45,8 +53,6 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(q.upstream, q.body, &q.bodyReader)
-	h.callers.start(q)
-	h.await(w, q)
 }
 
 // call makes the upstream call of q (q.upstream) and settles its key. It

@@ -36,6 +36,7 @@ type Handler struct {
 	forgetter       forgetter // the store's Delete, when it has one
 	inspector       inspector // the store's Inspect, for reconcile markers
 	upstream        *url.URL  // where lookups of unknown outcomes go
+	async           asyncStatus
 	transport       http.RoundTripper
 	routes          atomic.Pointer[routeTable]
 	log             *slog.Logger
@@ -94,6 +95,7 @@ func New(opts Options) (*Handler, error) {
 	if h.metrics == nil {
 		h.metrics = NewMetrics(prometheus.NewRegistry(), "")
 	}
+	h.async = asyncStatus{path: cmp.Or(opts.AsyncPath, DefaultAsyncPath), secret: opts.AsyncSecret}
 	h.store = meteredStore{opts.Store, h.metrics, &h.clock}
 	h.forgetter, _ = opts.Store.(forgetter)
 	h.inspector, _ = opts.Store.(inspector)
@@ -175,6 +177,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// The method and path as routes, fingerprints and key namespaces read
 	// them; the request is forwarded as sent.
+	if h.async.serves(r) {
+		h.serveStatus(w, r)
+		return
+	}
 	q.target = readTarget(r)
 	q.route = h.routes.Load().match(r, &q.target)
 	pol := &q.route.policy
@@ -309,6 +315,10 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			if q.route.reconciles() && h.takeOver(w, q, detached) {
 				return
 			}
+			if h.wantsAsync(q) {
+				h.executeAsync(detached, w, q)
+				return
+			}
 			h.execute(detached, w, q)
 			return
 		case res.State == store.Expired && pol.ExpiredKeys == ExpiredReject:
@@ -334,6 +344,11 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		}
 		q.heldSince = res.Lease.Request.StartedAt
+		if h.wantsAsync(q) {
+			// Still running: the same 202 as the first got, not 409.
+			h.accepted(w, q)
+			return
+		}
 		if pol.Concurrent != ConcurrentWait || pol.Mode == ModeShadow {
 			f := failInFlight
 			if q.route.reconciles() && h.settlingElsewhere(detached, q) {

@@ -45,6 +45,10 @@ const (
 	// OutcomeExpiredKey: 410 key-expired, the key's record expired within
 	// expired_key_window under expired_keys: reject; not forwarded.
 	OutcomeExpiredKey Outcome = "expired_key"
+	// OutcomeAcceptedAsync: 202 with a status URL under Prefer:
+	// respond-async, for the request whose call it started and for its
+	// retries while the call runs; timed as the proxy's own answer.
+	OutcomeAcceptedAsync Outcome = "accepted_async"
 )
 
 // Outcomes returns every outcome, a copy the caller may keep.
@@ -56,7 +60,7 @@ var allOutcomes = []Outcome{
 	OutcomeExecuted, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeStoreRejected,
 	OutcomeStoreBypassed, OutcomeUpstreamError, OutcomeReleased, OutcomeBadRequest, OutcomeUnreadable,
 	OutcomeAmbiguous, OutcomeUpstreamTimeout, OutcomeExpiredKey,
-	OutcomeReconciledFound, OutcomeReconciledAbsent, OutcomeReconcileGaveUp,
+	OutcomeReconciledFound, OutcomeReconciledAbsent, OutcomeReconcileGaveUp, OutcomeAcceptedAsync,
 }
 
 // Result is the value of the "result" label of the request duration

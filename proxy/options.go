@@ -53,6 +53,14 @@ type Options struct {
 	// bound is cancelled at UpstreamTimeout instead.
 	MaxDetached      int
 	MaxDetachedBytes int64
+	// AsyncPath is the prefix of the status URLs of requests answered 202
+	// under Prefer: respond-async, served by the handler and never
+	// forwarded; "" means DefaultAsyncPath.
+	AsyncPath string
+	// AsyncSecret signs the status URLs. Every replica sharing a store
+	// needs the same one, kept across restarts: a status URL is checked
+	// against it, not remembered. Empty turns respond-async off.
+	AsyncSecret []byte
 	// Transport carries upstream requests; nil means NewTransport().
 	Transport http.RoundTripper
 	// Store keeps leases and records. Required.

@@ -127,6 +127,11 @@ type Policy struct {
 	// ChurnMaxEntries bounds the fingerprints a route remembers for key
 	// churn, 16-byte hashes (about 52 bytes each with their map).
 	ChurnMaxEntries int `config:"churn_max_entries"`
+	// Async allow answers a keyed request that carries Prefer:
+	// respond-async 202 Accepted with a status URL once its lease is
+	// taken, and runs its upstream call detached (async.go); off ignores
+	// the preference.
+	Async Async `config:"async"`
 }
 
 // sources returns the key sources in force: KeySources, or the header
@@ -224,6 +229,24 @@ var upstreamErrorWords = enum.Words{"release", "keep", "reconcile"}
 func (o OnUpstreamError) String() string                { return upstreamErrorWords.Name(int(o)) }
 func (o OnUpstreamError) MarshalText() ([]byte, error)  { return []byte(o.String()), nil }
 func (o *OnUpstreamError) UnmarshalText(b []byte) error { return parseWord(o, upstreamErrorWords, b) }
+
+// Async says whether a route honours Prefer: respond-async; in the
+// configuration, "off" or "allow".
+type Async uint8
+
+const (
+	// AsyncOff ignores the preference: the request is served as any other.
+	AsyncOff Async = iota
+	// AsyncAllow answers 202 Accepted with a status URL and runs the call
+	// detached.
+	AsyncAllow
+)
+
+var asyncWords = enum.Words{"off", "allow"}
+
+func (a Async) String() string                { return asyncWords.Name(int(a)) }
+func (a Async) MarshalText() ([]byte, error)  { return []byte(a.String()), nil }
+func (a *Async) UnmarshalText(b []byte) error { return parseWord(a, asyncWords, b) }
 
 // AmbiguousPaths is what a protected request gets whose path can be read
 // two ways (docs/request-handling.md, "Paths and methods"); in the

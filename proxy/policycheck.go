@@ -115,6 +115,7 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	if p.ChurnMaxEntries < 2 && p.ChurnWindow > 0 {
 		c.addWith("churn_max_entries", []string{"churn_window"}, "must be at least 2 when churn_window is set, not %d", p.ChurnMaxEntries)
 	}
+	c.word("async", asyncWords, int(p.Async))
 	if err := CheckUpstreamControlHeader(p.UpstreamControlHeader); err != nil {
 		c.add("upstream_control_header", "%v", err)
 	}

@@ -38,6 +38,9 @@ var (
 	probKeyExpired      = problem{ProblemBase + "key-expired", "Idempotency key expired", http.StatusGone, 0}
 	// The request goes on: a retry after a second gets 409 or its answer.
 	probUpstreamTimeout = problem{ProblemBase + "upstream-timeout", "Upstream did not answer in time; the request is still running", http.StatusGatewayTimeout, 1}
+	// An unknown, expired or foreign status URL (async.go).
+	probStatusUnknown = problem{ProblemBase + "status-unknown", "No such request status", http.StatusNotFound, 0}
+	probStatusMethod  = problem{ProblemBase + "status-method", "A status URL answers GET and HEAD only", http.StatusMethodNotAllowed, 0}
 )
 
 // problemTypes is every problem the proxy answers. clients/contract.json
@@ -46,7 +49,7 @@ var (
 var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError, probAmbiguousPath,
-	probAmbiguousMethod, probUpstreamTimeout, probKeyExpired,
+	probAmbiguousMethod, probUpstreamTimeout, probKeyExpired, probStatusUnknown, probStatusMethod,
 }
 
 // body is p's problem+json body with detail.

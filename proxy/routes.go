@@ -139,6 +139,14 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	return t, nil
 }
 
+// byLabel returns the route labelled label, nil when there is none now.
+func (tb *routeTable) byLabel(label string) *route {
+	if label == defaultRoute {
+		return tb.fallback
+	}
+	return tb.byPattern[label]
+}
+
 // match returns the route of r read as t — the most specific matching
 // pattern, or the defaults — and sets t.refuse when r must be refused
 // instead: its method-override headers name more than one method and one

@@ -29,6 +29,8 @@ export const PROBLEM_ACTIONS = Object.freeze({
   "upstream-unreachable": "retry",
   "upstream-failed": "retry",
   "upstream-timeout": "retry",
+  "status-unknown": "stop",
+  "status-method": "stop",
 });
 
 /** Statuses retried when the answer carries none of the proxy's problem types. */

@@ -49,6 +49,8 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 		MaxExecution:     cfg.Upstream.MaxExecution,
 		MaxDetached:      cfg.Upstream.MaxDetached,
 		MaxDetachedBytes: int64(cfg.Upstream.MaxDetachedBytes),
+		AsyncPath:        cfg.AsyncPath,
+		AsyncSecret:      []byte(cfg.AsyncSecret),
 		Store:            st,
 		Default:          def,
 		Routes:           routes,

@@ -58,8 +58,10 @@ func TestTranslationSetsEveryPolicyField(t *testing.T) {
 	route["match"] = "/sets-every-key/"
 	doc, err := json.Marshal(map[string]any{
 		"upstream": map[string]any{"url": "http://127.0.0.1:3000"},
-		"defaults": keys,
-		"routes":   []any{map[string]any{"match": "/inherits/"}, route},
+		// async: allow needs a secret to sign status URLs with.
+		"async_secret": "0123456789abcdef0123456789abcdef",
+		"defaults":     keys,
+		"routes":       []any{map[string]any{"match": "/inherits/"}, route},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,8 @@ PROBLEM_ACTIONS: Mapping[str, str] = {
     "upstream-unreachable": "retry",
     "upstream-failed": "retry",
     "upstream-timeout": "retry",
+    "status-unknown": "stop",
+    "status-method": "stop",
 }
 
 #: Statuses retried when the answer carries none of the proxy's problem types.
