@@ -90,6 +90,10 @@ func (t *Tracer) Observe(r *http.Request, o proxy.Observation) {
 		span.SetName(name + " " + routeTarget(o.Route))
 	}
 	span.SetAttributes(attrs...)
+	if o.Outcome == proxy.OutcomeAcceptedAsync {
+		// The span ends with the 202; the call it started goes on.
+		span.AddEvent(EventAcceptedAsync)
+	}
 }
 
 // routeTarget is a route's pattern without its method, for the span name

@@ -3,6 +3,9 @@ package tracing
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -217,5 +221,51 @@ func TestLeaseNamesTheTraceHoldingTheKey(t *testing.T) {
 	}
 	if got := entries[0].Lease.TraceID; got != clientTraceID {
 		t.Errorf("lease trace id = %q, want the request's %s", got, clientTraceID)
+	}
+}
+
+// A request answered 202 under Prefer: respond-async says so on its
+// server span, which ends while its upstream call runs on.
+func TestAcceptedAsyncIsAnEventOnTheServerSpan(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) })
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg := newRig(t, u, func(o *proxy.Options) {
+		o.AsyncSecret = []byte("0123456789abcdef0123456789abcdef")
+		o.Routes[0].Policy.Async = proxy.AsyncAllow
+	})
+	req, err := http.NewRequest("POST", rg.proxy.URL+"/v1/charges", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "key-1")
+	req.Header.Set("Prefer", "respond-async")
+	res, err := rg.proxy.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d, want 202", res.StatusCode)
+	}
+	spans := rg.sink.waitFor(t, "the 202's server span", func(s []sdktrace.ReadOnlySpan) bool { return len(serverSpans(s)) == 1 })
+	sp := serverSpans(spans)[0]
+	var events []string
+	for _, e := range sp.Events() {
+		events = append(events, e.Name)
+	}
+	if !slices.Contains(events, EventAcceptedAsync) {
+		t.Errorf("server span events %v, want %s", events, EventAcceptedAsync)
+	}
+	if v, _ := attr(sp, AttrOutcome); v.AsString() != "accepted_async" {
+		t.Errorf("%s = %q, want accepted_async", AttrOutcome, v.AsString())
 	}
 }

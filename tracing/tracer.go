@@ -23,6 +23,10 @@ import (
 // ScopeName is the instrumentation scope of every span made here.
 const ScopeName = "github.com/idempotency-proxy/idempotency-proxy/tracing"
 
+// EventAcceptedAsync marks the server span of a request answered 202
+// under Prefer: respond-async: its upstream call runs on, detached.
+const EventAcceptedAsync = "idempotency.accepted_async"
+
 // Attributes of the proxy's own, beside the HTTP semantic conventions.
 const (
 	// AttrOutcome is the request's outcome, as in the metrics' outcome label.
