@@ -87,6 +87,8 @@ func TestRespondAsyncAnswersAtOnceAndTheStatusURLGivesTheOneAnswer(t *testing.T)
 				t.Fatalf("Location %q: want a status URL under /.well-known/idempotency/ without the key", loc)
 			}
 			up.WaitCount(key, 1, 10*time.Second)
+			// The access line says what the client got (buffered: within 1s).
+			waitLog(t, ps[0], `"status":202,"outcome":"accepted_async"`)
 
 			for _, p := range ps {
 				if r := mustSend(t, c, p.URL(), rq); r.Status != http.StatusAccepted || r.Header.Get("Location") != loc {
