@@ -223,3 +223,37 @@ func TestPrefersAsyncReadsRFC7240(t *testing.T) {
 		}
 	}
 }
+
+// A key whose answer was lost, being settled by asking the upstream, is
+// still running as far as its status URL says: 202 until the lookup
+// settles it, then the answer the lookup found.
+func TestStatusURLOfAKeyBeingSettledIs202(t *testing.T) {
+	looking, found := make(chan struct{}, 8), make(chan struct{})
+	l := &ledger{die: 1, lookup: func(http.ResponseWriter, *http.Request) bool {
+		looking <- struct{}{}
+		<-found
+		return false // the ledger answers from its charges
+	}}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Async = AsyncAllow })
+	e.handler.async.secret = testAsyncSecret // reconcileEnv sets policies only; no request was served yet
+	r := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`, "Prefer", "respond-async")
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d %s, want 202", r.StatusCode, r.body)
+	}
+	loc := r.Header.Get("Location")
+	<-looking // the charge's answer was lost: the lookup is under way
+	if p := e.poll(t, loc); p.StatusCode != http.StatusAccepted {
+		t.Fatalf("poll while the key is settled: %d %s, want 202", p.StatusCode, p.body)
+	}
+	close(found)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := e.poll(t, loc)
+	if p.StatusCode != http.StatusOK || !strings.Contains(p.body, `"ch_1"`) || p.Header.Get(IdempotencyReconciled) != "true" {
+		t.Fatalf("poll once settled: %d %s, want the charge the lookup found", p.StatusCode, p.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+}
