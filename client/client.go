@@ -15,6 +15,7 @@ const (
 	DefaultBaseDelay       = 100 * time.Millisecond
 	DefaultMaxDelay        = 10 * time.Second
 	DefaultMaxBufferedBody = 10 << 20 // the proxy's default max_request_body
+	DefaultMaxPolls        = 600      // ten minutes at the proxy's Retry-After of 1s
 )
 
 // Response headers set by the proxy on replays (docs/request-handling.md, docs/guarantees.md).
@@ -44,6 +45,15 @@ type Client struct {
 	// MaxBufferedBody bounds the copy kept of a request body that has no
 	// GetBody, in bytes; 0 means DefaultMaxBufferedBody.
 	MaxBufferedBody int64
+	// RespondAsync sends each attempt with Prefer: respond-async. A proxy
+	// route with async: allow then answers 202 with a status URL instead
+	// of holding the connection, and Do follows the status URL until the
+	// operation's answer (docs/clients.md, "Long operations").
+	RespondAsync bool
+	// MaxPolls bounds the polls of a status URL under RespondAsync, each
+	// after the 202's Retry-After (capped by MaxDelay); 0 means
+	// DefaultMaxPolls. ctx bounds them too.
+	MaxPolls int
 	// OnRetry, when set, is called before each wait between two attempts
 	// with why the client retries and how long it waits: for logs and
 	// metrics. It must not block.
@@ -97,6 +107,9 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	maxAttempts := c.maxAttempts()
 	for n := 1; ; n++ {
 		last := c.attempt(ctx, req, key, body)
+		if last.final() && c.RespondAsync && accepted(last.resp) {
+			return c.follow(ctx, req, key, last.resp)
+		}
 		if last.final() {
 			return last.deliver(key)
 		}
@@ -162,6 +175,9 @@ func (c *Client) attempt(ctx context.Context, req *http.Request, key string, bod
 	}
 	r := req.Clone(actx)
 	r.Header.Set(HeaderKey, key)
+	if c.RespondAsync {
+		r.Header.Add("Prefer", "respond-async")
+	}
 	if body != nil {
 		rc, err := body.get()
 		if err != nil {

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// accepted reports whether resp is the proxy's 202 under Prefer:
+// respond-async: the operation runs, and Location says where its answer
+// will be.
+func accepted(resp *http.Response) bool {
+	return resp != nil && resp.StatusCode == http.StatusAccepted && resp.Header.Get("Location") != "" &&
+		strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async")
+}
+
+// follow polls the status URL of a 202 until the operation's answer,
+// which it returns as Do returns an attempt's: each poll waits for the
+// last 202's Retry-After, capped by MaxDelay, and a poll that fails in a
+// way worth retrying (a transport error, a 503) is retried the same way.
+// At most MaxPolls polls are sent.
+func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp *http.Response) (*http.Response, error) {
+	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+	last := attemptResult{resp: resp}
+	last.retryAfter, last.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.clock())
+	drainAndClose(resp)
+	if err != nil {
+		return nil, fmt.Errorf("client: status URL %q: %w", resp.Header.Get("Location"), err)
+	}
+	maxPolls := c.MaxPolls
+	if maxPolls <= 0 {
+		maxPolls = DefaultMaxPolls
+	}
+	for n := 1; ; n++ {
+		d := c.delay(n, last)
+		if c.OnRetry != nil {
+			c.OnRetry(last.retryInfo(n, d))
+		}
+		if c.wait(ctx, d) != nil {
+			return nil, last.giveUp(ctx, key, n)
+		}
+		last = c.poll(ctx, req, loc.String())
+		if accepted(last.resp) {
+			last.retryAfter, last.hasRetryAfter = parseRetryAfter(last.resp.Header.Get("Retry-After"), c.clock())
+			drainAndClose(last.resp)
+		} else if last.final() {
+			return last.deliver(key)
+		}
+		if n == maxPolls || ctx.Err() != nil {
+			return nil, last.giveUp(ctx, key, n)
+		}
+	}
+}
+
+// poll GETs the status URL loc with req's headers: the proxy answers only
+// a poll that carries the original's scope headers (Authorization, ...).
+func (c *Client) poll(ctx context.Context, req *http.Request, loc string) attemptResult {
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if c.AttemptTimeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, c.AttemptTimeout)
+	}
+	r, err := http.NewRequestWithContext(actx, http.MethodGet, loc, nil)
+	if err != nil {
+		cancel()
+		return attemptResult{err: err, fatal: true}
+	}
+	r.Header = req.Header.Clone()
+	for _, h := range []string{"Content-Type", "Content-Length", "Content-Encoding", "Prefer", HeaderKey} {
+		r.Header.Del(h)
+	}
+	resp, err := c.httpClient().Do(r)
+	if err != nil {
+		cancel()
+		return attemptResult{err: err}
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	res := attemptResult{resp: resp}
+	res.classify(c.now)
+	if !res.final() {
+		drainAndClose(resp)
+	}
+	return res
+}
+
+// clock is the time now, through the test seam.
+func (c *Client) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
