@@ -82,6 +82,7 @@ func TestRespondAsyncAnswersAtOnceAndTheStatusURLGivesTheOneAnswer(t *testing.T)
 			if first.Status != http.StatusAccepted || first.Header.Get("Preference-Applied") != "respond-async" || first.Header.Get("Retry-After") == "" {
 				t.Fatalf("first: %s, want 202 with Preference-Applied and Retry-After", first)
 			}
+			t.Logf("202 after %v, the upstream still holding the request", first.Took)
 			loc := first.Header.Get("Location")
 			if !strings.HasPrefix(loc, "/.well-known/idempotency/") || strings.Contains(loc, key) {
 				t.Fatalf("Location %q: want a status URL under /.well-known/idempotency/ without the key", loc)

@@ -129,8 +129,31 @@ func (h *Handler) executeAsync(detached context.Context, w http.ResponseWriter, 
 		h.await(w, q)
 		return
 	}
+	// The proxy applies the preference: an upstream that honours it too
+	// would answer 202, and that would be the recorded answer.
+	dropRespondAsync(q.upstream.Header)
 	h.callers.start(q)
 	h.accepted(w, q)
+}
+
+// dropRespondAsync removes the respond-async preference from h, keeping
+// the others.
+func dropRespondAsync(h http.Header) {
+	var kept []string
+	for _, line := range h["Prefer"] {
+		for line != "" {
+			var pref string
+			pref, line, _ = strings.Cut(line, ",")
+			if !prefersAsync(http.Header{"Prefer": {pref}}) && strings.TrimSpace(pref) != "" {
+				kept = append(kept, strings.TrimSpace(pref))
+			}
+		}
+	}
+	if len(kept) == 0 {
+		delete(h, "Prefer")
+		return
+	}
+	h["Prefer"] = []string{strings.Join(kept, ", ")}
 }
 
 // detachAtOnce detaches q's call before it starts, so nothing of its

@@ -55,6 +55,9 @@ func TestRespondAsyncAnswers202BeforeTheUpstreamAnswers(t *testing.T) {
 		t.Error("no Retry-After")
 	}
 	<-arrived
+	if got := e.up.last().Header["Prefer"]; got != nil {
+		t.Errorf("upstream got Prefer %q: the proxy applies respond-async, the upstream must not too", got)
+	}
 
 	if p := e.poll(t, loc); p.StatusCode != http.StatusAccepted || p.Header.Get("Retry-After") == "" {
 		t.Fatalf("poll while running: %d %s, want 202 with Retry-After", p.StatusCode, p.body)
@@ -203,6 +206,14 @@ func TestStatusURLAnswersGetAndHeadOnly(t *testing.T) {
 	}
 	if n := e.up.calls.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests, want 0", n)
+	}
+}
+
+func TestUpstreamKeepsTheOtherPreferences(t *testing.T) {
+	h := http.Header{"Prefer": {"return=minimal, respond-async; x=1", "Respond-Async, wait=5"}}
+	dropRespondAsync(h)
+	if got := h["Prefer"]; len(got) != 1 || got[0] != "return=minimal, wait=5" {
+		t.Errorf("Prefer %q, want [return=minimal, wait=5]", got)
 	}
 }
 
