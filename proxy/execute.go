@@ -122,9 +122,15 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	case f == failShuttingDown && c.sent.Load():
 		// The upstream may still be running it, and this process is
 		// exiting: the lease is left to expire at lock_ttl, as after a
-		// crash, so no retry executes it before then.
+		// crash, so no retry executes it before then. On a reconciling
+		// route the outcome is as unknown as after a reset: the marker
+		// makes the key's next owner ask the upstream, not forward it.
+		marked := false
+		if pol.OnUpstreamError == UpstreamErrorReconcile && q.route.reconciles() && !leaseLost {
+			marked = h.markLeft(ctx, q)
+		}
 		h.log.Warn("shutdown_timeout passed while the upstream ran: the key stays locked until lock_ttl",
-			"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", pol.LockTTL.String())
+			"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", pol.LockTTL.String(), "marked", marked)
 		h.settled(q)
 		return outcome
 	case f == failUnreachable, f == failShuttingDown:
@@ -349,6 +355,7 @@ func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) a
 		if !leaseLost {
 			h.lockLost(q, "complete", lostAfterDelivered)
 		}
+		q.recordLost = true
 		return settled
 	case errors.Is(err, store.ErrFull):
 		if !q.held {

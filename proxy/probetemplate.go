@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -166,9 +167,14 @@ func (t *probeTemplate) fill(r *http.Request, key string, body []byte) (string, 
 			}
 			v = s
 		}
-		if p.inQuery {
+		switch {
+		case p.inQuery:
 			b.WriteString(url.QueryEscape(v))
-		} else {
+		case v == "." || v == "..":
+			// url.PathEscape leaves dots alone: a dot segment would
+			// send the lookup to another resource of the upstream.
+			return "", errProbeHole{"a value other than " + strconv.Quote(v) + " in the lookup's path"}
+		default:
 			b.WriteString(url.PathEscape(v))
 		}
 	}

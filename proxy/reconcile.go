@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,9 @@ type reconciliation struct {
 	// request (probeTemplate.fill).
 	target string
 	since  time.Time // when the outcome became unknown (the marker's time)
+	// resent is when the original request was sent again, by this proxy
+	// or, per the marker, an earlier owner; zero when it was not.
+	resent time.Time
 	probes atomic.Int64
 	// client is set when a client waits for the answer (awaitSettlement),
 	// before anyone reads it.
@@ -82,6 +86,8 @@ type settlement struct {
 	// rec is the key's record (found, resent, or the 502 of then: keep);
 	// nil when the key was released or lost to another owner.
 	rec *store.Record
+	// lost is set when the lease was lost: another owner settles the key.
+	lost bool
 }
 
 // reconcileProbe compiles p's lookup, which Policy.Check has parsed, and
@@ -191,12 +197,18 @@ func (h *Handler) reconcile(q *request, first time.Duration) {
 // settle runs the lookups until one settles the key, or reconcile.for
 // passes. An empty outcome means the lease was lost: another owner
 // settles the key.
+//
+// The original request is sent again at most once per key, whichever
+// proxy settles it: the marker says when it was (markResent), and a
+// resend whose own outcome is unknown is asked about reconcile.after
+// later, as the original was; an absent answer after a resend is not
+// final (it may still commit), so it goes to reconcile.then.
 func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) settlement {
 	pol := &q.route.policy.Reconcile
-	if !h.markReconciling(ctx, q) {
-		// Without the marker a proxy that takes the key after this one
-		// could forward it again: the lookups still run, but the log
-		// says so.
+	marked := h.markReconciling(ctx, q)
+	if !marked {
+		// Tried again before each lookup; until it is written, a proxy
+		// that takes the key after this one could forward it again.
 		h.log.Error("could not mark the key as being settled: if this process dies before it is, the key executes again after lock_ttl",
 			"route", q.route.label, "key_hash", q.keyHash)
 	} else {
@@ -204,12 +216,14 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 			"route", q.route.label, "key_hash", q.keyHash, "after", wait.String())
 	}
 	deadline := q.recon.since.Add(pol.For)
-	resent := false
 	for {
 		if lost := h.holdFor(ctx, q, wait); lost {
-			return settlement{}
+			return settlement{lost: true}
 		}
 		wait = pol.Every
+		if !marked {
+			marked = h.markReconciling(ctx, q)
+		}
 		if !h.clock.Now().Before(deadline) {
 			return h.giveUp(ctx, q)
 		}
@@ -217,15 +231,18 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		switch {
 		case result == probeFound:
 			return h.record(ctx, q, rec, OutcomeReconciledFound)
-		case result == probeAbsent && pol.Resend && !resent:
-			var sent bool
-			rec, sent = h.resend(ctx, q)
-			resent = sent
+		case result == probeAbsent && !q.recon.resent.IsZero():
+			return h.giveUp(ctx, q)
+		case result == probeAbsent && pol.Resend && marked:
+			rec, sent := h.resend(ctx, q)
 			if rec != nil {
 				return h.record(ctx, q, rec, OutcomeReconciledAbsent)
 			}
-			// Unknown again, or not sent: the lookups go on.
-		case result == probeAbsent:
+			if sent {
+				// Unknown again: its work may outlive the connection.
+				wait = pol.After
+			}
+		case result == probeAbsent && !pol.Resend:
 			if h.releaseSettled(ctx, q) {
 				return settlement{outcome: OutcomeReconciledAbsent}
 			}
@@ -240,7 +257,7 @@ func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (los
 		step := min(d, every)
 		<-h.clock.After(step)
 		d -= step
-		if h.renewSettling(ctx, q) {
+		if _, lost := h.renewSettling(ctx, q); lost {
 			return true
 		}
 		if d <= 0 {
@@ -249,23 +266,56 @@ func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (los
 	}
 }
 
-// renewSettling extends the lease of a key being settled and reports
-// whether it was lost. A store briefly unavailable is tried again at the
-// next step: the lease outlives a few of them.
-func (h *Handler) renewSettling(ctx context.Context, q *request) (lost bool) {
+// keepHeld renews q's lease every renewEvery while an upstream call of the
+// settlement runs (a lookup, a resend: up to upstream.max_execution, longer
+// than lock_ttl may be), until the returned stop is called.
+func (h *Handler) keepHeld(ctx context.Context, q *request) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-h.clock.After(renewEvery(q.route.policy.LockTTL)):
+			}
+			if _, lost := h.renewSettling(ctx, q); lost {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// renewSettling extends the lease of a key being settled. held reports
+// that the store renewed it: only then may the key be sent upstream again.
+// lost reports that it is no longer this proxy's: the store says so, or
+// the store could not be reached until the lease's end passed, after
+// which another proxy may have taken the key. A store briefly
+// unavailable is tried again at the next step: the lease outlives a few.
+func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost bool) {
 	ttl := q.route.policy.LockTTL
 	sent := h.clock.Now()
 	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
 	switch {
 	case err == nil:
-		q.lease.until = sent.Add(ttl)
+		q.lease.extendTo(sent.Add(ttl))
+		return true, false
 	case errors.Is(err, store.ErrLockLost):
 		h.lockLost(q, "renewal while settling an unknown outcome", lostWhileRunning)
-		return true
-	default:
-		h.log.Warn("could not renew the lease of a key being settled", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+		return false, true
+	case !h.clock.Now().Before(q.lease.end()):
+		h.log.Warn("could not renew the lease of a key being settled before it ended: another proxy may hold the key, and settles it",
+			"route", q.route.label, "key_hash", q.keyHash, "error", err)
+		return false, true
 	}
-	return false
+	h.log.Warn("could not renew the lease of a key being settled", "route", q.route.label, "key_hash", q.keyHash, "error", err)
+	return false, false
 }
 
 // record stores rec as q's key's record, trying again while the store is
@@ -278,8 +328,13 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 	q.rec, q.retried = rec, true
 	for h.trySettle(ctx, q, false) != settled {
 		if h.holdFor(ctx, q, time.Second) {
-			return settlement{}
+			return settlement{lost: true}
 		}
+	}
+	if q.recordLost {
+		// The store refused it: the key is another owner's, whose
+		// record, not this one, is the key's answer.
+		return settlement{lost: true}
 	}
 	return settlement{outcome: outcome, rec: q.rec}
 }
@@ -297,7 +352,7 @@ func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
 	if q.route.policy.Reconcile.Then == ThenRelease {
 		for !h.releaseSettled(ctx, q) {
 			if h.holdFor(ctx, q, time.Second) {
-				return settlement{}
+				return settlement{lost: true}
 			}
 		}
 		return settlement{outcome: OutcomeReconcileGaveUp}
@@ -342,7 +397,19 @@ func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 	res := r.result
 	switch {
 	case res.outcome == "":
-		h.refuse(w, q, failSettling, nil) // lost to another owner, which settles it
+		// Left, or lost, to another owner, which settles it: once lost,
+		// its record, written within the wait, is this client's answer
+		// too.
+		if !res.lost {
+			h.refuse(w, q, failSettling, nil)
+			return
+		}
+		if rec := h.awaitOtherOwner(q); rec != nil {
+			replay(w, q.in, rec, q.route.policy.ReplayExcludeHeaders, h.expires(q, rec))
+			q.status, q.outcome = rec.Status, OutcomeReplayed
+			return
+		}
+		h.refuse(w, q, failSettling, nil)
 		return
 	case res.rec == nil:
 		h.refuse(w, q, failSettledAbsent, nil)
@@ -351,4 +418,29 @@ func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 		q.status = res.rec.Status
 	}
 	q.outcome = res.outcome
+}
+
+// awaitOtherOwner waits, up to upstream.timeout from the start of q, for
+// the record that the key's other owner writes once it has settled it, and
+// returns it; nil when none came in time.
+func (h *Handler) awaitOtherOwner(q *request) *store.Record {
+	if h.inspector == nil {
+		return nil
+	}
+	deadline := q.start.Add(h.upstreamTimeout)
+	for {
+		e, err := h.inspector.Inspect(q.in.Context(), q.keyHash)
+		if err == nil && e.State == store.Completed && e.Record != nil && e.Record.Fingerprint == q.fp {
+			return e.Record
+		}
+		left := deadline.Sub(h.clock.Now())
+		if left <= 0 {
+			return nil
+		}
+		select {
+		case <-h.clock.After(min(left, 50*time.Millisecond)):
+		case <-q.in.Context().Done():
+			return nil
+		}
+	}
 }

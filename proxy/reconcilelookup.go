@@ -24,9 +24,11 @@ import (
 func (h *Handler) probe(ctx context.Context, q *request) (string, *store.Record) {
 	pol := &q.route.policy
 	q.recon.probes.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, min(pol.Reconcile.Every, h.upstreamTimeout))
+	stop := h.keepHeld(ctx, q)
+	defer stop()
+	pctx, cancel := context.WithTimeout(ctx, min(pol.Reconcile.Every, h.upstreamTimeout))
 	defer cancel()
-	result, rec, err := h.lookup(ctx, q)
+	result, rec, err := h.lookup(pctx, q)
 	q.route.metrics.probes[result].Inc()
 	if err != nil {
 		h.log.Warn("lookup of an unknown outcome failed", "route", q.route.label, "key_hash", q.keyHash, "error", err)
@@ -97,11 +99,21 @@ func foundRecord(resp *http.Response, body []byte, pol *Policy, fp store.Fingerp
 // reports whether it reached the upstream: a resend that did not may be
 // tried again, one that did never is.
 func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, sent bool) {
-	// Ownership is proven just before: a proxy that lost the key must not
-	// execute it again.
-	if h.renewSettling(ctx, q) {
+	// Ownership is proven just before: a proxy that lost the key, or
+	// cannot tell, must not execute it again. The marker says it is
+	// resent before it is, so that no later owner resends it too.
+	if held, _ := h.renewSettling(ctx, q); !held {
 		return nil, false
 	}
+	at := h.clock.Now()
+	if !h.markResent(ctx, q, at) {
+		return nil, false
+	}
+	q.recon.resent = at
+	// Renewed while it runs: a resend that outlives lock_ttl must not let
+	// another proxy take the key over meanwhile.
+	stop := h.keepHeld(ctx, q)
+	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, h.maxExecution)
 	defer cancel()
 	// A capture of its own: the original call's may still be read by

@@ -13,8 +13,51 @@ import (
 // first lookup, read by the next owner of the key, which then takes the
 // settlement over instead of forwarding the key, and by retries in flight.
 
-// markReconciling writes q's key's marker, unless one is there.
+// markerResentAt is the marker's field that says when the original
+// request was sent again (RFC 3339): a key whose resend went out is never
+// resent by its next owner, which waits reconcile.after from then before
+// it asks.
+const markerResentAt = "Resent-At"
+
+// markReconciling writes q's key's marker, unless one is there, once a
+// renewal proved the key still held: a proxy that lost the key must not
+// mark it for its new owner.
 func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
+	if held, _ := h.renewSettling(ctx, q); !held {
+		return false
+	}
+	return h.writeMarker(ctx, q, q.recon.since, time.Time{})
+}
+
+// markLeft writes the marker of q's key, which this process leaves to its
+// next owner with the upstream still running it (a shutdown mid-call).
+func (h *Handler) markLeft(ctx context.Context, q *request) bool {
+	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{})
+}
+
+// markResent rewrites q's marker to say the original request is being
+// sent again, and reports whether the marker says so: only then may it
+// be sent. The marker is deleted and written anew while this proxy holds
+// the key (renewed just before), so no other proxy can take the key over
+// in between; one in flight reads as a marker (takeOver).
+func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool {
+	if h.forgetter == nil {
+		return false
+	}
+	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if !h.writeMarker(ctx, q, q.recon.since, at) {
+		h.log.Error("could not mark the key as resent: it is not resent until it is",
+			"route", q.route.label, "key_hash", q.keyHash)
+		return false
+	}
+	return true
+}
+
+// writeMarker writes q's key's marker, since the outcome became unknown,
+// and resent when the original request went out again (zero: not yet).
+func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time) bool {
 	mk := q.keyHash + ReconcileSuffix
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	res, err := h.store.Begin(ctx, mk, lease, q.route.policy.LockTTL)
@@ -22,15 +65,37 @@ func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
 	case err != nil:
 		return false
 	case res.State == store.Completed:
-		return true // a proxy before this one wrote it
+		return resent.IsZero() // a proxy before this one wrote it
 	case res.State != store.Acquired:
 		return false
 	}
 	pol := &q.route.policy
-	marker := &store.Record{Status: http.StatusAccepted, Header: map[string][]string{}, Fingerprint: q.fp,
-		CreatedAt: q.recon.since.Truncate(time.Millisecond).UTC(), Request: q.desc}
-	// Kept while lookups may run, and as long as a kept 502 would be.
-	return h.store.Complete(ctx, mk, res.Token, marker, pol.Reconcile.For+pol.TTL) == nil
+	hdr := map[string][]string{}
+	if !resent.IsZero() {
+		hdr[markerResentAt] = []string{resent.UTC().Format(time.RFC3339Nano)}
+	}
+	marker := &store.Record{Status: http.StatusAccepted, Header: hdr, Fingerprint: q.fp,
+		CreatedAt: since.Truncate(time.Millisecond).UTC(), Request: q.desc}
+	// Kept while lookups may run, a resend with them, and as long as a
+	// kept 502 would be.
+	ttl := pol.Reconcile.For + h.maxExecution + pol.TTL
+	return h.store.Complete(ctx, mk, res.Token, marker, ttl) == nil
+}
+
+// resentAt is when the original request was sent again, by the marker m;
+// zero when it was not.
+func resentAt(m *store.Record) time.Time {
+	v := m.Header[markerResentAt]
+	if len(v) == 0 {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v[0])
+	if err != nil {
+		// Unreadable, so possibly resent: never resent again, and
+		// asked after reconcile.after from now.
+		return time.Now()
+	}
+	return t
 }
 
 // dropMarker deletes the marker of a settled key. One left behind costs a
@@ -50,20 +115,22 @@ type inspector interface {
 }
 
 // marker reads the marker of q's key: its record, nil when there is none.
-func (h *Handler) marker(ctx context.Context, q *request) (*store.Record, error) {
+// writing reports a marker being written (in flight), which says as much
+// as a written one: the outcome is being settled.
+func (h *Handler) marker(ctx context.Context, q *request) (m *store.Record, writing bool, err error) {
 	if h.inspector == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	e, err := h.inspector.Inspect(ctx, q.keyHash+ReconcileSuffix)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, err
+		return nil, false, err
 	case e.State != store.Completed || e.Record == nil:
-		return nil, nil
+		return nil, true, nil
 	}
-	return e.Record, nil
+	return e.Record, false, nil
 }
 
 // takeOver is a key this proxy just took on a reconciling route: when its
@@ -71,12 +138,19 @@ func (h *Handler) marker(ctx context.Context, q *request) (*store.Record, error)
 // its lease), this request settles it by lookups instead of forwarding
 // it. It reports whether it did; false means the request executes as new.
 func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.Context) bool {
-	m, err := h.marker(detached, q)
+	m, writing, err := h.marker(detached, q)
 	if err != nil {
 		// Unknown whether an outcome is being settled: forwarding could
 		// execute twice. Give the lease back; on_store_error decides.
 		_ = h.store.Release(detached, q.keyHash, q.token)
 		h.storeUnavailable(w, q, err)
+		return true
+	}
+	if writing {
+		// Its outcome is being settled, by a proxy that is writing the
+		// marker or died doing so: never forwarded.
+		_ = h.store.Release(detached, q.keyHash, q.token)
+		h.refuse(w, q, failInFlightSettling, nil)
 		return true
 	}
 	if m == nil {
@@ -101,11 +175,16 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	q.done = h.owners.add(q.keyHash, func() {})
 	q.detached = detached
 	q.startLease()
-	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, done: make(chan struct{})}
+	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
 	q.recon.client = true
 	q.recon.waiting.Store(true)
-	// The first lookup is due when it was for the earlier owner.
-	first := max(m.CreatedAt.Add(q.route.policy.Reconcile.After).Sub(h.clock.Now()), time.Millisecond)
+	// The first lookup is due when it was for the earlier owner: after
+	// the outcome became unknown, or after its resend went out.
+	from := m.CreatedAt
+	if !q.recon.resent.IsZero() {
+		from = q.recon.resent
+	}
+	first := max(from.Add(q.route.policy.Reconcile.After).Sub(h.clock.Now()), time.Millisecond)
 	go h.reconcile(q, first)
 	h.awaitSettlement(w, q)
 	return true
@@ -114,6 +193,6 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 // settlingElsewhere reports whether the marker of q's key, held in flight,
 // is there: its outcome is being settled, not run.
 func (h *Handler) settlingElsewhere(ctx context.Context, q *request) bool {
-	m, err := h.marker(ctx, q)
-	return err == nil && m != nil
+	m, writing, err := h.marker(ctx, q)
+	return err == nil && (m != nil || writing)
 }

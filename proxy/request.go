@@ -76,6 +76,10 @@ type request struct {
 	renewUntil  time.Time
 	refused     bool
 	warnedRetry bool
+
+	// recordLost is set when the store refused rec because the lease was
+	// lost: the key's record, if any, is another owner's.
+	recordLost bool
 	// probeTarget is the route's lookup filled from this request, and
 	// recon the settling of its unknown outcome (reconcile.go).
 	probeTarget string

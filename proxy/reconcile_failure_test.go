@@ -1,0 +1,658 @@
+package proxy
+
+// Settlements of unknown outcomes under failures: a resend that outlives
+// lock_ttl, a proxy cut off from the store, a settlement lost to another
+// owner, a resend whose own outcome is unknown, a shutdown mid-call, and a
+// key that would redirect the lookup.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// chargeLedger is a minimal upstream: POSTs are charges, GETs look them up
+// by ?idempotency_key=. post decides what each POST (1-based) does.
+type chargeLedger struct {
+	mu      sync.Mutex
+	posts   int
+	charges map[string]bool
+	effects int
+}
+
+func (l *chargeLedger) commit(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.charges[key] = true
+	l.effects++
+}
+
+func (l *chargeLedger) counts() (posts, effects int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.posts, l.effects
+}
+
+func (l *chargeLedger) lookup(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	ok := l.charges[r.URL.Query().Get("idempotency_key")]
+	l.mu.Unlock()
+	if !ok {
+		http.Error(w, "no such charge", http.StatusNotFound)
+		return
+	}
+	w.Write([]byte(`{"status":"succeeded"}`))
+}
+
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		conn.Close()
+	}
+}
+
+func reviewPolicy(p *Policy) {
+	p.OnUpstreamError = UpstreamErrorReconcile
+	p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+	p.Reconcile.Resend = true
+}
+
+// a resend runs for up to upstream.max_execution with no lease
+// renewal (reconcilelookup.go resend: one renewSettling, then
+// h.rp.ServeHTTP; holdFor is the only renewer). When the resend outlives
+// lock_ttl, another proxy takes the key, finds the marker, probes at once
+// (since+after is long past), sees "absent" while the resend still runs,
+// and resends a second time: the key is forwarded three times and
+// charged twice.
+func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	gate := make(chan struct{})
+	var closeGate sync.Once
+	release := func() { closeGate.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		switch n {
+		case 1: // dies before its commit: absent
+			hangUp(w)
+			return
+		case 2: // the resend: slow, longer than lock_ttl
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":"ch"}`))
+	}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}
+	a := newEnv(t, handler, pol)
+	b := newEnv(t, nil, pol, withStore(a.store), func(o *Options) { o.Upstream = a.up.url(t) })
+
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		req := a.request(t, context.Background(), "/v1/charges", "k1")
+		if res, err := a.srv.Client().Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	t.Cleanup(func() { <-aDone })
+	waitFor(t, func() bool { p, _ := l.counts(); return p >= 2 }) // A's resend is running
+	// While A's resend runs, B must answer 409 (being settled) and never
+	// forward: poll it for five lock_ttls.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		req := b.request(t, ctx, "/v1/charges", "k1")
+		res, err := b.srv.Client().Do(req)
+		cancel()
+		if err == nil {
+			res.Body.Close()
+		}
+		if posts, _ := l.counts(); posts > 2 {
+			release()
+			t.Fatalf("the key was forwarded %d times while A's resend still ran: B took the key over after lock_ttl and resent it", posts)
+		}
+		if err == nil && res.StatusCode != http.StatusConflict {
+			release()
+			t.Fatalf("B answered %d while A's resend runs, want 409: the key is being settled", res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a lease's expiry: nothing to await
+	}
+	release()
+	waitFor(t, func() bool { _, e := l.counts(); return e >= 1 })
+	if _, effects := l.counts(); effects != 1 {
+		t.Fatalf("effects = %d, want 1", effects)
+	}
+}
+
+// after a resend whose own outcome is unknown (the connection
+// died again), the next lookup goes out `every` later, not `after`; an
+// upstream whose work outlives the connection still says "absent", the
+// key is released and the caller told it "did not take effect" — the
+// retry executes again and the resend commits too.
+func TestUnknownResendIsAskedAboutOnlyAfterReconcileAfter(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		key := r.Header.Get("Idempotency-Key")
+		switch n {
+		case 1: // dies before its commit: absent
+			hangUp(w)
+			return
+		case 2: // the resend: its connection dies, its work commits 150ms later (< after)
+			hangUp(w)
+			time.AfterFunc(150*time.Millisecond, func() { l.commit(key) })
+			return
+		}
+		l.commit(key)
+		w.WriteHeader(http.StatusCreated)
+	}
+	e := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		reviewPolicy(&o.Default)
+		// after is chosen so that the upstream's work finishes within it.
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = 400*time.Millisecond, 20*time.Millisecond
+	})
+	first := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if strings.Contains(first.body, "did not take effect") {
+		retry := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+		waitFor(t, func() bool { _, eff := l.counts(); return eff >= 2 })
+		t.Fatalf("first caller told %q, retry %d: the resend, whose outcome was unknown, was probed after every (20ms) not after (400ms) and the key released; effects now 2",
+			first.body, retry.StatusCode)
+	}
+}
+
+// {key} (and {json:}, {header:}, {query:} in the path) are
+// escaped with url.PathEscape, which leaves "." and ".." alone: a key of
+// ".." turns the lookup "GET /v1/charges/{key}/status" into
+// "/v1/charges/../status", which an upstream that normalises paths serves
+// as /v1/status: a probe of another resource, whose 200 is recorded as
+// the key's answer.
+func TestProbeDotSegmentKeyDoesNotRedirectTheLookup(t *testing.T) {
+	p, err := parseProbeTemplate("GET /v1/charges/{key}/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := http.NewRequest("POST", "http://x/v1/charges", nil)
+	for _, key := range []string{"..", "."} {
+		got, err := p.fill(r, key, nil)
+		if err != nil {
+			continue // refusing the key is a fix too
+		}
+		for _, seg := range strings.Split(got, "/") {
+			if seg == ".." || seg == "." {
+				t.Errorf("key %q fills the lookup as %q: a dot segment the upstream resolves to another path", key, got)
+			}
+		}
+	}
+}
+
+// partitioned is a store this proxy cannot renew leases in (a network
+// partition between it and the store), while other proxies can.
+type partitioned struct {
+	*memory.Store
+	cut atomic.Bool
+}
+
+func (p *partitioned) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	if p.cut.Load() {
+		return errors.New("dial tcp: i/o timeout")
+	}
+	return p.Store.Extend(ctx, key, token, ttl)
+}
+
+// renewSettling treats any error but ErrLockLost as "not lost",
+// and never compares the lease's end with the clock: a proxy cut off from
+// the store goes on probing past lock_ttl, and resend's "ownership is
+// proven just before" passes on a failed Extend. Meanwhile another proxy
+// took the key over (marker) and resends too: charged twice.
+func TestReconcileCutOffFromTheStoreNeverResendsWithoutTheLease(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	var absentNow, aResent atomic.Bool
+	var absentSince atomic.Int64
+	var aHost, bHost string
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			// A's lookups say absent first; B's once A resent (or 500ms
+			// later, when A, correctly, did not).
+			late := absentNow.Load() && time.Since(time.Unix(0, absentSince.Load())) > 500*time.Millisecond
+			if !absentNow.Load() || r.Host == bHost && !aResent.Load() && !late {
+				http.Error(w, "lookup not ready", http.StatusServiceUnavailable)
+				return
+			}
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		if n == 1 {
+			hangUp(w)
+			return
+		}
+		if r.Host == aHost { // A's resend: slow
+			aResent.Store(true)
+			<-gate
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pa := &partitioned{Store: st}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every, o.Default.Reconcile.For = time.Millisecond, 50*time.Millisecond, 2*time.Second
+	}
+	a := newEnv(t, handler, pol, withStore(pa))
+	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	aHost, bHost = strings.TrimPrefix(a.srv.URL, "http://"), strings.TrimPrefix(b.srv.URL, "http://")
+	kh := b.keyHash(t, "k1")
+
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { return a.probes(probeUnknown) >= 1 })
+	pa.cut.Store(true) // A can no longer renew its lease
+	bDone := make(chan *response, 1)
+	go func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r := b.doCtx(t, ctx, "POST", "/x", "k1", `{}`)
+			cancel()
+			if r.StatusCode != http.StatusConflict {
+				bDone <- r
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling a lease's expiry
+		}
+	}()
+	waitFor(t, func() bool { _, _, ok := b.handler.Settling(kh); return ok }) // B took the key over
+	absentSince.Store(time.Now().UnixNano())
+	absentNow.Store(true)
+	rb := <-bDone
+	release()
+	ra := <-aDone
+	t.Logf("A's caller: %d %q; B's caller: %d %q", ra.StatusCode, ra.body, rb.StatusCode, rb.body)
+	waitFor(t, func() bool { _, _, ok := a.handler.Settling(kh); return !ok })
+	if posts, effects := l.counts(); posts != 2 || effects != 1 {
+		t.Fatalf("posts %d, effects %d: want 2 and 1 — A resent a key whose lease it could not renew, and B resent it as its new owner", posts, effects)
+	}
+}
+
+// record() loops on trySettle until "settled", which also
+// means "lost to another owner"; the settlement then reports the found
+// answer as the key's (reconcile.go record), and the first caller gets
+// the probe's answer although the record written is another owner's.
+func TestSettlementLostToAnotherOwnerGivesTheFirstCallerTheKeysRecord(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	var absentNow atomic.Bool
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			if !absentNow.Load() {
+				http.Error(w, "lookup not ready", http.StatusServiceUnavailable)
+				return
+			}
+			l.lookup(w, r) // found: 200 {"status":"succeeded"}
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		if n == 1 {
+			hangUp(w)
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated) // the resend's answer: 201
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pa := &partitioned{Store: st}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every, o.Default.Reconcile.For = time.Millisecond, 50*time.Millisecond, 2*time.Second
+	}
+	a := newEnv(t, handler, pol, withStore(pa))
+	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	kh := b.keyHash(t, "k1")
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { return a.probes(probeUnknown) >= 1 })
+	pa.cut.Store(true)
+	bDone := make(chan *response, 1)
+	go func() {
+		for {
+			r := b.do(t, "POST", "/x", "k1", `{}`)
+			if r.StatusCode != http.StatusConflict {
+				bDone <- r
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling a lease's expiry
+		}
+	}()
+	waitFor(t, func() bool { _, _, ok := b.handler.Settling(kh); return ok })
+	absentNow.Store(true)
+	<-bDone
+	ra := <-aDone
+	retry := b.do(t, "POST", "/x", "k1", `{}`)
+	if ra.StatusCode != retry.StatusCode || ra.body != retry.body {
+		t.Fatalf("A's first caller got %d %q, a retry gets %d %q: A's lost record was reported as the key's answer", ra.StatusCode, ra.body, retry.StatusCode, retry.body)
+	}
+}
+
+// a shutdown whose grace ran out while the upstream ran a
+// reconcile route's request (execute.go conclude, case failShuttingDown
+// && sent) leaves the lease to expire with no marker: the outcome is as
+// unknown as after a reset, but the next owner forwards the key blindly
+// instead of asking (SPEC §14: "never re-forwarding blindly").
+func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		l.commit(r.Header.Get("Idempotency-Key"))
+		if n == 1 {
+			<-r.Context().Done() // committed; the answer never comes
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}
+	a := newEnv(t, handler, pol, withStore(st))
+	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { p, _ := l.counts(); return p >= 1 })
+	a.handler.Abort() // shutdown_timeout passed
+	<-aDone
+	var r *response
+	for {
+		r = b.do(t, "POST", "/x", "k1", `{}`)
+		if r.StatusCode != http.StatusConflict {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling a lease's expiry
+	}
+	if posts, effects := l.counts(); posts != 1 || effects != 1 {
+		t.Fatalf("after the shutdown the next owner got %d %q; posts %d, effects %d: want the key looked up, not forwarded again", r.StatusCode, r.body, posts, effects)
+	}
+}
+
+// A resend whose proxy loses the key while it runs (cut off from the
+// store) is never sent again by the key's next owner: the marker says it
+// went out, so the next owner asks, and an absent answer after a resend
+// goes to reconcile.then.
+func TestResendIsNeverRepeatedByTheKeysNextOwner(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pa := &partitioned{Store: st}
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		switch n {
+		case 1: // dies before its commit: absent
+			hangUp(w)
+			return
+		case 2: // A's resend: A is cut off from the store while it runs
+			pa.cut.Store(true)
+			<-gate
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+	}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}
+	a := newEnv(t, handler, pol, withStore(pa))
+	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { p, _ := l.counts(); return p >= 2 })
+	var rb *response
+	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		rb = b.do(t, "POST", "/x", "k1", `{}`)
+		if rb.StatusCode == http.StatusConflict {
+			return errors.New("still being settled")
+		}
+		return nil
+	})
+	if posts, _ := l.counts(); posts != 2 {
+		t.Fatalf("posts = %d, want 2: the key's next owner resent a key whose resend had gone out", posts)
+	}
+	if rb.StatusCode != http.StatusBadGateway {
+		t.Errorf("the next owner's answer: %d %q, want reconcile.then (keep): 502", rb.StatusCode, rb.body)
+	}
+	release()
+	<-aDone
+}
+
+// A resend is sent only once a renewal proved the key still held: while
+// the store cannot be reached, absent answers wait, and the resend goes
+// out when the store is back.
+func TestResendWaitsForARenewalThatProvesTheLease(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pa := &partitioned{Store: st}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		n := l.posts
+		l.mu.Unlock()
+		if n == 1 {
+			pa.cut.Store(true)
+			hangUp(w)
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+	}
+	a := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 10 * time.Second
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 20*time.Millisecond
+	}, withStore(pa))
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { return a.probes(probeAbsent) >= 3 })
+	if posts, _ := l.counts(); posts != 1 {
+		t.Fatalf("posts = %d while no renewal succeeded, want 1: resent without proof that the key is still held", posts)
+	}
+	pa.cut.Store(false)
+	if r := <-aDone; r.StatusCode != http.StatusCreated {
+		t.Fatalf("once the store is back: %d %q, want the resend's 201", r.StatusCode, r.body)
+	}
+	if posts, effects := l.counts(); posts != 2 || effects != 1 {
+		t.Fatalf("posts %d, effects %d, want 2 and 1", posts, effects)
+	}
+}
+
+// A proxy that cannot renew the lease of a key it settles stops at the
+// lease's end, as far as it knows it: past it another proxy may hold the
+// key. Its caller hears the outcome is being settled.
+func TestSettlingProxyCutOffFromTheStoreStopsAtItsLeasesEnd(t *testing.T) {
+	var posts atomic.Int64
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			http.Error(w, "lookup not ready", http.StatusServiceUnavailable)
+			return
+		}
+		posts.Add(1)
+		hangUp(w)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pa := &partitioned{Store: st}
+	a := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every, o.Default.Reconcile.For = time.Millisecond, 50*time.Millisecond, time.Minute
+	}, withStore(pa))
+	kh := a.keyHash(t, "k1")
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { return a.probes(probeUnknown) >= 1 })
+	pa.cut.Store(true)
+	waitFor(t, func() bool { _, _, ok := a.handler.Settling(kh); return !ok })
+	r := <-aDone
+	if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("caller: %d %q, want 502 being settled", r.StatusCode, r.body)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("posts = %d, want 1", n)
+	}
+}
+
+// stealing is a store in which the key's lease passes to another owner,
+// which records its own answer, just as this proxy records its found one.
+type stealing struct {
+	*memory.Store
+	key   string
+	other *store.Record
+	once  sync.Once
+}
+
+func (s *stealing) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if key == s.key {
+		s.once.Do(func() {
+			_ = s.Store.Release(ctx, key, token)
+			res, err := s.Store.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, ttl)
+			if err == nil && res.State == store.Acquired {
+				s.other.Fingerprint = rec.Fingerprint
+				_ = s.Store.Complete(ctx, key, res.Token, s.other, ttl)
+			}
+		})
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A settlement whose record the store refused, the key having passed to
+// another owner, gives its first caller the key's record: the answer
+// every retry gets, never the refused one.
+func TestFirstCallerGetsTheKeysRecordWhenItsOwnWasRefused(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r) // found: 200 {"status":"succeeded"}
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		hangUp(w)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	other := &store.Record{Status: http.StatusCreated, Header: map[string][]string{"Content-Length": {"5"}},
+		Body: []byte("other"), CreatedAt: time.Now().Truncate(time.Millisecond)}
+	ss := &stealing{Store: st, other: other}
+	a := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}, withStore(ss))
+	ss.key = a.keyHash(t, "k1")
+	first := a.do(t, "POST", "/x", "k1", `{}`)
+	retry := a.do(t, "POST", "/x", "k1", `{}`)
+	if first.StatusCode != http.StatusCreated || first.body != "other" || retry.StatusCode != first.StatusCode || retry.body != first.body {
+		t.Fatalf("first caller: %d %q, retry: %d %q; want both the other owner's 201 \"other\"", first.StatusCode, first.body, retry.StatusCode, retry.body)
+	}
+}
+
+// The first lookup waits reconcile.after: an upstream whose work outlives
+// the connection has committed by then, and is found, not told absent.
+func TestFirstLookupWaitsReconcileAfter(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		key := r.Header.Get("Idempotency-Key")
+		hangUp(w)
+		// Its work commits 100ms after the connection died, well within after.
+		time.AfterFunc(100*time.Millisecond, func() { l.commit(key) })
+	}
+	e := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.Resend = false
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Second, 20*time.Millisecond
+	})
+	r := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Fatalf("first caller: %d %q, want the found charge", r.StatusCode, r.body)
+	}
+}
