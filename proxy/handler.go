@@ -129,10 +129,37 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 	if err != nil {
 		return err
 	}
+	if err := h.canReconcile(def, routes); err != nil {
+		return err
+	}
 	if old := h.routes.Load(); old != nil {
 		t.adoptChurn(old)
 	}
 	h.routes.Store(t)
+	return nil
+}
+
+// canReconcile refuses on_upstream_error: reconcile on a store that cannot
+// read or delete a key's marker: without them the key's next owner could
+// not tell it is being settled, and would forward it again.
+func (h *Handler) canReconcile(def Policy, routes []Route) error {
+	if h.inspector != nil && h.forgetter != nil {
+		return nil
+	}
+	check := func(name string, p Policy) error {
+		if p.OnUpstreamError != UpstreamErrorReconcile {
+			return nil
+		}
+		return fmt.Errorf("route %s: on_upstream_error: reconcile needs a store that can inspect and delete keys (memory, redis, postgres, file); use keep or release with this store", name)
+	}
+	if err := check(defaultRoute, def); err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if err := check(r.Pattern, r.Policy); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

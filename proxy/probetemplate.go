@@ -58,6 +58,10 @@ func parseProbeTemplate(s string) (*probeTemplate, error) {
 	if !strings.HasPrefix(target, "/") && !strings.HasPrefix(target, "{path}") || strings.ContainsAny(target, " \t#") {
 		return nil, fmt.Errorf("%q: the target must start with / (or {path}) and hold no space or fragment (#)", target)
 	}
+	if method != http.MethodGet && method != http.MethodHead {
+		// A lookup is sent again and again, and must change nothing.
+		return nil, fmt.Errorf("%q: the lookup's method must be GET or HEAD, which change nothing on the upstream, e.g. \"GET /v1/charges?idempotency_key={key}\"", s)
+	}
 	t := &probeTemplate{method: method}
 	inQuery := false
 	for rest := target; rest != ""; {

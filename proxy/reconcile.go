@@ -182,8 +182,9 @@ func (h *Handler) reconcile(q *request, first time.Duration) {
 	res := h.settle(ctx, q, first)
 	h.log.Info("unknown outcome settled", "route", q.route.label, "key_hash", q.keyHash,
 		"outcome", string(res.outcome), "probes", q.recon.probes.Load())
-	if res.outcome != "" {
-		h.dropMarker(ctx, q)
+	if res.rec != nil {
+		// A release dropped it before releasing (releaseSettled).
+		h.dropOwnMarker(ctx, q)
 	}
 	r := q.recon
 	r.result = res
@@ -339,8 +340,12 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 	return settlement{outcome: outcome, rec: q.rec}
 }
 
-// releaseSettled releases q's key, and reports whether it did.
+// releaseSettled releases q's key, and reports whether it did. The marker
+// goes first: once released, the key may be another request's, whose
+// outcome may become unknown and be marked anew, and that marker must not
+// be deleted by this settlement.
 func (h *Handler) releaseSettled(ctx context.Context, q *request) bool {
+	h.dropMarker(ctx, q)
 	return h.tryRelease(ctx, q) == settled
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -655,4 +656,123 @@ func TestFirstLookupWaitsReconcileAfter(t *testing.T) {
 	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
 		t.Fatalf("first caller: %d %q, want the found charge", r.StatusCode, r.body)
 	}
+}
+
+// A lookup is sent again and again: only GET and HEAD, which change
+// nothing, are accepted, and the error says so.
+func TestLookupMethodMustChangeNothing(t *testing.T) {
+	for _, tmpl := range []string{"POST /v1/charges/{key}", "DELETE /v1/charges/{key}"} {
+		_, err := parseProbeTemplate(tmpl)
+		if err == nil || !strings.Contains(err.Error(), "GET or HEAD") {
+			t.Errorf("%q: err = %v, want one naming GET or HEAD", tmpl, err)
+		}
+	}
+	for _, tmpl := range []string{"GET /v1/charges/{key}", "HEAD /v1/charges/{key}"} {
+		if _, err := parseProbeTemplate(tmpl); err != nil {
+			t.Errorf("%q: %v", tmpl, err)
+		}
+	}
+}
+
+// bare is a store with only the proxy's own operations: it cannot read or
+// delete a key's marker.
+type bare struct{ s *memory.Store }
+
+func (b bare) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	return b.s.Begin(ctx, key, l, ttl)
+}
+func (b bare) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	return b.s.Extend(ctx, key, token, ttl)
+}
+func (b bare) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	return b.s.Complete(ctx, key, token, rec, ttl)
+}
+func (b bare) Release(ctx context.Context, key, token string) error {
+	return b.s.Release(ctx, key, token)
+}
+
+// A reconciling route on a store that cannot read a key's marker is
+// refused when the handler is made: its next owner could not tell the key
+// is being settled.
+func TestReconcileRouteNeedsAStoreThatReadsMarkers(t *testing.T) {
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	u, _ := url.Parse("http://127.0.0.1:1")
+	p := DefaultPolicy()
+	reviewPolicy(&p)
+	_, err := New(Options{Store: bare{st}, Upstream: u, Default: p})
+	if err == nil || !strings.Contains(err.Error(), "on_upstream_error: reconcile needs a store") {
+		t.Fatalf("New: err = %v, want reconcile refused on this store", err)
+	}
+	p.OnUpstreamError = UpstreamErrorKeep
+	if _, err := New(Options{Store: bare{st}, Upstream: u, Default: p}); err != nil {
+		t.Fatalf("keep on the same store: %v", err)
+	}
+}
+
+// A settled key's marker is deleted only when it is this settlement's: a
+// marker written for a later unknown outcome of the key stays.
+func TestSettledKeyDropsOnlyItsOwnMarker(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		hangUp(w)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, handler, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}, withStore(st))
+	if r := e.do(t, "POST", "/x", "own", `{}`); r.StatusCode != http.StatusOK {
+		t.Fatalf("own: %d %q", r.StatusCode, r.body)
+	}
+	mk := e.keyHash(t, "own") + ReconcileSuffix
+	waitFor(t, func() bool { _, err := st.Inspect(context.Background(), mk); return errors.Is(err, store.ErrNotFound) })
+
+	// A marker of another settlement, written while this one's lookups run.
+	kh := e.keyHash(t, "other")
+	swapped := &swapMarker{Store: st, marker: kh + ReconcileSuffix}
+	e2 := newEnv(t, handler, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}, withStore(swapped), func(o *Options) { o.Upstream = e.up.url(t) })
+	if r := e2.do(t, "POST", "/x", "other", `{}`); r.StatusCode != http.StatusOK {
+		t.Fatalf("other: %d %q", r.StatusCode, r.body)
+	}
+	ent, err := st.Inspect(context.Background(), kh+ReconcileSuffix)
+	if err != nil || ent.Record == nil || !ent.Record.CreatedAt.Equal(swapped.otherAt) {
+		t.Fatalf("the other settlement's marker: %+v, %v; want it left", ent, err)
+	}
+}
+
+// swapMarker replaces the key's marker, once written, with another
+// settlement's (another CreatedAt), as a later owner would write it.
+type swapMarker struct {
+	*memory.Store
+	marker  string
+	once    sync.Once
+	otherAt time.Time
+}
+
+func (s *swapMarker) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, key, token, rec, ttl)
+	if key == s.marker && err == nil {
+		s.once.Do(func() {
+			_ = s.Store.Delete(ctx, key)
+			res, berr := s.Store.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, ttl)
+			if berr != nil || res.State != store.Acquired {
+				return
+			}
+			other := *rec
+			other.CreatedAt = rec.CreatedAt.Add(-time.Hour)
+			s.otherAt = other.CreatedAt
+			_ = s.Store.Complete(ctx, key, res.Token, &other, ttl)
+		})
+	}
+	return err
 }

@@ -109,6 +109,17 @@ func (h *Handler) dropMarker(ctx context.Context, q *request) {
 	}
 }
 
+// dropOwnMarker deletes the marker of q's key once its record is written,
+// if the marker is this settlement's (written when its outcome became
+// unknown): another's is left alone.
+func (h *Handler) dropOwnMarker(ctx context.Context, q *request) {
+	m, _, err := h.marker(ctx, q)
+	if err != nil || m == nil || !m.CreatedAt.Equal(q.recon.since.Truncate(time.Millisecond)) {
+		return
+	}
+	h.dropMarker(ctx, q)
+}
+
 // inspector reads one key, as the operator API does.
 type inspector interface {
 	Inspect(ctx context.Context, key string) (store.Entry, error)
