@@ -148,7 +148,7 @@ func (c *capture) WriteHeader(code int) {
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
 	c.recording = !c.route.releases(code) && !c.noStore
-	if pol.OnUpstreamError != UpstreamErrorKeep && pol.isAmbiguous(code) && c.upstreamErr == nil {
+	if pol.isAmbiguous(code) && c.upstreamErr == nil {
 		// An answer that says nothing of the outcome: not the key's.
 		c.recording, c.ambiguous = false, true
 		c.mu.Lock()

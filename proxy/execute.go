@@ -140,9 +140,11 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// is too large to read. A retry would execute again and fail the
 		// same way: the 502 is kept whatever on_upstream_error says.
 		rec = h.problemRecord(q, f)
-	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && c.withheld:
+	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
 		// The upstream may have acted on the request; its answer was lost
-		// or cut short. on_upstream_error chooses between at-least-once and
+		// or cut short, or says nothing of the outcome (ambiguous_statuses:
+		// under keep, the 502 upstream-failed is recorded, not that
+		// answer). on_upstream_error chooses between at-least-once and
 		// at-most-once, or asks the upstream (reconcile.go).
 		if pol.OnUpstreamError == UpstreamErrorReconcile && q.route.reconciles() && !leaseLost {
 			return h.startReconcile(q)
