@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -135,6 +136,12 @@ func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	if err := h.keys.Delete(ctx, key); err != nil {
+		h.storeFailed(w, opDelete, key, err)
+		return
+	}
+	// A key deleted is new: its marker, left, would make the next request
+	// with it look the outcome up instead of executing.
+	if err := h.keys.Delete(ctx, key+store.ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.storeFailed(w, opDelete, key, err)
 		return
 	}

@@ -216,3 +216,17 @@ func TestHashBuildsTheRequestItIsAskedAbout(t *testing.T) {
 		}
 	}
 }
+
+// A deleted key is new: the marker of a settlement of its outcome goes
+// with it, or the next request with the key would be looked up, not run.
+func TestDeleteRemovesTheKeysSettlementMarker(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["cc03"] = leaseEntry("cc03")
+	e.st.entries["cc03"+store.ReconcileSuffix] = completedEntry("cc03" + store.ReconcileSuffix)
+	if rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %q, want 204", rec.Code, rec.Body.String())
+	}
+	if _, ok := e.st.entries["cc03"+store.ReconcileSuffix]; ok {
+		t.Error("the key's marker is still in the store")
+	}
+}
