@@ -91,28 +91,28 @@ type settlement struct {
 }
 
 // reconcileProbe compiles p's lookup, which Policy.Check has parsed, and
-// the headers it copies: reconcile.headers, else the scope headers.
-func reconcileProbe(p Policy, scope []ScopeHeader) (*probeTemplate, []string) {
+// the headers it copies: reconcile.headers, else the scope headers; of a
+// cookie scope, only its cookies, never the rest of the Cookie header.
+func reconcileProbe(p Policy, scope []ScopeHeader) (t *probeTemplate, names, cookies []string) {
 	t, err := parseProbeTemplate(p.Reconcile.Request)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var names []string
 	for _, h := range p.Reconcile.Headers {
 		names = append(names, http.CanonicalHeaderKey(h))
 	}
 	if len(names) == 0 {
 		for _, s := range scope {
-			name := s.Header
 			if s.Cookie != "" {
-				name = "Cookie"
+				cookies = append(cookies, s.Cookie)
+				continue
 			}
-			if !slices.Contains(names, name) {
-				names = append(names, name)
+			if !slices.Contains(names, s.Header) {
+				names = append(names, s.Header)
 			}
 		}
 	}
-	return t, names
+	return t, names, cookies
 }
 
 // reconciles reports whether rt settles unknown outcomes with a lookup.

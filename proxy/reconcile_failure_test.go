@@ -776,3 +776,55 @@ func (s *swapMarker) Complete(ctx context.Context, key, token string, rec *store
 	}
 	return err
 }
+
+// Under on_upstream_error: keep, an answer in ambiguous_statuses says
+// nothing of the outcome: the key keeps the 502 upstream-failed, not that
+// answer, and nothing is forwarded again.
+func TestAmbiguousAnswerUnderKeepRecordsUpstreamFailed(t *testing.T) {
+	var posts atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		http.Error(w, "balancer: backend went away", http.StatusBadGateway)
+	}, func(o *Options) {
+		o.Default.OnUpstreamError = UpstreamErrorKeep
+		o.Default.AmbiguousStatuses = []int{502}
+	})
+	e.do(t, "POST", "/x", "k1", `{}`)
+	retry := e.do(t, "POST", "/x", "k1", `{}`)
+	if retry.StatusCode != http.StatusBadGateway || !strings.Contains(retry.body, "upstream-failed") || !retry.replayed() {
+		t.Fatalf("retry: %d %q, want the replayed 502 upstream-failed", retry.StatusCode, retry.body)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("posts = %d, want 1", n)
+	}
+}
+
+// A lookup under a cookie scope carries that cookie alone, never the rest
+// of the client's Cookie header.
+func TestLookupCarriesOnlyTheScopesCookie(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			got = append(got, r.Header.Values("Cookie")...)
+			mu.Unlock()
+			w.Write([]byte(`{"status":"succeeded"}`))
+			return
+		}
+		hangUp(w)
+	}, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.ScopeHeaders = []ScopeHeader{{Cookie: "session"}}
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	r := e.do(t, "POST", "/x", "k1", `{}`, "Cookie", "theme=dark; session=s1; csrf=secret")
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("%d %q, want the found answer", r.StatusCode, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "session=s1" {
+		t.Fatalf("the lookup's Cookie: %q, want only session=s1", got)
+	}
+}

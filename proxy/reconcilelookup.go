@@ -50,6 +50,11 @@ func (h *Handler) lookup(ctx context.Context, q *request) (string, *store.Record
 			req.Header[name] = v
 		}
 	}
+	for _, name := range q.route.probeCookies {
+		if c, err := q.in.Cookie(name); err == nil {
+			req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+		}
+	}
 	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
 		return probeError, nil, err

@@ -33,6 +33,9 @@ type route struct {
 	// churn remembers fingerprints for key churn; nil when churn_window
 	// is 0.
 	churn *churn
+	// probeCookies are the cookies of cookie scopes, the only ones of
+	// the Cookie header that a lookup carries.
+	probeCookies []string
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
@@ -60,7 +63,7 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	// A shadow route answers as a plain reverse proxy would, so it never
 	// holds an unknown outcome back to settle it: it releases the key.
 	if p.OnUpstreamError == UpstreamErrorReconcile && p.Mode != ModeShadow {
-		rt.probe, rt.probeHeaders = reconcileProbe(p, rt.scope)
+		rt.probe, rt.probeHeaders, rt.probeCookies = reconcileProbe(p, rt.scope)
 	}
 	return rt
 }
