@@ -828,3 +828,109 @@ func TestLookupCarriesOnlyTheScopesCookie(t *testing.T) {
 		t.Fatalf("the lookup's Cookie: %q, want only session=s1", got)
 	}
 }
+
+// When no lookup settles the key within reconcile.for, then: release
+// releases it: the caller hears so, and a retry executes it.
+func TestNoLookupSettlesThenReleaseFreesTheKey(t *testing.T) {
+	var posts atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			http.Error(w, "lookup down", http.StatusServiceUnavailable)
+			return
+		}
+		if posts.Add(1) == 1 {
+			hangUp(w)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.Then = ThenRelease
+		o.Default.Reconcile.After, o.Default.Reconcile.Every, o.Default.Reconcile.For = time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
+	})
+	first := e.do(t, "POST", "/x", "k1", `{}`)
+	if first.StatusCode != http.StatusBadGateway || strings.Contains(first.body, "being settled") {
+		t.Fatalf("first caller: %d %q, want the 502 saying the key is released", first.StatusCode, first.body)
+	}
+	if r := e.do(t, "POST", "/x", "k1", `{}`); r.StatusCode != http.StatusCreated || r.replayed() {
+		t.Fatalf("retry: %d %q, want it executed", r.StatusCode, r.body)
+	}
+	if e.probes(probeUnknown) < 1 {
+		t.Error("no lookup was sent before then applied")
+	}
+}
+
+// found_status replaces the lookup's own status in the recorded answer:
+// the first caller and every retry get it, with the lookup's body.
+func TestFoundStatusIsTheRecordedStatus(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		hangUp(w)
+	}, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.Reconcile.FoundStatus = http.StatusCreated
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	first := e.do(t, "POST", "/x", "k1", `{}`)
+	retry := e.do(t, "POST", "/x", "k1", `{}`)
+	for _, r := range []*response{first, retry} {
+		if r.StatusCode != http.StatusCreated || r.body != `{"status":"succeeded"}` {
+			t.Fatalf("%d %q, want 201 with the lookup's body", r.StatusCode, r.body)
+		}
+	}
+}
+
+// A proxy taking over a key being settled refuses a request with another
+// payload (422 mismatch), as for any key: it neither looks up nor forwards.
+func TestTakeOverOfAKeyBeingSettledRefusesAnotherPayload(t *testing.T) {
+	var posts atomic.Int64
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			http.Error(w, "lookup down", http.StatusServiceUnavailable)
+			return
+		}
+		posts.Add(1)
+		hangUp(w)
+	}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 500 * time.Millisecond
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}
+	pa := &partitioned{Store: st}
+	a := newEnv(t, handler, pol, withStore(pa))
+	kh := a.keyHash(t, "k1")
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{"amount":1}`) }()
+	waitFor(t, func() bool { return a.probes(probeUnknown) >= 1 })
+	// The settling proxy is cut off: it stops, its marker stays, and its
+	// lease expires.
+	pa.cut.Store(true)
+	<-aDone
+	waitFor(t, func() bool {
+		_, err := st.Inspect(context.Background(), kh)
+		return errors.Is(err, store.ErrNotFound)
+	})
+	b := newEnv(t, handler, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	r := b.do(t, "POST", "/x", "k1", `{"amount":2}`)
+	if r.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("another payload: %d %q, want 422", r.StatusCode, r.body)
+	}
+	if _, _, ok := b.handler.Settling(kh); ok {
+		t.Error("b settles a key whose request it refused")
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("posts = %d, want 1", n)
+	}
+	if _, err := st.Inspect(context.Background(), kh+ReconcileSuffix); err != nil {
+		t.Errorf("the marker after the refused takeover: %v, want it kept", err)
+	}
+}
