@@ -934,3 +934,58 @@ func TestTakeOverOfAKeyBeingSettledRefusesAnotherPayload(t *testing.T) {
 		t.Errorf("the marker after the refused takeover: %v, want it kept", err)
 	}
 }
+
+// A lookup that runs longer than lock_ttl (reconcile.every may exceed it)
+// keeps the key's lease renewed: another proxy never takes the key over
+// while it runs.
+func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	var lookups atomic.Int64
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			lookups.Add(1)
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+			l.lookup(w, r)
+			return
+		}
+		l.mu.Lock()
+		l.posts++
+		l.mu.Unlock()
+		l.commit(r.Header.Get("Idempotency-Key"))
+		hangUp(w)
+	}
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 5*time.Second
+	}
+	a := newEnv(t, handler, pol)
+	b := newEnv(t, nil, pol, withStore(a.store), func(o *Options) { o.Upstream = a.up.url(t) })
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { return lookups.Load() >= 1 })
+	// Polled for five lock_ttls while the lookup runs.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		if r := b.do(t, "POST", "/x", "k1", `{}`); r.StatusCode != http.StatusConflict {
+			release()
+			t.Fatalf("B answered %d %q while A's lookup ran, want 409: the key is being settled", r.StatusCode, r.body)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a lease's expiry: nothing to await
+	}
+	release()
+	if r := <-aDone; r.StatusCode != http.StatusOK {
+		t.Fatalf("A's caller: %d %q, want the found answer", r.StatusCode, r.body)
+	}
+	if posts, _ := l.counts(); posts != 1 {
+		t.Fatalf("posts = %d, want 1", posts)
+	}
+}
