@@ -445,6 +445,9 @@ func TestResendIsNeverRepeatedByTheKeysNextOwner(t *testing.T) {
 	gate := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
+	// Deferred, not only a cleanup: a failure must let the resend end
+	// before the servers close.
+	defer release()
 	t.Cleanup(release)
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
