@@ -992,3 +992,27 @@ func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
 		t.Fatalf("posts = %d, want 1", posts)
 	}
 }
+
+// A marker still being written (its own lease in flight: a proxy writing
+// it, or one that died doing so) says the key is being settled: the
+// key's next request is answered 409 and never forwarded.
+func TestMarkerBeingWrittenKeepsTheKeyFromExecuting(t *testing.T) {
+	var posts atomic.Int64
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}, func(o *Options) { reviewPolicy(&o.Default) }, withStore(st))
+	mk := e.keyHash(t, "k1") + ReconcileSuffix
+	if _, err := st.Begin(context.Background(), mk, store.Lease{}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "POST", "/x", "k1", `{}`)
+	if r.StatusCode != http.StatusConflict || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("%d %q, want 409 being settled", r.StatusCode, r.body)
+	}
+	if n := posts.Load(); n != 0 {
+		t.Fatalf("posts = %d, want 0", n)
+	}
+}
