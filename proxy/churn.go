@@ -93,9 +93,10 @@ func (h *Handler) countChurn(q *request) {
 	if c == nil {
 		return
 	}
-	id := churnIDOf(q.fp, scopeHash(q.in, q.route.scope))
-	if c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
+	scope := scopeHash(q.in, q.route.scope)
+	if c.observe(churnIDOf(q.fp, scope), q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
 		q.route.metrics.churn.Inc()
+		q.route.metrics.report.churned(q.start, scope)
 	}
 }
 

@@ -474,6 +474,7 @@ func (h *Handler) finish(q *request) {
 func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
 	q.route.metrics.observe(outcome, d)
+	q.route.metrics.report.outcome(q.start, outcome, q.keyHash != "")
 	if h.observe != nil {
 		o := Observation{Outcome: outcome, KeyHash: q.keyHash}
 		if q.route.label != defaultRoute {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,6 +149,13 @@ type Metrics struct {
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
 	ops map[string]opMetrics
+
+	// reports are each route's counts for the adoption report, by label,
+	// kept across reloads like the Prometheus series; reportsStart is when
+	// the first began.
+	reportsMu    sync.Mutex
+	reports      map[string]*reportCounts
+	reportsStart time.Time
 }
 
 type opMetrics struct {
@@ -170,6 +178,7 @@ type routeMetrics struct {
 	// route forwarded; nil under enforce.
 	shadow map[Would]prometheus.Counter
 	churn  prometheus.Counter // idempotency_proxy_key_churn_total
+	report *reportCounts      // the adoption report's counts (report.go)
 }
 
 // executedOutcomes are the outcomes an executed request ends in.
@@ -264,8 +273,21 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
 	}
+	m.reports, m.reportsStart = map[string]*reportCounts{}, time.Now()
 	m.route(defaultRoute)
 	return m
+}
+
+// reportCounts returns the label's report counts, created on first use.
+func (m *Metrics) reportCounts(label string) *reportCounts {
+	m.reportsMu.Lock()
+	defer m.reportsMu.Unlock()
+	c := m.reports[label]
+	if c == nil {
+		c = newReportCounts(time.Now())
+		m.reports[label] = c
+	}
+	return c
 }
 
 // route creates a route's series at zero, so rates and alerts work before
@@ -276,6 +298,7 @@ func (m *Metrics) route(label string) *routeMetrics {
 		upstream: m.upstreamDuration.WithLabelValues(label),
 		detached: make(map[Outcome]prometheus.Counter, len(executedOutcomes)),
 		churn:    m.keyChurn.WithLabelValues(label),
+		report:   m.reportCounts(label),
 	}
 	for _, o := range executedOutcomes {
 		rm.detached[o] = m.detachedEnded.WithLabelValues(label, string(o))

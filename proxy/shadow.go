@@ -86,6 +86,7 @@ func (h *Handler) shadowed(w http.ResponseWriter, q *request, would Would) bool 
 		return false
 	}
 	q.route.metrics.shadow[would].Inc()
+	q.route.metrics.report.would(q.start, would)
 	if would == WouldStoreUnavailable {
 		q.outcome = OutcomeStoreBypassed
 	} else {

@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// reportT0 is a minute boundary, so that tests know which bucket a time falls in.
+var reportT0 = time.Unix(1_800_000_000/60*60, 0)
+
+func TestReportSumsOnlyTheMinutesOfTheWindow(t *testing.T) {
+	c := newReportCounts(reportT0)
+	for i := range 10 { // one request a minute for ten minutes
+		c.add(reportT0.Add(time.Duration(i)*time.Minute+30*time.Second), fieldRequests)
+	}
+	now := unixMinute(reportT0) + 9
+	for _, tc := range []struct{ minutes, want int64 }{{1, 1}, {3, 3}, {10, 10}, {60, 10}} {
+		if got := c.sum(now-tc.minutes+1, now)[fieldRequests]; int64(got) != tc.want {
+			t.Errorf("last %d minutes: %d requests, want %d", tc.minutes, got, tc.want)
+		}
+	}
+}
+
+func TestReportBucketADayLaterForgetsTheDayBefore(t *testing.T) {
+	c := newReportCounts(reportT0)
+	c.add(reportT0, fieldRequests)
+	c.add(reportT0, fieldRequests)
+	later := reportT0.Add(ReportKept) // the same slot, a day later
+	c.add(later, fieldRequests)
+	m := unixMinute(later)
+	if got := c.sum(m, m)[fieldRequests]; got != 1 {
+		t.Errorf("the reused bucket holds %d requests, want 1: the day before was kept", got)
+	}
+	if got := c.sum(m-int64(reportSlots)+1, m)[fieldRequests]; got != 1 {
+		t.Errorf("the whole day holds %d requests, want 1", got)
+	}
+}
+
+func TestReportLineAddsEnforceAndShadowAnswers(t *testing.T) {
+	c := newReportCounts(reportT0)
+	for range 4 {
+		c.outcome(reportT0, OutcomeExecuted, true)
+	}
+	c.outcome(reportT0, OutcomeReplayed, true)
+	c.outcome(reportT0, OutcomeReplayed, true)
+	c.outcome(reportT0, OutcomeMismatch, true)
+	c.outcome(reportT0, OutcomeConflict, true)
+	c.outcome(reportT0, OutcomeMissingKey, false)
+	c.outcome(reportT0, OutcomeNoKey, false)
+	c.outcome(reportT0, OutcomePassthrough, false) // a GET: not protected
+	// Shadow: forwarded (passthrough) and counted as what enforce would do.
+	for _, w := range []Would{WouldReplay, WouldReplay, WouldReplay, WouldMismatch, WouldMissingKey} {
+		c.outcome(reportT0, OutcomePassthrough, w != WouldMissingKey)
+		c.would(reportT0, w)
+	}
+	c.churned(reportT0, [16]byte{1})
+	m := unixMinute(reportT0)
+	got := c.line("POST /v1/charges", "enforce", m, m)
+	want := ReportRoute{
+		Route: "POST /v1/charges", Mode: "enforce",
+		Requests: 16, Keyed: 12, KeyedShare: 12.0 / 15,
+		Duplicates: 5, ExecutionsSaved: 2, ExecutionsWouldBe: 3,
+		Mismatches: 2, Conflicts: 1, MissingKeys: 3, Churn: 1,
+	}
+	if len(got.TopChurnScopes) != 1 || got.TopChurnScopes[0].Churn != 1 {
+		t.Errorf("top churn scopes %+v, want the one scope once", got.TopChurnScopes)
+	}
+	got.TopChurnScopes = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("line =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestReportNamesTheMostChurningScopesInBoundedMemory(t *testing.T) {
+	c := newReportCounts(reportT0)
+	heavy := [16]byte{0xff, 0xee}
+	for i := range 3 * reportTrackedScopes {
+		c.churned(reportT0, [16]byte{byte(i), byte(i >> 8), 1})
+		if i%10 == 0 {
+			c.churned(reportT0, heavy)
+		}
+	}
+	if len(c.scopes) > reportTrackedScopes {
+		t.Fatalf("%d scopes held, want at most %d", len(c.scopes), reportTrackedScopes)
+	}
+	top := c.topScopes()
+	if len(top) != reportTopScopes {
+		t.Fatalf("%d top scopes, want %d", len(top), reportTopScopes)
+	}
+	if top[0].ScopeHash != "ffee000000000000" {
+		t.Errorf("top scope %s, want the heavy one ffee000000000000: %+v", top[0].ScopeHash, top)
+	}
+	for i := 1; i < len(top); i++ {
+		if top[i].Churn > top[i-1].Churn {
+			t.Errorf("top scopes out of order: %+v", top)
+		}
+	}
+}
+
+func TestReportWindowLongerThanKeptSaysSo(t *testing.T) {
+	h := newKeyHashHandler(t, nil)
+	now := h.metrics.reportsStart
+	r := h.reportAt(now.Add(3*time.Minute), 10*time.Minute)
+	if r.Covered != "4m0s" || !strings.Contains(r.Note, "started") {
+		t.Errorf("a window longer than the process has run: covered %s, note %q; want 4m0s and a note", r.Covered, r.Note)
+	}
+	r = h.reportAt(now.Add(48*time.Hour), 72*time.Hour)
+	if r.Covered != ReportKept.String() || !strings.Contains(r.Note, "keeps") {
+		t.Errorf("a window longer than what is kept: covered %s, note %q; want %s and a note", r.Covered, r.Note, ReportKept)
+	}
+	r = h.reportAt(now.Add(48*time.Hour), time.Hour)
+	if r.Covered != "1h0m0s" || r.Note != "" {
+		t.Errorf("a window within what is kept: covered %s, note %q; want 1h0m0s, no note", r.Covered, r.Note)
+	}
+	if len(r.Routes) != 1 || r.Routes[0].Route != defaultRoute {
+		t.Errorf("routes %v, want the defaults' alone", fmt.Sprint(r.Routes))
+	}
+}
