@@ -28,6 +28,7 @@ var endpoints = []endpoint{
 	{request: "DELETE /admin/keys/{key_hash}", what: "remove a lease or a record", token: true, keyAPI: true},
 	{request: "POST /admin/hash", what: "the key_hash a request with a given key would use", token: true, keyAPI: true},
 	{request: "GET /admin/config", what: "the effective configuration as YAML, each value's origin, secrets masked", token: true, keyAPI: true},
+	{request: "GET /admin/report?window=24h", what: "the adoption report: per route, requests, keyed share, duplicates and the upstream executions they saved or would save, mismatches, conflicts, missing keys, key churn; this process's counts only", token: true, keyAPI: true},
 	{request: "GET /debug/pprof/", what: "Go runtime profiles", token: true, pprof: true},
 }
 

@@ -77,6 +77,7 @@ const (
 	opList   = "list"
 	opHash   = "hash"
 	opConfig = "config"
+	opReport = "report"
 )
 
 func (h *Handler) routeKeys(mux *http.ServeMux) {
@@ -88,6 +89,7 @@ func (h *Handler) routeKeys(mux *http.ServeMux) {
 	handle("GET /admin/keys", opList, h.listKeys)
 	handle("POST /admin/hash", opHash, h.hashKey)
 	handle("GET /admin/config", opConfig, h.getConfig)
+	handle("GET /admin/report", opReport, h.getReport)
 	// Everything else under /admin/ is 404 without the token, so that a
 	// prober learns nothing; with it, a clear 404 or 405.
 	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", http.NotFound))

@@ -12,7 +12,7 @@ const (
 )
 
 var (
-	operations = []string{opGet, opDelete, opList, opHash, opConfig}
+	operations = []string{opGet, opDelete, opList, opHash, opConfig, opReport}
 	results    = []string{resultOK, resultNotFound, resultBadRequest, resultUnauthorized, resultError}
 )
 
@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idempotency_proxy_admin_operations_total",
-			Help: "Operator key API calls, by operation (get, delete, list, hash, config) and result.",
+			Help: "Operator key API calls, by operation (get, delete, list, hash, config, report) and result.",
 		}, []string{"operation", "result"}),
 		evictionUnsafe: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idempotency_proxy_store_eviction_unsafe",

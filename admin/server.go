@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -82,6 +83,9 @@ type Options struct {
 	// Config serves GET /admin/config: the effective configuration as
 	// YAML, each value's origin noted, secrets masked (config.View).
 	Config func() []byte
+	// Report serves GET /admin/report: the adoption report over the last
+	// window (proxy.Handler.Report).
+	Report func(window time.Duration) proxy.Report
 	// PProf serves /debug/pprof/, behind the token when one is set.
 	PProf bool
 	// ObservePing, when set, is told the duration and result of every

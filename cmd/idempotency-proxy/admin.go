@@ -53,6 +53,7 @@ func newAdmin(cfg *config.Config, st store.Store, reg *prometheus.Registry, pm *
 		Token:        token,
 		Hasher:       h,
 		Config:       view,
+		Report:       h.Report,
 		PProf:        cfg.Admin.PProf,
 		ObservePing:  pm.ObservePing,
 		ReadyTimeout: readyTimeout,

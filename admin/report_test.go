@@ -1,0 +1,48 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+)
+
+// GET /admin/report asks the proxy for the window given (24h without
+// one), behind the token; a window that is not a duration is a 400 that
+// says what it wants.
+func TestReportIsServedBehindTheTokenForTheWindowAsked(t *testing.T) {
+	var asked time.Duration
+	report := func(w time.Duration) proxy.Report {
+		asked = w
+		return proxy.Report{Window: w.String(), Routes: []proxy.ReportRoute{{Route: "POST /v1/charges", Requests: 7}}}
+	}
+	e := newEnv(t, testToken, func(o *Options) { o.Report = report })
+	if rec := e.do(t, "GET", "/admin/report", "", ""); rec.Code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d, want 401", rec.Code)
+	}
+	for _, tc := range []struct {
+		query string
+		want  time.Duration
+	}{{"", 24 * time.Hour}, {"?window=90m", 90 * time.Minute}} {
+		rec := e.do(t, "GET", "/admin/report"+tc.query, bearer, "")
+		var got proxy.Report
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("GET /admin/report%s = %d %s, want 200 and a report", tc.query, rec.Code, rec.Body)
+		}
+		if asked != tc.want || len(got.Routes) != 1 || got.Routes[0].Requests != 7 {
+			t.Errorf("GET /admin/report%s asked %s and answered %+v, want %s and the proxy's report", tc.query, asked, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"1day", "-1h", "0s"} {
+		rec := e.do(t, "GET", "/admin/report?window="+bad, bearer, "")
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "positive duration") {
+			t.Errorf("window=%s: %d %s, want 400 saying what a window is", bad, rec.Code, rec.Body)
+		}
+	}
+	if got := e.ops(opReport, resultOK); got != 2 {
+		t.Errorf("report ok counted %v, want 2", got)
+	}
+}
