@@ -33,6 +33,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "keys" {
 		return runKeys(args[1:], env, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "report" {
+		return runReport(args[1:], env, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "config" {
 		return runConfigView(args[1:], env, stdout, stderr)
 	}

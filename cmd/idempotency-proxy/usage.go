@@ -28,6 +28,9 @@ Usage:
                                                 admin API (docs/operating.md)
   idempotency-proxy config                      print a running proxy's effective configuration,
                                                 each value's origin, secrets masked
+  idempotency-proxy report [--window 24h] [--json]
+                                                per route, what the proxy did or in shadow mode
+                                                would do: duplicates, mismatches, missing keys, churn
   idempotency-proxy --version
 
 Flags:
