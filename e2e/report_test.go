@@ -122,8 +122,8 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 			Duplicates: 2, ExecutionsSaved: tc.saved, ExecutionsWouldBe: tc.wouldSave,
 			Mismatches: 1, Conflicts: 0, MissingKeys: 2, Churn: 1,
 		}
-		if len(got.TopChurnScopes) != 1 || got.TopChurnScopes[0].Churn != 1 || len(got.TopChurnScopes[0].ScopeHash) != 16 {
-			t.Errorf("%s: top churn scopes %+v, want the one scope with 1, by a 16-digit hash", tc.route, got.TopChurnScopes)
+		if len(got.TopChurnScopes) != 1 || got.TopChurnScopes[0].Churn != 1 || len(got.TopChurnScopes[0].ScopeHash) != 32 {
+			t.Errorf("%s: top churn scopes %+v, want the one scope with 1, by its 32-digit scope_hash", tc.route, got.TopChurnScopes)
 		}
 		scopes := got.TopChurnScopes
 		got.TopChurnScopes = nil

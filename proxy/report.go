@@ -172,7 +172,7 @@ type ReportRoute struct {
 	MissingKeys       uint64 `json:"missing_keys"`
 	Churn             uint64 `json:"key_churn"`
 	// TopChurnScopes are the scopes with the most churn since the process
-	// started, by the first 16 hex digits of their hash: never the values.
+	// started, by their scope_hash as the key API shows it: never the values.
 	TopChurnScopes []ChurnScope `json:"top_churn_scopes"`
 }
 
@@ -236,7 +236,7 @@ func (c *reportCounts) topScopes() []ChurnScope {
 	c.scopesMu.Lock()
 	out := make([]ChurnScope, 0, len(c.scopes))
 	for s, n := range c.scopes {
-		out = append(out, ChurnScope{ScopeHash: hex.EncodeToString(s[:8]), Churn: n})
+		out = append(out, ChurnScope{ScopeHash: hex.EncodeToString(s[:]), Churn: n})
 	}
 	c.scopesMu.Unlock()
 	slices.SortFunc(out, func(a, b ChurnScope) int {
