@@ -119,3 +119,15 @@ func TestReportWindowLongerThanKeptSaysSo(t *testing.T) {
 		t.Errorf("routes %v, want the defaults' alone", fmt.Sprint(r.Routes))
 	}
 }
+
+// BenchmarkReportOutcome is what the report adds to each request.
+func BenchmarkReportOutcome(b *testing.B) {
+	c := newReportCounts(time.Now())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		now := time.Now()
+		for pb.Next() {
+			c.outcome(now, OutcomeReplayed, true)
+		}
+	})
+}
