@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,27 +52,38 @@ func getReport(t *testing.T, p *proxyProc, window string) proxy.Report {
 	return r
 }
 
+// sendTo sends body to path under key ("": none); hold makes the
+// upstream hold its answer until upstream.Unhold. It may run in its own
+// goroutine, so a failure is reported, not fatal.
+func sendTo(t *testing.T, base, path, key, body string, hold bool) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" { // keys are not per route: each route gets its own
+		req.Header.Set("Idempotency-Key", path+"-"+key)
+	}
+	if hold {
+		req.Header.Set(hdrHold, "1")
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Errorf("POST %s key %q: %v", path, key, err)
+		return
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
 // sendMix sends to path the known mix of the report test: three new
 // keys, two duplicates of the first, the second key with another body, two
 // requests without a key and one body retried under a fresh key.
 func sendMix(t *testing.T, base, path string) {
 	t.Helper()
-	send := func(key, body string) {
-		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if key != "" { // keys are not per route: each route gets its own
-			req.Header.Set("Idempotency-Key", path+"-"+key)
-		}
-		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatalf("POST %s key %q: %v", path, key, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	send := func(key, body string) { sendTo(t, base, path, key, body, false) }
 	for i := range 3 {
 		send(fmt.Sprintf("new-%d", i), fmt.Sprintf(`{"n":%d}`, i))
 	}
@@ -88,8 +100,8 @@ func sendMix(t *testing.T, base, path string) {
 // route in shadow mode and one in enforce mode: GET /admin/report and
 // `idempotency-proxy report` (JSON and table) give, per route, the
 // requests, the keyed share, the duplicates and the upstream executions
-// they saved (enforce) or would save (shadow), the mismatch, the missing
-// keys and the churn, with the churning scope by hash.
+// they saved (enforce) or would save (shadow), the mismatch, the
+// concurrent duplicate, the missing keys and the churn, with the churning scope by hash.
 func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 	up := startUpstream(t)
 	cfg := baseConfig(up, "")
@@ -102,6 +114,15 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 	p := startProxy(t, "report", cfg)
 	sendMix(t, p.URL(), "/v1/charges")
 	sendMix(t, p.URL(), "/v1/orders")
+	// A duplicate sent while the first runs, on each route.
+	var held sync.WaitGroup
+	for _, path := range []string{"/v1/charges", "/v1/orders"} {
+		held.Go(func() { sendTo(t, p.URL(), path, "held", `{"held":1}`, true) })
+		up.WaitCount(path+"-held", 1, 30*time.Second)
+		sendTo(t, p.URL(), path, "held", `{"held":1}`, false)
+	}
+	up.Unhold()
+	held.Wait()
 
 	r := getReport(t, p, "1h")
 	byRoute := map[string]proxy.ReportRoute{}
@@ -118,9 +139,9 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 	} {
 		got := byRoute[tc.route]
 		want := proxy.ReportRoute{
-			Route: tc.route, Mode: tc.mode, Requests: 10, Keyed: 8, KeyedShare: 0.8,
+			Route: tc.route, Mode: tc.mode, Requests: 12, Keyed: 10, KeyedShare: 10.0 / 12,
 			Duplicates: 2, ExecutionsSaved: tc.saved, ExecutionsWouldBe: tc.wouldSave,
-			Mismatches: 1, Conflicts: 0, MissingKeys: 2, Churn: 1,
+			Mismatches: 1, Conflicts: 1, MissingKeys: 2, Churn: 1,
 		}
 		if len(got.TopChurnScopes) != 1 || got.TopChurnScopes[0].Churn != 1 || len(got.TopChurnScopes[0].ScopeHash) != 32 {
 			t.Errorf("%s: top churn scopes %+v, want the one scope with 1, by its 32-digit scope_hash", tc.route, got.TopChurnScopes)
@@ -131,7 +152,7 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 			t.Errorf("%s: report\n%+v\nwant\n%+v", tc.route, got, want)
 		}
 		table := reportCLI(t, p, "--window", "1h")
-		row := strings.Join([]string{tc.route, tc.mode, "10", "8", "(80%)", "2", tc.tableSaved, tc.tableWould, "1", "0", "2", "1"}, " ")
+		row := strings.Join([]string{tc.route, tc.mode, "12", "10", "(83%)", "2", tc.tableSaved, tc.tableWould, "1", "1", "2", "1"}, " ")
 		if !containsFields(table, row) {
 			t.Errorf("report table has no row %q:\n%s", row, table)
 		}
