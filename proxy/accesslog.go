@@ -12,7 +12,8 @@ import (
 )
 
 // SetAccessLog turns the access log on or off for requests that start
-// from now on (a reload of access_log).
+// from now on (a reload of access_log); SetAccessLogFormat (accessfields.go)
+// chooses its fields.
 func (h *Handler) SetAccessLog(on bool) { h.accessLog.Store(on) }
 
 // counted is a request's writer while the access log is on: it notes the
@@ -66,7 +67,7 @@ func (h *Handler) logAccess(q *request, outcome Outcome, status int, d time.Dura
 	bp := linePool.Get().(*[]byte)
 	// The line's time is the request's end, as time.Now would give it: d
 	// was measured from q.start a moment ago.
-	*bp = appendAccessLine((*bp)[:0], q.start.Add(d), q, outcome, status, d)
+	*bp = appendAccessLine((*bp)[:0], h.accessFormat.Load(), q.start.Add(d), q, outcome, status, d)
 	_, _ = h.accessOut.Write(*bp) // a line that cannot be written is lost, as with slog
 	linePool.Put(bp)
 }
@@ -79,30 +80,64 @@ var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 // slog JSON handler writes for the same record (TestAccessLineIsTheJSON
 // HandlersLine), formatted by hand because the handler's attributes,
 // interface values and encoding/json for the duration were most of the
-// line's cost. A new field is one more line here, in the place its key
-// takes in the line.
-func appendAccessLine(b []byte, now time.Time, q *request, outcome Outcome, status int, d time.Duration) []byte {
+// line's cost. The fields are f's, in their AccessField order: a new field
+// is a constant there and one more entry here, in the place its key takes
+// in the line.
+func appendAccessLine(b []byte, f *accessFormat, now time.Time, q *request, outcome Outcome, status int, d time.Duration) []byte {
 	b = append(b, `{"time":"`...)
 	b = appendRFC3339Nano(b, now)
-	b = append(b, `","level":"INFO","msg":"access","method":`...)
-	b = appendJSONString(b, q.in.Method)
-	b = append(b, `,"path":`...)
-	b = appendJSONString(b, q.in.URL.Path)
-	b = append(b, `,"route":`...)
-	b = appendJSONString(b, q.route.label)
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"outcome":`...)
-	b = appendJSONString(b, string(outcome))
-	b = append(b, `,"duration_seconds":`...)
-	b = appendSeconds(b, d)
-	b = append(b, `,"bytes":`...)
-	b = strconv.AppendInt(b, q.sentBytes, 10)
-	b = append(b, `,"key_hash":`...)
-	b = appendJSONString(b, q.keyHash)
-	if q.recon != nil {
+	b = append(b, `","level":"INFO","msg":"access"`...)
+	if f.fields.has(FieldMethod) {
+		b = append(b, `,"method":`...)
+		b = appendJSONString(b, q.in.Method)
+	}
+	if f.fields.has(FieldPath) {
+		b = append(b, `,"path":`...)
+		b = appendJSONString(b, q.in.URL.Path)
+	}
+	if f.fields.has(FieldRoute) {
+		b = append(b, `,"route":`...)
+		b = appendJSONString(b, q.route.label)
+	}
+	if f.fields.has(FieldStatus) {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
+	if f.fields.has(FieldOutcome) {
+		b = append(b, `,"outcome":`...)
+		b = appendJSONString(b, string(outcome))
+	}
+	if f.fields.has(FieldDuration) {
+		b = append(b, `,"duration_seconds":`...)
+		b = appendSeconds(b, d)
+	}
+	if f.fields.has(FieldBytes) {
+		b = append(b, `,"bytes":`...)
+		b = strconv.AppendInt(b, q.sentBytes, 10)
+	}
+	if f.fields.has(FieldKeyHash) {
+		b = append(b, `,"key_hash":`...)
+		b = appendJSONString(b, q.keyHash)
+	}
+	if f.fields.has(FieldReconcileProbes) && q.recon != nil {
 		b = append(b, `,"reconcile_probes":`...)
 		b = strconv.AppendInt(b, q.recon.probes.Load(), 10)
+	}
+	if up := q.upstreamTook.Load(); f.fields.has(FieldUpstream) && up != 0 {
+		b = append(b, `,"upstream_seconds":`...)
+		b = appendSeconds(b, time.Duration(up))
+	}
+	if f.fields.has(FieldClientAddr) {
+		b = append(b, `,"client_addr":`...)
+		b = appendJSONString(b, clientAddr(q.in, f.trusted))
+	}
+	if f.fields.has(FieldUserAgent) {
+		b = append(b, `,"user_agent":`...)
+		b = appendJSONString(b, userAgent(q.in))
+	}
+	if id := requestID(q.in); f.fields.has(FieldRequestID) && id != "" {
+		b = append(b, `,"request_id":`...)
+		b = appendJSONString(b, id)
 	}
 	return append(b, "}\n"...)
 }

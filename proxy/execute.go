@@ -71,6 +71,7 @@ func (h *Handler) call(q *request) {
 	q.capture.mu.Unlock()
 	q.cancel()
 	q.returned = h.clock.Now()
+	q.upstreamTook.Store(int64(max(q.returned.Sub(start), 1)))
 	q.route.metrics.upstream.Observe(q.returned.Sub(start).Seconds())
 	detached := q.capture.end(h.metrics.detached)
 	q.ran.status = q.capture.status

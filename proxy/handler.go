@@ -55,6 +55,9 @@ type Handler struct {
 	// accessLog is Options.AccessLog, as SetAccessLog last set it.
 	accessLog atomic.Bool
 	accessOut io.Writer // Options.AccessLogOutput
+	// accessFormat is the access line's fields and trusted proxies, as
+	// Options or SetAccessLogFormat last set them.
+	accessFormat atomic.Pointer[accessFormat]
 	// bypassLog and refuseLog keep the store-unavailable warnings, due on
 	// every request while the store is down, to one a period: the access
 	// line has each request's outcome and key_hash.
@@ -108,6 +111,9 @@ func New(opts Options) (*Handler, error) {
 	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
 	h.accessOut = cmp.Or[io.Writer](opts.AccessLogOutput, io.Discard)
+	if err := h.SetAccessLogFormat(opts.AccessLogFields, opts.TrustedProxies); err != nil {
+		return nil, err
+	}
 	h.bypassLog, h.refuseLog = lograte.New(lograte.Period), lograte.New(lograte.Period)
 	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
 	def := opts.Default
@@ -218,7 +224,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A real protocol upgrade (WebSocket) hands the connection over: there
 	// is no response to record. Any other upgrade offer is dropped.
 	if !q.route.protectsTarget(&q.target) || isUpgrade(r) && q.target.method == http.MethodGet {
-		h.passThrough(w, r)
+		h.passThrough(w, q, r)
 		return
 	}
 	dropUpgrade(r.Header)
@@ -244,7 +250,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if haveBody {
 			setBody(r, q.body, nil)
 		}
-		h.passThrough(q.unrecorded(w), r)
+		h.passThrough(q.unrecorded(w), q, r)
 		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
 		return
 	case errors.Is(err, jsonread.ErrDuplicateName):

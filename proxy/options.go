@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -82,6 +83,13 @@ type Options struct {
 	// be safe for concurrent use and should buffer (internal/logbuf): a
 	// line is written on every request. Nil discards them.
 	AccessLogOutput io.Writer
+	// AccessLogFields are the access line's fields; nil means
+	// DefaultAccessFields. SetAccessLogFormat changes them.
+	AccessLogFields []AccessField
+	// TrustedProxies are the ranges of the peers whose X-Forwarded-For
+	// gives the access line's client_addr (clientAddr); none means the
+	// peer's address, whatever the header says.
+	TrustedProxies []netip.Prefix
 	// Instance names this process in the leases it takes (store.Lease),
 	// so an operator can tell which proxy holds a key; "" means
 	// DefaultInstance.

@@ -15,7 +15,7 @@ import (
 // it upstream: the transport fails and drops the upstream connection in
 // the middle of the response, which is cut off (golang/go#40747). HTTP/2
 // is always full duplex.
-func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) passThrough(w http.ResponseWriter, q *request, r *http.Request) {
 	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
 		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 			// A ResponseWriter wrapper without Unwrap hides the server's:
@@ -24,5 +24,7 @@ func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request) {
 				slog.String("error", err.Error()))
 		}
 	}
+	start := h.clock.Now()
 	h.rp.ServeHTTP(w, r)
+	q.upstreamTook.Store(int64(max(h.clock.Now().Sub(start), 1)))
 }

@@ -32,6 +32,10 @@ type request struct {
 	out       http.ResponseWriter
 	sentCode  int
 	sentBytes int64
+	// upstreamTook is how long the upstream call took, in nanoseconds,
+	// once it returned: 0 before, or without one. Atomic: a detached call
+	// returns after the client's line may be written.
+	upstreamTook atomic.Int64
 
 	key     string // the idempotency key, as sent
 	body    []byte // read in full once a source or the fingerprint needs it

@@ -95,7 +95,7 @@ func (h *Handler) shadowed(w http.ResponseWriter, q *request, would Would) bool 
 	if q.body != nil {
 		setBody(q.in, q.body, nil)
 	}
-	h.passThrough(q.unrecorded(w), q.in)
+	h.passThrough(q.unrecorded(w), q, q.in)
 	dropControlTrailers(w.Header(), q.route.policy.UpstreamControlHeader)
 	return true
 }
