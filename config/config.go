@@ -62,6 +62,12 @@ type Config struct {
 	LogLevel LogLevel `config:"log_level" flag:"log-level" reload:"live"`
 	// AccessLog logs one line per request at info level (msg "access").
 	AccessLog bool `config:"access_log" reload:"live"`
+	// AccessLogFields are the fields of the access line, written in the
+	// line's own order (docs/operating.md#logs).
+	AccessLogFields []proxy.AccessField `config:"access_log_fields" reload:"live"`
+	// TrustedProxies are the peers whose X-Forwarded-For gives the access
+	// line's client_addr.
+	TrustedProxies []CIDR `config:"trusted_proxies" reload:"live"`
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `config:"shutdown_timeout" reload:"live"`
 	// AsyncPath is the prefix of the status URLs of requests answered 202
@@ -202,6 +208,8 @@ func Default() *Config {
 		AdminListen:     ":9090",
 		LogLevel:        LogInfo,
 		AccessLog:       true,
+		AccessLogFields: proxy.DefaultAccessFields(),
+		TrustedProxies:  []CIDR{},
 		ShutdownTimeout: 30 * time.Second,
 		AsyncPath:       proxy.DefaultAsyncPath,
 		Upstream: Upstream{

@@ -64,6 +64,12 @@ var invalidFiles = []invalidCase{
 	{"invalid-url-syntax.yaml", []string{
 		`upstream.url: invalid URL "http://[::1": missing ']' in host`,
 	}},
+	{"invalid-access-log.yaml", []string{
+		`access_log_fields[2]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id; got "user_agnet" (did you mean user_agent?)`,
+		`access_log_fields[3]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id; got "client_adr" (did you mean client_addr?)`,
+		`trusted_proxies[1]: invalid CIDR "10.0.0/8" (want a range such as 10.0.0.0/8 or fd00::/8, or one address)`,
+		`trusted_proxies[2]: invalid CIDR "fd00::/200" (want a range such as 10.0.0.0/8 or fd00::/8, or one address)`,
+	}},
 	{"invalid-missing-upstream.yaml", []string{
 		"upstream.url: required: set it with --upstream or IDEMPOTENCY_PROXY_UPSTREAM_URL (e.g. http://127.0.0.1:3000)",
 	}},

@@ -152,6 +152,10 @@ func (r *reloader) reload(trigger string) {
 	}
 	r.level.Set(next.LogLevel.Level())
 	r.handler.SetAccessLog(next.AccessLog)
+	if err := r.handler.SetAccessLogFormat(next.AccessLogFields, config.Prefixes(next.TrustedProxies)); err != nil {
+		// Load has checked both: only a Config built in code gets here.
+		r.log.Error("access log fields not reloaded", "error", err.Error())
+	}
 	r.reloadToken(next.Admin)
 	r.reloadKeyring(next.Store.Encryption.Keyring)
 	if keys := next.RestartNeeded(r.started); len(keys) > 0 {

@@ -56,6 +56,8 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 		Routes:           routes,
 		Logger:           log,
 		AccessLog:        cfg.AccessLog,
+		AccessLogFields:  cfg.AccessLogFields,
+		TrustedProxies:   config.Prefixes(cfg.TrustedProxies),
 		Metrics:          m,
 	}
 }
