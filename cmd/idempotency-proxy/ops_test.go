@@ -210,3 +210,28 @@ func TestShutdownTimeoutKeepsUnfinishedKeysLocked(t *testing.T) {
 		t.Error("the abort was not logged")
 	}
 }
+
+// access_log_fields and trusted_proxies are reloaded live: the lines of
+// requests after the edit have the new fields, with no restart warning.
+func TestAccessLogFieldsReloadLive(t *testing.T) {
+	up, _ := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	config := func(fields string) string {
+		return "upstream:\n  url: " + up.URL + "\naccess_log_fields: [" + fields + "]\ntrusted_proxies: [127.0.0.1]\n"
+	}
+	writeFile(t, file, config("path, status"))
+	p := start(t, nil, "--config", file)
+	p.post(t, "/before", "", "{}")
+	waitFor(t, "the access line with path and status only", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"access","path":"/before","status":200}`)
+	})
+	writeFile(t, file, config("path, client_addr"))
+	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
+	p.post(t, "/after", "", "{}")
+	waitFor(t, "the access line with the reloaded fields", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"access","path":"/after","client_addr":"127.0.0.1"}`)
+	})
+	if strings.Contains(p.logs.String(), "need a restart") {
+		t.Errorf("the fields' reload asked for a restart:\n%s", p.logs.String())
+	}
+}
