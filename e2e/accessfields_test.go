@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +92,62 @@ func TestAccessLogWritesTheChosenFields(t *testing.T) {
 				t.Errorf("access line %d has %s, which was not chosen: %v", i, k, l)
 			}
 		}
+	}
+}
+
+// The access_log_fields example of docs/operating.md ("Logs") runs as it
+// is: the line has exactly the fields it lists, and, the test's client not
+// being one of its trusted proxies, the client's own X-Forwarded-For is
+// ignored.
+func TestOperatingDocsAccessFieldsExample(t *testing.T) {
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "operating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := yamlBlock(t, markdownSection(t, string(doc), "Logs"))
+	_, list, _ := strings.Cut(block, "access_log_fields: [")
+	list, _, _ = strings.Cut(list, "]")
+	fields := strings.Split(list, ", ")
+
+	up := startUpstream(t)
+	p := startProxy(t, "access-fields-doc", proxyConfig{Upstream: up.URL(), Memory: true, Extra: block})
+	req, err := http.NewRequest(http.MethodPost, p.URL()+"/v1/charges", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "doc-1")
+	req.Header.Set("X-Request-Id", "doc-req")
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+
+	var lines []map[string]any
+	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+		if lines = p.logLines(map[string]string{"msg": "access"}); len(lines) == 0 {
+			return errors.New("no access line on stderr yet")
+		}
+		return nil
+	})
+	l := lines[0]
+	want := append([]string{"time", "level", "msg"}, fields...)
+	var got []string
+	for k := range l {
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("access line keys %v, want %v (the example's): %v", got, want, l)
+	}
+	if l["client_addr"] != "127.0.0.1" {
+		t.Errorf("client_addr %v from an untrusted peer, want the peer's 127.0.0.1: its X-Forwarded-For believed", l["client_addr"])
 	}
 }
