@@ -56,7 +56,9 @@ func (c *counted) FlushError() error { return http.NewResponseController(c.out).
 func (c *counted) Unwrap() http.ResponseWriter { return c.out }
 
 // logAccess writes the request's access line: every request, pass-through
-// included; the path without its query, never a header or a body.
+// included; the path without its query, never a body, and of the headers
+// only User-Agent, X-Request-Id and X-Forwarded-For, when their fields are
+// chosen.
 func (h *Handler) logAccess(q *request, outcome Outcome, status int, d time.Duration) {
 	if !h.log.Enabled(q.in.Context(), slog.LevelInfo) {
 		return
