@@ -140,7 +140,10 @@ func (r runner) baseline(muts []mutation) error {
 	sort.Strings(pkgs)
 	for _, p := range pkgs {
 		start := time.Now()
-		out, err := r.goTest(p, "^("+strings.Join(dedupe(byPkg[p]), "|")+")$")
+		// One run holds every named test of the package: each has the
+		// bound of one test run, not all of them together.
+		tests := dedupe(byPkg[p])
+		out, err := r.goTestWithin(p, "^("+strings.Join(tests, "|")+")$", r.timeout*time.Duration(len(tests)))
 		if err != nil {
 			return fmt.Errorf("the named tests of %s fail without any mutation: %v\n%s", p, err, failuresThenTail(out))
 		}
@@ -192,9 +195,15 @@ func (r runner) try(m mutation) verdict {
 }
 
 func (r runner) goTest(pkg, pattern string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+30*time.Second)
+	return r.goTestWithin(pkg, pattern, r.timeout)
+}
+
+// goTestWithin runs go test on pkg's tests matching pattern, bounded by
+// timeout.
+func (r runner) goTestWithin(pkg, pattern string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-failfast", "-timeout", r.timeout.String(), "-run", pattern, pkg)
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-failfast", "-timeout", timeout.String(), "-run", pattern, pkg)
 	cmd.Dir = r.dir
 	out, err := cmd.CombinedOutput()
 	return string(out), err
