@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"crypto/sha256"
+	"encoding/binary"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -44,19 +44,51 @@ type churn struct {
 	mu   sync.Mutex
 	cur  map[churnID]churnSeen
 	old  map[churnID]churnSeen
+	// memo is the scope_hash of the scope that churned last, by a seeded
+	// hash of its values: a client that churns tends to churn on, and a
+	// SHA-256 of its scope on each of its requests cost more than the
+	// rest of the count.
+	memo struct {
+		sync.Mutex
+		key   uint64
+		scope [16]byte
+		set   bool
+	}
+}
+
+// scopeHash is q.scopeHash, remembered for the scope whose values hash to
+// key (two scopes share a key about once in 2^64).
+func (c *churn) scopeHash(key uint64, q *request) [16]byte {
+	c.memo.Lock()
+	defer c.memo.Unlock()
+	if !c.memo.set || c.memo.key != key {
+		c.memo.key, c.memo.scope, c.memo.set = key, q.scopeHash(), true
+	}
+	return c.memo.scope
 }
 
 func newChurn() *churn {
 	return &churn{seed: maphash.MakeSeed(), cur: map[churnID]churnSeen{}}
 }
 
-// churnIDOf is the id of a request's fingerprint under its scope.
-func churnIDOf(fp [32]byte, scope [16]byte) churnID {
-	var b [48]byte
-	copy(b[:16], scope[:])
-	copy(b[16:], fp[:])
-	sum := sha256.Sum256(b[:])
-	return churnID(sum[:16])
+// churnSeeds key the two halves of a churn id. The id never leaves the
+// process, so a seeded hash does, where a SHA-256 on every keyed request
+// cost more than the rest of the churn count.
+var churnSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// churnIDOf is the id of a request's fingerprint under its scope values
+// (encoded as hasher.scope writes them): 128 bits of two seeded hashes,
+// so two requests share one by chance about once in 2^64 pairs.
+func churnIDOf(fp [32]byte, scope []byte) churnID {
+	var id churnID
+	for i, seed := range churnSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.Write(fp[:])
+		h.Write(scope)
+		binary.LittleEndian.PutUint64(id[8*i:], h.Sum64())
+	}
+	return id
 }
 
 // observe reports whether id was sent under a key other than keyHash
@@ -93,10 +125,13 @@ func (h *Handler) countChurn(q *request) {
 	if c == nil {
 		return
 	}
-	scope := scopeHash(q.in, q.route.scope)
-	if c.observe(churnIDOf(q.fp, scope), q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
+	hs := getHasher()
+	hs.scope(q.in, q.route.scope)
+	id, scopeKey := churnIDOf(q.fp, hs.buf), maphash.Bytes(churnSeeds[0], hs.buf)
+	hs.release()
+	if c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
 		q.route.metrics.churn.Inc()
-		q.route.metrics.report.churned(q.start, scope)
+		q.route.metrics.report.churned(q.start, c.scopeHash(scopeKey, q))
 	}
 }
 

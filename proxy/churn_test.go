@@ -44,7 +44,7 @@ func TestChurnCountsANewKeyForTheSameRequest(t *testing.T) {
 // after churn_window is a new operation.
 func TestChurnOutsideItsWindowIsNotCounted(t *testing.T) {
 	c := newChurn()
-	id := churnIDOf([32]byte{1}, [16]byte{2})
+	id := churnIDOf([32]byte{1}, []byte{2})
 	at := time.Unix(1_000_000, 0)
 	c.observe(id, "a", at, time.Minute, 10)
 	if c.observe(id, "b", at.Add(time.Minute+1), time.Minute, 10) {
@@ -68,7 +68,7 @@ func TestChurnHoldsAtMostMaxEntries(t *testing.T) {
 	var fp [32]byte
 	for i := range n {
 		binary.LittleEndian.PutUint64(fp[:], uint64(i))
-		c.observe(churnIDOf(fp, [16]byte{}), "k", at, time.Hour, limit)
+		c.observe(churnIDOf(fp, nil), "k", at, time.Hour, limit)
 		if i%100_000 == 0 && c.len() > limit {
 			t.Fatalf("after %d fingerprints: %d held, want at most %d", i+1, c.len(), limit)
 		}
@@ -81,7 +81,7 @@ func TestChurnHoldsAtMostMaxEntries(t *testing.T) {
 	t.Logf("%d fingerprints held in %d bytes of heap, %.0f bytes each (churnEntryBytes %d)",
 		c.len(), after.HeapAlloc-before.HeapAlloc, float64(after.HeapAlloc-before.HeapAlloc)/float64(c.len()), churnEntryBytes)
 	binary.LittleEndian.PutUint64(fp[:], uint64(n-1))
-	if !c.observe(churnIDOf(fp, [16]byte{}), "other", at, time.Hour, limit) {
+	if !c.observe(churnIDOf(fp, nil), "other", at, time.Hour, limit) {
 		t.Error("the most recent fingerprint under another key not counted as churn")
 	}
 	runtime.KeepAlive(c)

@@ -40,6 +40,13 @@ func (hs *hasher) length(n int) {
 	hs.buf = binary.BigEndian.AppendUint64(hs.buf, uint64(n))
 }
 
+// release returns hs to the pool without hashing what it holds.
+func (hs *hasher) release() {
+	if cap(hs.buf) <= 64<<10 { // do not pool a buffer a huge header grew
+		hashers.Put(hs)
+	}
+}
+
 // finish hashes the buffered parts followed by tail and returns the pooled
 // hasher; the digest is in the returned array.
 func (hs *hasher) finish(tail []byte) [sha256.Size]byte {

@@ -41,6 +41,9 @@ type request struct {
 	body    []byte // read in full once a source or the fingerprint needs it
 	fp      store.Fingerprint
 	keyHash string // the storage key: the key_hash of logs and the key API
+	// scopeSum is the hash of the scope values once scoped (lookup.go).
+	scopeSum [16]byte
+	scoped   bool
 	// desc is what the key's lease and record say of the request.
 	desc store.Request
 	// expiredAt is when the key's record expired, for 410 key-expired.

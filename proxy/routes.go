@@ -23,6 +23,9 @@ type route struct {
 	folded string
 	// scope is policy.ScopeHeaders with canonical header names.
 	scope []ScopeHeader
+	// unscoped is scopeHash of a request without scope values: the scope
+	// of every request of a route with no scope headers.
+	unscoped [16]byte
 	// sources are the key sources in force: key_sources or [header:NAME].
 	sources []KeySource
 	// probe is the lookup of unknown outcomes under on_upstream_error:
@@ -49,6 +52,7 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	// Canonical once here rather than on every response: the control
 	// header is looked up and removed on each of them, keyed or not.
 	rt.policy.UpstreamControlHeader = textproto.CanonicalMIMEHeaderKey(p.UpstreamControlHeader)
+	rt.unscoped = scopeHash(&http.Request{Header: http.Header{}}, nil)
 	rt.scope = make([]ScopeHeader, len(p.ScopeHeaders))
 	for i, s := range p.ScopeHeaders {
 		rt.scope[i] = s.canonical()
