@@ -75,6 +75,35 @@ const (
 // forwards such names as sent.
 var methodOverrideHeaders = overrideSpellings("X-Http-Method-Override", "X-Http-Method", "X-Method-Override")
 
+// overrideNames holds methodOverrideHeaders, and overrideLens their lengths.
+var overrideNames, overrideLens = func() (map[string]bool, map[int]bool) {
+	names, lens := map[string]bool{}, map[int]bool{}
+	for _, n := range methodOverrideHeaders {
+		names[n], lens[len(n)] = true, true
+	}
+	return names, lens
+}()
+
+// hasOverride reports whether h holds a method-override header. A request
+// carries fewer headers than there are spellings of the override names,
+// so it walks them, and looks up only those of an override's length.
+func hasOverride(h http.Header) bool {
+	if len(h) > len(methodOverrideHeaders) {
+		for _, name := range methodOverrideHeaders {
+			if _, ok := h[name]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	for name := range h {
+		if len(name) > 0 && name[0] == 'X' && overrideLens[len(name)] && overrideNames[name] {
+			return true
+		}
+	}
+	return false
+}
+
 // overrideSpellings returns each of names, then its spellings with one or
 // more of its hyphens as underscores, each as net/http canonicalises it
 // ("X_http_method_override"): the header map's keys they arrive under.
@@ -117,14 +146,7 @@ func readTarget(r *http.Request) target {
 // differently: Express's method-override takes the first of a list,
 // Rack ignores a list, and each framework reads only its own header.
 func (t *target) readOverride(h http.Header, sent string) {
-	present := false
-	for _, name := range methodOverrideHeaders {
-		if _, ok := h[name]; ok {
-			present = true
-			break
-		}
-	}
-	if !present {
+	if !hasOverride(h) {
 		return
 	}
 	var fp strings.Builder
