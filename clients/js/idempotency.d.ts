@@ -76,8 +76,19 @@ export interface ClientOptions {
   storage?: "session" | "local" | "memory" | KeyStorage;
   /** The fetch to use. Default globalThis.fetch. */
   fetch?: typeof fetch;
-  /** Called before each wait between two attempts; for logs and metrics. */
+  /** Called before each wait between two attempts or polls; for logs and metrics. */
   onRetry?: (retry: RetryInfo) => void;
+  /**
+   * Send Prefer: respond-async; a route with async: allow answers 202 with a
+   * status URL, which request follows (GET, with the request's headers, after
+   * each 202's Retry-After capped by maxDelay) to the operation's answer.
+   * Default false.
+   */
+  respondAsync?: boolean;
+  /** Polls of one status URL under respondAsync; then GaveUpError with status 202. Default 600. */
+  maxPolls?: number;
+  /** Waits between attempts and polls; rejects with signal.reason on abort. Default setTimeout. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
 
 export interface RequestOptions extends RequestInit {
@@ -106,6 +117,8 @@ export interface Result {
   bodyOmitted: boolean;
   key: string;
   attempts: number;
+  /** Polls of the status URL under respondAsync; absent when the request answered itself. */
+  polls?: number;
 }
 
 export interface ErrorDetails {
@@ -141,6 +154,9 @@ export declare class KeyExpiredError extends ProblemError {}
 /** Attempts exhausted, or the signal aborted; the operation's key stays stored. */
 export declare class GaveUpError extends IdempotencyError {}
 
+/** Polls of one status URL under respondAsync by default (600: ten minutes at Retry-After: 1). */
+export declare const DEFAULT_MAX_POLLS: number;
+
 export declare class IdempotentClient {
   constructor(options?: ClientOptions);
   maxAttempts: number;
@@ -148,6 +164,9 @@ export declare class IdempotentClient {
   maxDelay: number;
   attemptTimeout: number;
   storage: KeyStorage;
+  respondAsync: boolean;
+  maxPolls: number;
+  sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** The key an unfinished operation of this name keeps, or null. */
   pending(operation: string): string | null;
   /** Drops the key an operation keeps: its next call is a new operation. */

@@ -164,6 +164,30 @@ async function readProblem(response) {
   }
 }
 
+/** Polls of one status URL under respondAsync: ten minutes at the proxy's Retry-After of 1 s. */
+export const DEFAULT_MAX_POLLS = 600;
+
+// Headers of the request that a poll of its status URL does not carry: it
+// is a GET without a body, and the key and preference were the request's.
+const NOT_POLLED = ["Content-Type", "Content-Length", "Content-Encoding", "Prefer", "Idempotency-Key"];
+
+// accepted tells the proxy's 202 under Prefer: respond-async: the operation
+// runs, and Location says where its answer will be.
+function accepted(response) {
+  return response.status === 202 && !!response.headers.get("Location") &&
+    /respond-async/i.test(response.headers.get("Preference-Applied") || "");
+}
+
+// statusURL resolves Location against the request's URL; a relative one in
+// a page is left for fetch to resolve against the page.
+function statusURL(location, base) {
+  try {
+    return new URL(location, base).href;
+  } catch {
+    return location;
+  }
+}
+
 function isTrue(v) {
   return (v || "").trim().toLowerCase() === "true";
 }
@@ -186,7 +210,10 @@ export class IdempotentClient {
    * @param {number} [options.attemptTimeout=30000] bound of one attempt until its headers, ms (0: none)
    * @param {"session"|"local"|"memory"|Storage} [options.storage="session"] where named operations keep their key
    * @param {typeof fetch} [options.fetch] the fetch to use (default globalThis.fetch)
-   * @param {(retry: object) => void} [options.onRetry] called before each wait between attempts
+   * @param {(retry: object) => void} [options.onRetry] called before each wait between attempts or polls
+   * @param {boolean} [options.respondAsync=false] send Prefer: respond-async and follow the 202's status URL to the answer
+   * @param {number} [options.maxPolls=600] polls of one status URL under respondAsync
+   * @param {(ms: number, signal?: AbortSignal) => Promise<void>} [options.sleep] waits between attempts and polls (a test seam)
    */
   constructor(options = {}) {
     this.maxAttempts = options.maxAttempts ?? 5;
@@ -196,6 +223,9 @@ export class IdempotentClient {
     this.storage = resolveStorage(options.storage);
     this.fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
     this.onRetry = options.onRetry;
+    this.respondAsync = options.respondAsync ?? false;
+    this.maxPolls = options.maxPolls ?? DEFAULT_MAX_POLLS;
+    this.sleep = options.sleep ?? sleep;
   }
 
   /** pending returns the key an unfinished operation of this name keeps, or null. */
@@ -250,6 +280,7 @@ export class IdempotentClient {
     const key = this.#keyFor(init);
     const headers = new Headers(rest.headers);
     headers.set("Idempotency-Key", key);
+    if (this.respondAsync) headers.append("Prefer", "respond-async");
     let body = rest.body;
     if (json !== undefined) {
       body = JSON.stringify(json);
@@ -258,61 +289,115 @@ export class IdempotentClient {
     if (body != null && typeof body.getReader === "function") {
       throw new TypeError("request: a ReadableStream body cannot be resent; pass a string, ArrayBuffer or Blob");
     }
-    const finish = () => {
-      if (operation != null) this.forget(operation);
-    };
-    let last = { status: 0, problem: null, error: null };
+    const op = { operation, key, signal };
+    let last = { status: 0, problem: null, error: null, retryAfter: null };
     for (let attempt = 1; ; attempt++) {
-      const ctrl = new AbortController();
-      const onAbort = () => ctrl.abort(signal.reason);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      if (signal?.aborted) ctrl.abort(signal.reason);
-      const timer = this.attemptTimeout > 0 ? setTimeout(() => ctrl.abort(new DOMException("attempt timed out", "TimeoutError")), this.attemptTimeout) : null;
-      let response = null;
-      try {
-        response = await this.fetch(url, { ...rest, headers, body, signal: ctrl.signal });
-      } catch (error) {
-        last = { status: 0, problem: null, error };
-      } finally {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-      }
-      if (signal?.aborted) {
-        throw new GaveUpError(`operation aborted after ${attempt} attempt(s); key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: signal.reason });
-      }
-      let retryAfter = null;
+      const { response, error } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
       if (response) {
-        const replayed = isTrue(response.headers.get("Idempotent-Replayed"));
-        const problem = response.status >= 400 && !replayed ? await readProblem(response) : null;
-        const action = decide(response.status, problem?.type, replayed);
-        if (action === "done") {
-          finish();
-          return { response, status: response.status, replayed, bodyOmitted: isTrue(response.headers.get("Idempotent-Body-Omitted")), key, attempts: attempt };
+        if (this.respondAsync && accepted(response)) {
+          await response.body?.cancel().catch(() => {});
+          return this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
         }
-        await response.body?.cancel().catch(() => {});
-        if (action === "stop") {
-          finish();
-          const opts = { key, attempts: attempt, status: response.status, problem };
-          const name = problem.type.slice(PROBLEM_BASE.length);
-          const msg = `proxy answered ${response.status} ${name} (key ${key})${problem.detail ? ": " + problem.detail : ""}`;
-          if (name === "payload-mismatch") throw new PayloadMismatchError(msg, opts);
-          if (name === "key-expired") throw new KeyExpiredError(msg, opts);
-          throw new ProblemError(msg, opts);
-        }
-        last = { status: response.status, problem, error: null };
-        retryAfter = parseRetryAfter(response.headers.get("Retry-After"));
+        last = await this.#judge(response, op, attempt);
+        if (last.result) return last.result;
+      } else {
+        last = { status: 0, problem: null, error, retryAfter: null };
       }
-      if (attempt >= this.maxAttempts) {
-        const why = last.error ? String(last.error?.message ?? last.error) : `last status ${last.status}${last.problem?.type ? " (" + last.problem.type + ")" : ""}`;
-        throw new GaveUpError(`gave up after ${attempt} attempt(s), ${why}; key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: last.error ?? undefined });
-      }
-      const delay = retryAfter != null ? Math.min(retryAfter, this.maxDelay) : Math.random() * Math.min(this.maxDelay, this.baseDelay * 2 ** (attempt - 1));
-      this.onRetry?.({ attempt, delay, status: last.status, problem: last.problem, error: last.error, key });
-      try {
-        await sleep(delay, signal);
-      } catch (reason) {
-        throw new GaveUpError(`operation aborted after ${attempt} attempt(s); key ${key} is kept`, { key, attempts: attempt, status: last.status, problem: last.problem, cause: reason });
-      }
+      if (attempt >= this.maxAttempts) throw this.#gaveUp(`gave up after ${attempt} attempt(s)`, op, attempt, last);
+      await this.#wait(attempt, last, op, `after ${attempt} attempt(s)`);
     }
+  }
+
+  // #follow GETs the status URL of a 202 until the operation's answer, after
+  // each 202's Retry-After (capped by maxDelay), with the request's headers:
+  // the proxy answers only a poll that carries the original's scope headers
+  // (Authorization, ...). A poll that fails in a way worth retrying is
+  // retried the same way. At most maxPolls polls are sent.
+  async #follow(location, requestHeaders, op, attempts, response) {
+    const headers = new Headers(requestHeaders);
+    for (const h of NOT_POLLED) headers.delete(h);
+    let last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(response.headers.get("Retry-After")) };
+    for (let poll = 1; ; poll++) {
+      await this.#wait(poll, last, op, `after ${poll - 1} poll(s) of ${location}`);
+      const { response: answer, error } = await this.#send(location, { method: "GET", headers }, op, poll, last);
+      if (!answer) {
+        last = { status: 0, problem: null, error, retryAfter: null };
+      } else if (accepted(answer)) {
+        await answer.body?.cancel().catch(() => {});
+        last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
+      } else {
+        last = await this.#judge(answer, op, attempts);
+        if (last.result) return { ...last.result, polls: poll };
+      }
+      if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
+    }
+  }
+
+  // #send makes one request, bounded by attemptTimeout and the operation's
+  // signal: { response }, or { error } after a network error or a timeout.
+  async #send(url, init, op, attempt, last) {
+    const { signal } = op;
+    const ctrl = new AbortController();
+    const onAbort = () => ctrl.abort(signal.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (signal?.aborted) ctrl.abort(signal.reason);
+    const timer = this.attemptTimeout > 0 ? setTimeout(() => ctrl.abort(new DOMException("attempt timed out", "TimeoutError")), this.attemptTimeout) : null;
+    let response = null;
+    let error = null;
+    try {
+      response = await this.fetch(url, { ...init, signal: ctrl.signal });
+    } catch (e) {
+      error = e;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+    if (signal?.aborted) {
+      throw this.#gaveUp(`operation aborted after ${attempt} attempt(s)`, op, attempt, error ? { status: 0, problem: null, error } : last, signal.reason);
+    }
+    return { response, error };
+  }
+
+  // #judge decides an answer as the contract says: a result to return, an
+  // error thrown, or what to retry.
+  async #judge(response, { operation, key }, attempt) {
+    const replayed = isTrue(response.headers.get("Idempotent-Replayed"));
+    const problem = response.status >= 400 && !replayed ? await readProblem(response) : null;
+    const action = decide(response.status, problem?.type, replayed);
+    if (action === "done") {
+      if (operation != null) this.forget(operation);
+      return { result: { response, status: response.status, replayed, bodyOmitted: isTrue(response.headers.get("Idempotent-Body-Omitted")), key, attempts: attempt } };
+    }
+    await response.body?.cancel().catch(() => {});
+    if (action === "stop") {
+      if (operation != null) this.forget(operation);
+      const opts = { key, attempts: attempt, status: response.status, problem };
+      const name = problem.type.slice(PROBLEM_BASE.length);
+      const msg = `proxy answered ${response.status} ${name} (key ${key})${problem.detail ? ": " + problem.detail : ""}`;
+      if (name === "payload-mismatch") throw new PayloadMismatchError(msg, opts);
+      if (name === "key-expired") throw new KeyExpiredError(msg, opts);
+      throw new ProblemError(msg, opts);
+    }
+    return { status: response.status, problem, error: null, retryAfter: parseRetryAfter(response.headers.get("Retry-After")) };
+  }
+
+  // #wait sleeps before the next attempt or poll: the last answer's
+  // Retry-After capped by maxDelay, else backoff with full jitter.
+  async #wait(n, last, op, when) {
+    const delay = last.retryAfter != null ? Math.min(last.retryAfter, this.maxDelay) : Math.random() * Math.min(this.maxDelay, this.baseDelay * 2 ** (n - 1));
+    this.onRetry?.({ attempt: n, delay, status: last.status, problem: last.problem, error: last.error, key: op.key });
+    try {
+      await this.sleep(delay, op.signal);
+    } catch (reason) {
+      throw this.#gaveUp(`operation aborted ${when}`, op, n, last, reason);
+    }
+  }
+
+  // #gaveUp is the error when the attempts or polls run out (cause: the
+  // last network error) or the signal aborts (cause: its reason).
+  #gaveUp(what, { key }, attempts, last, reason) {
+    const cause = reason ?? last.error ?? undefined;
+    const why = reason !== undefined ? "" : last.error ? `, ${String(last.error?.message ?? last.error)}` : `, last status ${last.status}${last.problem?.type ? " (" + last.problem.type + ")" : ""}`;
+    return new GaveUpError(`${what}${why}; key ${key} is kept`, { key, attempts, status: last.status, problem: last.problem, cause });
   }
 }
