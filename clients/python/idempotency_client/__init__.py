@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional
 
 __all__ = [
-    "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "decide", "parse_retry_after", "new_key",
+    "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "DEFAULT_MAX_POLLS", "decide", "parse_retry_after", "new_key",
     "Client", "Result", "Retry", "IdempotencyError", "ProblemError", "PayloadMismatchError",
     "KeyExpiredError", "GaveUpError",
 ]
@@ -66,6 +66,14 @@ PROBLEM_ACTIONS: Mapping[str, str] = {
 
 #: Statuses retried when the answer carries none of the proxy's problem types.
 RETRY_STATUSES = frozenset({409, 429, 502, 503, 504})
+
+
+#: Polls of one status URL under respond_async: ten minutes at the proxy's Retry-After of 1 s.
+DEFAULT_MAX_POLLS = 600
+
+# Headers of the request that a poll of its status URL does not carry: it is
+# a GET without a body, and the key and preference were the request's.
+_NOT_POLLED = frozenset({"content-type", "content-length", "content-encoding", "prefer", "idempotency-key"})
 
 
 def decide(status: int, problem_type: Optional[str], replayed: bool) -> str:
@@ -137,6 +145,7 @@ class Result:
     attempts: int
     replayed: bool = False  #: the recorded answer of an earlier execution
     body_omitted: bool = False  #: a replay whose body was too large to record
+    polls: int = 0  #: polls of the status URL under respond_async
 
     def json(self) -> Any:
         return jsonlib.loads(self.body)
@@ -186,15 +195,22 @@ class Client:
     key_dir: directory where a named operation keeps its key in a file until a
         final answer; None keeps keys in memory (they survive retries and calls in
         this process, not a restart).
-    on_retry: called with a Retry before each wait.
+    on_retry: called with a Retry before each wait between attempts or polls.
     opener: the urllib opener; by default one that does not follow redirects.
+    respond_async: send Prefer: respond-async; a route with async: allow answers
+        202 with a status URL, which request follows (GET, with the request's
+        headers, after each 202's Retry-After capped by max_delay) to the answer.
+    max_polls: polls of one status URL under respond_async; then GaveUpError
+        with status 202 (the key kept: a later call resumes the operation).
+    sleep: waits between attempts and polls (a test seam).
     """
 
     def __init__(self, *, max_attempts: int = 5, base_delay: float = 0.1, max_delay: float = 10.0,
                  attempt_timeout: float = 30.0, key_dir: Optional[str] = None,
                  on_retry: Optional[Callable[[Retry], None]] = None,
                  opener: Optional[urllib.request.OpenerDirector] = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 respond_async: bool = False, max_polls: int = DEFAULT_MAX_POLLS):
         self.max_attempts = max_attempts
         self.base_delay = base_delay
         self.max_delay = max_delay
@@ -203,6 +219,8 @@ class Client:
         self.on_retry = on_retry
         self.opener = opener or urllib.request.build_opener(_NoRedirect)
         self._sleep = sleep
+        self.respond_async = respond_async
+        self.max_polls = max_polls
         self._lock = threading.Lock()
         self._memory: Dict[str, str] = {}
         self._flights: Dict[str, _Flight] = {}
@@ -315,6 +333,9 @@ class Client:
             body = body.encode()
         key = self._key_for(operation, key)
         hdrs["Idempotency-Key"] = key
+        if self.respond_async:
+            hdrs["Prefer"] = ", ".join(v for v in (_get(hdrs, "Prefer"), "respond-async") if v)
+            hdrs = {k: v for k, v in hdrs.items() if k == "Prefer" or k.lower() != "prefer"}
         status, problem, error = 0, None, None
         attempt = 0
         while True:
@@ -327,34 +348,79 @@ class Client:
                 status, problem, error = 0, None, e
             else:
                 error = None
-                replayed = _is_true(resp_headers.get("Idempotent-Replayed"))
-                problem = _problem(resp_headers, resp_body) if status >= 400 and not replayed else None
-                action = decide(status, problem.get("type") if problem else None, replayed)
-                if action == "done":
-                    if operation is not None:
-                        self.forget(operation)
-                    return Result(status=status, headers=resp_headers, body=resp_body, key=key, attempts=attempt,
-                                  replayed=replayed, body_omitted=_is_true(resp_headers.get("Idempotent-Body-Omitted")))
-                if action == "stop":
-                    if operation is not None:
-                        self.forget(operation)
-                    name = problem["type"][len(PROBLEM_BASE):]
-                    detail = problem.get("detail")
-                    msg = f"proxy answered {status} {name} (key {key})" + (f": {detail}" if detail else "")
-                    cls = {"payload-mismatch": PayloadMismatchError, "key-expired": KeyExpiredError}.get(name, ProblemError)
-                    raise cls(msg, key=key, attempts=attempt, status=status, problem=problem)
-                retry_after = parse_retry_after(resp_headers.get("Retry-After"))
+                if self.respond_async and _accepted(status, resp_headers):
+                    location = urllib.parse.urljoin(url, resp_headers.get("Location"))
+                    return self._follow(location, hdrs, operation, key, attempt,
+                                        parse_retry_after(resp_headers.get("Retry-After")))
+                result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempt)
+                if result is not None:
+                    return result
             if attempt >= self.max_attempts:
-                why = f"{error}" if error else f"last status {status}" + (f" ({problem.get('type')})" if problem else "")
-                raise GaveUpError(f"gave up after {attempt} attempt(s), {why}; key {key} is kept",
-                                  key=key, attempts=attempt, status=status, problem=problem) from error
-            if retry_after is not None:
-                delay = min(retry_after, self.max_delay)
+                raise _gave_up(f"gave up after {attempt} attempt(s)", key, attempt, status, problem, error)
+            self._wait(attempt, retry_after, status, problem, error, key)
+
+    def _follow(self, location, hdrs, operation, key, attempts, retry_after) -> Result:
+        """GETs the status URL of a 202 until the operation's answer.
+
+        Each poll waits for the last 202's Retry-After (capped by max_delay) and
+        carries the request's headers: the proxy answers only a poll with the
+        original's scope headers (Authorization, ...). A poll that fails in a
+        way worth retrying is retried the same way; at most max_polls are sent.
+        """
+        poll_headers = {k: v for k, v in hdrs.items() if k.lower() not in _NOT_POLLED}
+        status, problem, error = 202, None, None
+        poll = 0
+        while True:
+            poll += 1
+            self._wait(poll, retry_after, status, problem, error, key)
+            retry_after, problem = None, None
+            try:
+                status, resp_headers, resp_body = self._attempt("GET", location, None, poll_headers)
+            except (OSError, http.client.HTTPException) as e:
+                status, error = 0, e
             else:
-                delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
-            if self.on_retry:
-                self.on_retry(Retry(attempt=attempt, delay=delay, status=status, problem=problem, error=error, key=key))
-            self._sleep(delay)
+                error = None
+                if _accepted(status, resp_headers):
+                    retry_after = parse_retry_after(resp_headers.get("Retry-After"))
+                else:
+                    result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempts)
+                    if result is not None:
+                        result.polls = poll
+                        return result
+            if poll >= self.max_polls:
+                raise _gave_up(f"gave up after {poll} poll(s) of {location}", key, poll, status, problem, error)
+
+    def _judge(self, status, resp_headers, resp_body, operation, key, attempt):
+        """Decides an answer as the contract says: (result, None, None) for a
+        final answer, a raised error for a stop, else (None, problem, retry_after)."""
+        replayed = _is_true(resp_headers.get("Idempotent-Replayed"))
+        problem = _problem(resp_headers, resp_body) if status >= 400 and not replayed else None
+        action = decide(status, problem.get("type") if problem else None, replayed)
+        if action == "done":
+            if operation is not None:
+                self.forget(operation)
+            return Result(status=status, headers=resp_headers, body=resp_body, key=key, attempts=attempt,
+                          replayed=replayed, body_omitted=_is_true(resp_headers.get("Idempotent-Body-Omitted"))), None, None
+        if action == "stop":
+            if operation is not None:
+                self.forget(operation)
+            name = problem["type"][len(PROBLEM_BASE):]
+            detail = problem.get("detail")
+            msg = f"proxy answered {status} {name} (key {key})" + (f": {detail}" if detail else "")
+            cls = {"payload-mismatch": PayloadMismatchError, "key-expired": KeyExpiredError}.get(name, ProblemError)
+            raise cls(msg, key=key, attempts=attempt, status=status, problem=problem)
+        return None, problem, parse_retry_after(resp_headers.get("Retry-After"))
+
+    def _wait(self, n, retry_after, status, problem, error, key) -> None:
+        """Sleeps before the next attempt or poll: Retry-After capped by
+        max_delay, else backoff with full jitter."""
+        if retry_after is not None:
+            delay = min(retry_after, self.max_delay)
+        else:
+            delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (n - 1)))
+        if self.on_retry:
+            self.on_retry(Retry(attempt=n, delay=delay, status=status, problem=problem, error=error, key=key))
+        self._sleep(delay)
 
     def _attempt(self, method, url, body, headers):
         req = urllib.request.Request(url, data=body, headers=headers, method=method)
@@ -365,6 +431,24 @@ class Client:
             # An HTTP answer (4xx, 5xx, an unfollowed redirect), not a failure.
             with e:
                 return e.code, e.headers, e.read()
+
+
+def _gave_up(what, key, attempts, status, problem, error) -> GaveUpError:
+    why = f"{error}" if error else f"last status {status}" + (f" ({problem.get('type')})" if problem else "")
+    e = GaveUpError(f"{what}, {why}; key {key} is kept", key=key, attempts=attempts, status=status, problem=problem)
+    e.__cause__ = error
+    return e
+
+
+def _accepted(status: int, headers: http.client.HTTPMessage) -> bool:
+    """The proxy's 202 under Prefer: respond-async: the operation runs, and
+    Location says where its answer will be."""
+    return (status == 202 and bool(headers.get("Location"))
+            and "respond-async" in (headers.get("Preference-Applied") or "").lower())
+
+
+def _get(headers: Mapping[str, str], name: str) -> Optional[str]:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
 
 
 def _is_true(v: Optional[str]) -> bool:
