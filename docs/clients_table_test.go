@@ -44,6 +44,23 @@ func TestClientsTableIsTheContract(t *testing.T) {
 			rows[m[1]] = cells
 		}
 	}
+	// The respond-async 202 has its row too, with the contract's action.
+	accepted := false
+	for line := range strings.Lines(section) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(cells) == 4 && strings.TrimSpace(cells[1]) == "`"+strconv.Itoa(c.AcceptedAsync.Status)+"`" {
+			accepted = true
+			if got := strings.Trim(strings.Fields(cells[3])[0], "*:"); got != c.AcceptedAsync.Client {
+				t.Errorf("the respond-async 202: the table says %s, the contract %s", got, c.AcceptedAsync.Client)
+			}
+			if got, want := strings.TrimSpace(cells[2]), map[bool]string{true: "yes", false: "no"}[c.AcceptedAsync.RetryAfter]; got != want {
+				t.Errorf("the respond-async 202: the table says Retry-After %s, the contract %s", got, want)
+			}
+		}
+	}
+	if !accepted {
+		t.Errorf("docs/clients.md's table has no row for the respond-async %d", c.AcceptedAsync.Status)
+	}
 	for _, p := range c.Problems {
 		if !p.On(contract.ListenerProxy) {
 			if !strings.Contains(section, "`"+p.Type+"`") {

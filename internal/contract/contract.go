@@ -22,6 +22,7 @@ const (
 	Retry = "retry" // same request, same key, after Retry-After or backoff
 	Stop  = "stop"  // report the problem; retrying cannot change it
 	Done  = "done"  // the operation's answer
+	Poll  = "poll"  // GET the status URL of a 202 under Prefer: respond-async
 )
 
 // Listeners a problem type is answered on.
@@ -55,6 +56,15 @@ type Contract struct {
 		RetryStatuses []int  `json:"retry_statuses"`
 		Otherwise     string `json:"otherwise"`
 	} `json:"other_answers"`
+	// AcceptedAsync is the 202 a client that sent Prefer: respond-async
+	// gets while its operation runs.
+	AcceptedAsync struct {
+		About      string   `json:"about"`
+		Status     int      `json:"status"`
+		RetryAfter bool     `json:"retry_after"`
+		Headers    []string `json:"headers"`
+		Client     string   `json:"client"`
+	} `json:"accepted_async"`
 	NetworkError   string `json:"network_error"`
 	AttemptTimeout string `json:"attempt_timeout"`
 }
@@ -122,6 +132,9 @@ func (c *Contract) check() error {
 			errs = append(errs, fmt.Errorf("problem %s: no listeners", p.Type))
 		}
 		seen[p.Type] = true
+	}
+	if a := c.AcceptedAsync; a.Status != 202 || a.Client != Poll || !slices.Contains(a.Headers, "Location") {
+		errs = append(errs, fmt.Errorf("accepted_async: status %d, client %q, headers %q; want 202, %q and Location", a.Status, a.Client, a.Headers, Poll))
 	}
 	if c.ProblemBase == "" {
 		errs = append(errs, errors.New("problem_base is empty"))
