@@ -42,6 +42,9 @@ import (
 //	POST /charge/ID       executes: 201 {"id", "execution", "body"}
 //	POST /slow/ID         executes once POST /release/ID reached the upstream
 //	POST /lose/ID         executes; the front loses the first answer
+//
+// The proxy's routes have async: allow, so a request with Prefer:
+// respond-async gets 202 and a status URL (/slow/ID: until the release).
 type harness struct {
 	proxy, slowProxy, front, upstream string
 	contract                          *contract.Contract
@@ -85,7 +88,9 @@ func startHarness(t *testing.T) *harness {
 		Defaults: map[string]string{
 			"upstream_control_header": "Idempotency-Control",
 			"lock_ttl":                "30s",
+			"async":                   "allow", // only requests with Prefer: respond-async see it
 		},
+		Env: []string{"IDEMPOTENCY_PROXY_ASYNC_SECRET=e2e-clients-async-secret-0123456789"},
 	})
 	slow := startProxy(t, "clients-slow", proxyConfig{
 		Upstream:        upSrv.URL,

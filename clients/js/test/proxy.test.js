@@ -164,3 +164,22 @@ test("an aborted operation keeps its key", { skip }, async () => {
   assert.ok(client.pending(id));
   await release(id);
 });
+
+test("respondAsync: 202, then the status URL's one answer", { skip }, async () => {
+  const id = newId();
+  let waits = 0;
+  const client = new IdempotentClient({
+    respondAsync: true, maxPolls: 2000,
+    // The upstream holds the call until the release: a poll sees 202 first.
+    sleep: async () => {
+      if (++waits === 2) await release(id);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    },
+  });
+  const res = await client.request(`${PROXY}/slow/${id}`, { method: "POST", json: { amount: 6 }, headers: { Authorization: "Bearer alice" } });
+  assert.equal(res.status, 201);
+  assert.equal(res.replayed, true);
+  assert.ok(res.polls >= 2, `${res.polls} polls`);
+  assert.equal((await res.response.json()).execution, 1);
+  assert.equal((await count(id)).executions, 1);
+});

@@ -191,6 +191,25 @@ class ProxyTest(unittest.TestCase):
         self.assertEqual(seen["executions"], 1)
         self.assertEqual(set(seen["keys"]), {key})
 
+    def test_respond_async_202_then_the_status_urls_one_answer(self):
+        op_id = new_id()
+        waits = []
+
+        def sleep(_):
+            # The upstream holds the call until the release: a poll sees 202 first.
+            waits.append(True)
+            if len(waits) == 2:
+                release(op_id)
+            time.sleep(0.005)
+
+        client = ic.Client(respond_async=True, max_polls=2000, sleep=sleep)
+        res = client.request("POST", f"{PROXY}/slow/{op_id}", json={"amount": 6},
+                             headers={"Authorization": "Bearer alice"})
+        self.assertEqual((res.status, res.replayed), (201, True))
+        self.assertGreaterEqual(res.polls, 2)
+        self.assertEqual(res.json()["execution"], 1)
+        self.assertEqual(count(op_id)["executions"], 1)
+
 
 if __name__ == "__main__":
     unittest.main()
