@@ -100,3 +100,10 @@ test("without respondAsync a 202 is the answer and no preference is sent", async
   assert.equal(calls.length, 1);
   assert.equal(calls[0].headers.get("Prefer"), null);
 });
+
+test("respondAsync is added to the caller's preferences", async () => {
+  const { calls, fetch } = fakeProxy([() => new Response(null, { status: 201 })]);
+  const client = new IdempotentClient({ fetch, respondAsync: true, storage: "memory" });
+  await client.request("http://proxy.test/v1/reports", { method: "POST", body: "x", headers: { prefer: "return=minimal" } });
+  assert.equal(calls[0].headers.get("Prefer"), "return=minimal, respond-async");
+});

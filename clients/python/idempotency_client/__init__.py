@@ -334,8 +334,10 @@ class Client:
         key = self._key_for(operation, key)
         hdrs["Idempotency-Key"] = key
         if self.respond_async:
-            hdrs["Prefer"] = ", ".join(v for v in (_get(hdrs, "Prefer"), "respond-async") if v)
-            hdrs = {k: v for k, v in hdrs.items() if k == "Prefer" or k.lower() != "prefer"}
+            # Added to the caller's own preferences, in one header of any case.
+            prefer = ", ".join(v for v in (_get(hdrs, "Prefer"), "respond-async") if v)
+            hdrs = {k: v for k, v in hdrs.items() if k.lower() != "prefer"}
+            hdrs["Prefer"] = prefer
         status, problem, error = 0, None, None
         attempt = 0
         while True:

@@ -97,6 +97,12 @@ class RespondAsyncTest(unittest.TestCase):
         self.assertEqual(cm.exception.status, 404)
         self.assertEqual(len(srv.calls), 2)
 
+    def test_respond_async_is_added_to_the_callers_preferences(self):
+        srv = self.start([(201, {}, b"")])
+        ic.Client(respond_async=True).request("POST", srv.url + "/v1/reports", body=b"x",
+                                              headers={"prefer": "return=minimal"})
+        self.assertEqual(srv.calls[0]["headers"].get_all("Prefer"), ["return=minimal, respond-async"])
+
     def test_without_respond_async_a_202_is_the_answer_and_no_preference_is_sent(self):
         srv = self.start([accepted(1)])
         client = ic.Client(sleep=lambda d: self.fail("no wait"))
