@@ -24,9 +24,7 @@ const walkThroughBase = "http://localhost:8080"
 // POST with Prefer: respond-async gets 202 and a status URL, and the GET
 // of that URL gets 202 while the upstream runs, then the recorded answer.
 func TestLongOperationsWalkThroughRuns(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
-	}
+	testbin.Tool(t, "curl", "Debian package curl")
 	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)

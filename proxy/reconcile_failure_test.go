@@ -386,7 +386,7 @@ func TestSettlementLostToAnotherOwnerGivesTheFirstCallerTheKeysRecord(t *testing
 // reconcile route's request (execute.go conclude, case failShuttingDown
 // && sent) leaves the lease to expire with no marker: the outcome is as
 // unknown as after a reset, but the next owner forwards the key blindly
-// instead of asking (SPEC §14: "never re-forwarding blindly").
+// instead of asking (docs/request-handling.md: a key being settled is never forwarded blindly).
 func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
 	l := &chargeLedger{charges: map[string]bool{}}
 	handler := func(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,8 @@ tools=(
   "redis-server redis-server"
   "redis-cli redis-tools"
   "node nodejs"
+  "curl curl"
+  "pip3 python3-pip"
   "npm npm"
   "python3 python3"
   "/usr/lib/postgresql/15/bin/initdb postgresql"
