@@ -267,6 +267,10 @@ func proxyConfig(stderrPipe bool) string {
 // (memory-nolog, redis-nolog): the defaults but for the access log.
 var accessLogOff = []string{"IDEMPOTENCY_PROXY_ACCESS_LOG=false"}
 
+// shadowMode is the environment of the target --shadow adds
+// (memory-shadow): the defaults but for mode: shadow.
+var shadowMode = []string{"IDEMPOTENCY_PROXY_DEFAULTS_MODE=shadow"}
+
 // startRedis starts a redis-server of the benchmark's own, without
 // persistence, on a free loopback port. The shared Redis on 6379 is never used.
 func (c *children) startRedis(ctx context.Context) (pid int, addr string, err error) {

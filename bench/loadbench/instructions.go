@@ -94,6 +94,9 @@ const instrWarmup = 200
 type counted struct {
 	name    string
 	isProxy bool
+	// forwardsAll: the target runs in shadow mode, so a hit is forwarded,
+	// not replayed (loader.forwardsAll).
+	forwardsAll bool
 	// start starts the target on kids and returns its PID and base URL.
 	start func(ctx context.Context, kids *children) (pid int, base string, err error)
 }
@@ -113,7 +116,9 @@ type instrSettings struct {
 	dumpDir string
 	// accessLogOff counts memory-nolog and redis-nolog too (main.go).
 	accessLogOff bool
-	stderrPipe   bool // --stderr pipe (children.go)
+	// shadow counts memory-shadow too (main.go).
+	shadow     bool
+	stderrPipe bool // --stderr pipe (children.go)
 	// baseline, when set, is what every cell is checked against
 	// (instrbaseline.go); writeBaseline, when set, receives the counts.
 	baseline      instrBaseline
@@ -180,6 +185,9 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 			}})
 		}
 	}
+	if is.shadow {
+		targets = append(targets, shadowTarget(bin, upAddr))
+	}
 	for _, p := range is.peers {
 		peerBin, err := kids.buildPeer(ctx, p)
 		if err != nil {
@@ -244,6 +252,16 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 	return nil
 }
 
+// shadowTarget is the memory store with mode: shadow in the defaults, as
+// a user rolls the proxy out in front of a legacy service: what it counts
+// beside memory is what watching costs against enforcing.
+func shadowTarget(bin, upAddr string) counted {
+	return counted{name: "memory-shadow", isProxy: true, forwardsAll: true, start: func(ctx context.Context, k *children) (int, string, error) {
+		pid, addr, _, err := k.startProxyOn(ctx, "proxy-memory-shadow", bin, upAddr, nil, shadowMode, false)
+		return pid, "http://" + addr, err
+	}}
+}
+
 func writeBaselineFile(rep instrReport, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -286,7 +304,7 @@ const instrRunBound = 10 * time.Minute
 // countRequests warms up the target in process pid, counts its
 // instructions over is.requests of scen, and returns them per request.
 func countRequests(ctx context.Context, control string, pid int, base, out string, t counted, scen scenario, is instrSettings) (float64, error) {
-	l := &loader{runID: randomID()}
+	l := &loader{runID: randomID(), forwardsAll: t.forwardsAll}
 	if scen == hit {
 		if err := l.warmHits(ctx, base, t.isProxy); err != nil {
 			return 0, err

@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -134,5 +136,65 @@ func TestInstructionReportHasNoTaxWithoutAKeyedScenario(t *testing.T) {
 	r.write(&b)
 	if out := b.String(); strings.Contains(out, "tax") || !strings.Contains(out, "1.03×") {
 		t.Errorf("no-key only: want the counts and ratios, no tax table:\n%s", out)
+	}
+}
+
+// TestShadowTargetForwardsEveryHit starts memory-shadow as --instructions
+// --shadow does, without callgrind: it is in shadow mode, so a recorded
+// key's retry is forwarded, which its loader expects, and a loader
+// expecting the enforce proxy's replay fails on it.
+func TestShadowTargetForwardsEveryHit(t *testing.T) {
+	t.Setenv(childEnvVar, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kids, err := newChildren(unpinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kids.killAll()
+	bin, err := kids.proxyBinary(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, upAddr, err := kids.startSelf(ctx, "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadow := shadowTarget(bin, upAddr)
+	if shadow.name != "memory-shadow" || !shadow.isProxy || !shadow.forwardsAll {
+		t.Fatalf("shadow target = %+v, want memory-shadow, a proxy that forwards all", shadow)
+	}
+	_, base, err := shadow.start(ctx, kids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &loader{runID: randomID(), forwardsAll: true, limit: 20}
+	if err := l.warmHits(ctx, base, true); err != nil {
+		t.Fatalf("recording hit keys on memory-shadow: %v", err)
+	}
+	for _, scen := range countedScenarios {
+		if _, err := l.run(ctx, base, true, scen, 1, time.Minute); err != nil {
+			t.Errorf("%s against memory-shadow: %v", scen, err)
+		}
+	}
+	enforcing := &loader{runID: l.runID, limit: 20}
+	if _, err := enforcing.run(ctx, base, true, hit, 1, time.Minute); !errors.Is(err, errReplay) {
+		t.Errorf("hit expecting a replay from memory-shadow: %v, want errReplay", err)
+	}
+}
+
+// A loader for a shadow target fails a replay: the count would be of the
+// enforce hit path, not of the forwarded request it is named for.
+func TestForwardsAllLoaderFailsAReplay(t *testing.T) {
+	ctx := context.Background()
+	l := &loader{runID: "test", forwardsAll: true}
+	if err := l.warmHits(ctx, fakeProxy(t, http.StatusOK, true, false), true); !errors.Is(err, errReplay) {
+		t.Errorf("recording hit keys on a server that replays: %v, want errReplay", err)
+	}
+	if _, err := l.run(ctx, fakeProxy(t, http.StatusOK, true, false), true, mixed, 2, 50*time.Millisecond); !errors.Is(err, errReplay) {
+		t.Errorf("mixed run against a server that replays its retries: %v, want errReplay", err)
+	}
+	if _, err := l.run(ctx, fakeProxy(t, http.StatusOK, false, false), true, hit, 2, 50*time.Millisecond); err != nil {
+		t.Errorf("hit run against a server that forwards every retry: %v", err)
 	}
 }

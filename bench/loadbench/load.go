@@ -48,6 +48,9 @@ type loader struct {
 	path    string // request target; "" means defaultPath
 	bodyLen int    // every response body must be this long; 0: any length
 	limit   int    // requests a run sends at most (beyond one per client); 0: no bound but time
+	// forwardsAll is set for a proxy in shadow mode: it forwards every
+	// request, a retry too, so every answer must be an execution.
+	forwardsAll bool
 }
 
 // defaultPath is the request target of the benchmark's requests.
@@ -87,7 +90,7 @@ func (l *loader) run(ctx context.Context, base string, isProxy bool, scen scenar
 	sources := make([]*keySource, conc)
 	for w := range sources {
 		sources[w] = &keySource{
-			scen: scen, isProxy: isProxy, runID: l.runID, w: w,
+			scen: scen, isProxy: isProxy, forwardsAll: l.forwardsAll, runID: l.runID, w: w,
 			prefix: l.runID + "-" + strconv.Itoa(l.seq) + "-" + strconv.Itoa(w) + "-",
 		}
 	}
@@ -114,11 +117,13 @@ func (l *loader) run(ctx context.Context, base string, isProxy bool, scen scenar
 type keySource struct {
 	scen    scenario
 	isProxy bool // the plain proxy marks nothing either way
-	runID   string
-	prefix  string // of new keys: unique to the run, the measurement and the connection
-	w, i    int
-	recent  [16]string
-	nRecent int
+	// forwardsAll: a retry is forwarded too (shadow mode), never replayed.
+	forwardsAll bool
+	runID       string
+	prefix      string // of new keys: unique to the run, the measurement and the connection
+	w, i        int
+	recent      [16]string
+	nRecent     int
 }
 
 func (k *keySource) next() (key string, want expect) {
@@ -136,8 +141,11 @@ func (k *keySource) next() (key string, want expect) {
 		k.recent[k.nRecent%len(k.recent)] = key
 		k.nRecent++
 	}
-	if !k.isProxy {
+	switch {
+	case !k.isProxy:
 		want = anyReplay
+	case k.forwardsAll:
+		want = fresh
 	}
 	return key, want
 }
@@ -147,11 +155,14 @@ func hitKey(runID string, i int) string {
 }
 
 // warmHits records the hit keys on a target: each is sent twice, and on a
-// proxy the second must be a replay.
+// proxy the second must be a replay (in shadow mode, an execution).
 func (l *loader) warmHits(ctx context.Context, base string, isProxy bool) error {
 	second := replayed
-	if !isProxy {
+	switch {
+	case !isProxy:
 		second = anyReplay
+	case l.forwardsAll:
+		second = fresh
 	}
 	client := &http.Client{Timeout: responseTimeout}
 	defer client.CloseIdleConnections()

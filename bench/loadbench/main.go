@@ -13,6 +13,7 @@
 //	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
 //	go run ./bench/loadbench --instructions    # instructions per request under callgrind, host-independent
 //	go run ./bench/loadbench --access-log-off  # the defaults with access_log: false too, beside them
+//	go run ./bench/loadbench --instructions --shadow  # memory-shadow (mode: shadow) counted too
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy
@@ -92,6 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	storeList := fs.String("stores", "", "comma-separated durable stores measured in the same rounds: postgres (a postgres of the run's own), file, file-fsync (the file store with fsync off, on)")
 	profileDir := fs.String("profile", "", "write CPU profiles of the proxies (pprof, one per scenario and target, at the highest concurrency) to this directory; with --instructions, every cell's callgrind dump")
 	accessLogOff := fs.Bool("access-log-off", false, "measure memory-nolog and redis-nolog too: the defaults with access_log: false, in the same rounds (or, with --instructions, counted beside them)")
+	shadow := fs.Bool("shadow", false, "--instructions: count memory-shadow too: the memory store with mode: shadow in the defaults, whose hits are forwarded, not replayed")
 	stderrTo := fs.String("stderr", "file", "where the targets' stderr goes: file (as a container runtime writes it) or pipe (drained by the benchmark, as a log collector reads it)")
 	bracket := fs.Bool("bracket", true, "measure the plain proxy before and after every other target, and take each ratio to the mean of the two; false: once a round")
 	layoutName := fs.String("layout", "shared", "where processes run: shared (anywhere) or pinned (load generator on one CPU; upstream, proxies and Redis on another, GOMAXPROCS=1)")
@@ -155,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && (s.rounds < 1 || s.duration <= 0 || *records < 1 || *requests < 1) {
 			err = errors.New("--rounds, --duration, --records and --requests need positive values")
 		}
-		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff, stderrPipe: s.stderrPipe,
+		is := instrSettings{requests: *requests, warmup: instrWarmup, peers: s.peers, proxyBin: s.proxyBin, dumpDir: s.profileDir, accessLogOff: s.accessLogOff, shadow: *shadow, stderrPipe: s.stderrPipe,
 			writeBaseline: *writeBaseline}
 		if err == nil && *baseline != "" {
 			is.baseline, err = loadInstrBaseline(*baseline)
@@ -165,6 +167,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil && *instructions {
 			is.scens, err = instrScenarios(s.scens)
+		}
+		if err == nil && *shadow && !*instructions {
+			err = errors.New("--shadow adds a target to --instructions only")
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "loadbench:", err)
