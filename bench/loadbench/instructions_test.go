@@ -198,3 +198,12 @@ func TestForwardsAllLoaderFailsAReplay(t *testing.T) {
 		t.Errorf("hit run against a server that forwards every retry: %v", err)
 	}
 }
+
+// --shadow adds a target to the instruction count only: alone it is
+// refused before anything starts, not ignored.
+func TestShadowFlagWithoutInstructionsIsRefused(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--shadow"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--instructions") {
+		t.Errorf("run(--shadow) = %d, stderr %q; want 2 and a message naming --instructions", code, stderr.String())
+	}
+}
