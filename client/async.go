@@ -70,18 +70,7 @@ func (c *Client) poll(ctx context.Context, req *http.Request, loc string) attemp
 	for _, h := range []string{"Content-Type", "Content-Length", "Content-Encoding", "Prefer", HeaderKey} {
 		r.Header.Del(h)
 	}
-	resp, err := c.httpClient().Do(r)
-	if err != nil {
-		cancel()
-		return attemptResult{err: err}
-	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	res := attemptResult{resp: resp}
-	res.classify(c.now)
-	if !res.final() {
-		drainAndClose(resp)
-	}
-	return res
+	return c.exchange(r, cancel)
 }
 
 // clock is the time now, through the test seam.

@@ -186,6 +186,12 @@ func (c *Client) attempt(ctx context.Context, req *http.Request, key string, bod
 		}
 		r.Body, r.ContentLength = rc, body.length
 	}
+	return c.exchange(r, cancel)
+}
+
+// exchange sends r, whose context cancel ends once its body is closed,
+// and classifies the answer; a body the caller will not read is drained.
+func (c *Client) exchange(r *http.Request, cancel context.CancelFunc) attemptResult {
 	resp, err := c.httpClient().Do(r)
 	if err != nil {
 		cancel()
