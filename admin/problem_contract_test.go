@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 )
 
 var actionNames = map[action]string{done: contract.Done, retry: contract.Retry, stop: contract.Stop}

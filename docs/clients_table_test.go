@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 )
 
 // The table of docs/clients.md is clients/contract.json as a reader sees it:

@@ -9,7 +9,7 @@ import (
 )
 
 // listedMutation is what the guarantees check needs of an entry of
-// e2e/mutations.txt (internal/mutate reads the whole entry).
+// e2e/mutations.txt (tools/mutate reads the whole entry).
 type listedMutation struct{ id, promise, test string }
 
 func readMutations(t *testing.T) []listedMutation {
@@ -88,7 +88,7 @@ func promiseName(s string) string {
 // TestEveryPromiseHasAMutationItsTestCatches holds docs/guarantees.md and
 // e2e/mutations.txt to each other: every promise has at least one listed
 // mutation, every mutation attacks a promise of the page, and the row names
-// each mutation and the test that must catch it. internal/mutate, run in
+// each mutation and the test that must catch it. tools/mutate, run in
 // CI, checks that the test does.
 func TestEveryPromiseHasAMutationItsTestCatches(t *testing.T) {
 	rows := promises(t)

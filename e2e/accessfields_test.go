@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // clientFrom is an HTTP client whose connections come from the loopback
@@ -64,7 +65,7 @@ func TestAccessLogWritesTheChosenFields(t *testing.T) {
 	send(trusted, "fields-1", "")
 
 	var lines []map[string]any
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if lines = p.logLines(map[string]string{"msg": "access"}); len(lines) < 3 {
 			return fmt.Errorf("%d access lines on stderr, want 3", len(lines))
 		}
@@ -130,7 +131,7 @@ func TestOperatingDocsAccessFieldsExample(t *testing.T) {
 	res.Body.Close()
 
 	var lines []map[string]any
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if lines = p.logLines(map[string]string{"msg": "access"}); len(lines) == 0 {
 			return errors.New("no access line on stderr yet")
 		}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // asyncConfig is a proxy whose routes answer Prefer: respond-async, all
@@ -33,7 +33,7 @@ func pollUntilAnswered(t *testing.T, c *http.Client, bases []string, loc string)
 	t.Helper()
 	var r reply
 	i := 0
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		r = mustSend(t, c, bases[i%len(bases)], request{Method: http.MethodGet, Path: loc, Header: alice})
 		i++
 		if r.Status == http.StatusAccepted {

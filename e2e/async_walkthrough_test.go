@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // walkThroughBase is the proxy the docs' curl commands talk to; the test
@@ -59,7 +60,7 @@ func TestLongOperationsWalkThroughRuns(t *testing.T) {
 	}
 	up.Unhold()
 	var done *http.Response
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if done = runCurl(t, poll); done.StatusCode == http.StatusAccepted {
 			return fmt.Errorf("still running")
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/client"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 )
 
 // The three clients run the same scenarios against the built proxy: every

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // What survives what (docs/guarantees.md): each store is put through the
@@ -123,7 +124,7 @@ func TestPostgresKeepsEverythingWhenTheProxyIsKilled(t *testing.T) {
 	}
 	for _, key := range inFlight {
 		var freed reply
-		testbin.SucceedsSoon(t, time.Until(killed.Add(lease+3*time.Second)), func() error {
+		wait.SucceedsSoon(t, time.Until(killed.Add(lease+3*time.Second)), func() error {
 			freed = mustSend(t, c, p.URL(), request{Key: key})
 			if freed.Status == http.StatusConflict {
 				return fmt.Errorf("key %s still locked %v after the kill, lock_ttl is %v", key, time.Since(killed), lease)

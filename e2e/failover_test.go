@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // TestSentinelFailover forces a Sentinel failover while two replicas serve
@@ -97,7 +97,7 @@ func waitClusterOK(t *testing.T, cl *redistest.Cluster) {
 	defer cancel()
 	for _, n := range cl.Nodes {
 		c := n.Client(t)
-		err := testbin.Eventually(ctx, func() error {
+		err := wait.Eventually(ctx, func() error {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err == nil && !strings.Contains(info, "cluster_state:ok") {
 				err = errors.New("cluster_state is not ok")

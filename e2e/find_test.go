@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // TestKeysFindsARawKeyInEveryScopeWithoutTheCredential: with keys scoped

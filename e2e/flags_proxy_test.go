@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // flagsProxy is an idempotency-proxy started from flags alone, as a
@@ -33,7 +34,7 @@ func startFlagsProxy(t *testing.T, args ...string) *flagsProxy {
 // by reading it again.
 func waitOutput(t *testing.T, p *testbin.Process, read func() string, substr string) {
 	t.Helper()
-	testbin.SucceedsSoon(t, readyTimeout, func() error {
+	wait.SucceedsSoon(t, readyTimeout, func() error {
 		out := read()
 		switch {
 		case strings.Contains(out, substr):

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // payloadRoutes key one route by a member of its JSON body and another by
@@ -129,7 +129,7 @@ func postAndLogged(t *testing.T, p *proxyProc, path, body string, nth int) strin
 	// The line is written once the response is done, maybe after the
 	// client has it; there is nothing to wait on but the log itself.
 	var hashes []string
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		hashes = hashes[:0]
 		sc := bufio.NewScanner(strings.NewReader(p.Logs()))
 		for sc.Scan() {

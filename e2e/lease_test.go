@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // TestSlowUpstreamLeaseRenewed: an upstream slower than lock_ttl keeps its
@@ -72,7 +72,7 @@ func TestLeaseLostIsFenced(t *testing.T) {
 	fp.ResetAll()
 	// Once the lease has expired in Redis, the other replica takes the key.
 	var second reply
-	_ = testbin.SoonError(3*time.Second, func() error {
+	_ = wait.SoonError(3*time.Second, func() error {
 		if second = mustSend(t, c, other.URL(), request{Key: key}); second.Status == http.StatusConflict {
 			return errors.New("409: the lease has not expired yet")
 		}
@@ -105,7 +105,7 @@ func TestLeaseLostIsFenced(t *testing.T) {
 // waitMetric polls p's metric until it reaches at least want.
 func waitMetric(t *testing.T, p *proxyProc, name string, want float64) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 5*time.Second, func() error {
+	wait.SucceedsSoon(t, 5*time.Second, func() error {
 		if got := metricSum(t, name, nil, p); got < want {
 			return fmt.Errorf("%s on %s = %v, want >= %v", name, p.name, got, want)
 		}

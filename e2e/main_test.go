@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // proxyBin is the path of the binary built by TestMain.
@@ -47,7 +48,7 @@ func run(m *testing.M) int {
 // when the last cleanup returns, so the check polls briefly.
 func childProcesses() []string {
 	var kids []string
-	_ = testbin.SoonError(3*time.Second, func() error {
+	_ = wait.SoonError(3*time.Second, func() error {
 		if kids = scanChildren(os.Getpid()); len(kids) > 0 {
 			return errors.New("child processes left")
 		}

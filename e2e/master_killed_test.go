@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The master-killed runs: a Sentinel deployment (master, one replica, three
@@ -156,7 +156,7 @@ func killMasterUnderLoad(t *testing.T, replicaAck int) killRun {
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopLoad()
 
-	testbin.SucceedsSoon(t, 20*time.Second, func() error {
+	wait.SucceedsSoon(t, 20*time.Second, func() error {
 		if n := up.Total(); n < 200 {
 			return fmt.Errorf("%d executions before the kill, want 200", n)
 		}
@@ -187,7 +187,7 @@ func killMasterUnderLoad(t *testing.T, replicaAck int) killRun {
 			t.Fatalf("REPLICAOF %s on the old master: %v", sw.Addr, err)
 		}
 	}
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if n := afterSwitch.Load(); n < killKeysAfter {
 			return fmt.Errorf("%d keys sent since the switch replayed, want %d", n, killKeysAfter)
 		}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // A hundred concurrent 1 MiB responses are recorded, and a hundred 2 MiB

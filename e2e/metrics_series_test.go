@@ -9,7 +9,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // seriesOf counts the samples a scrape of m exposes: a histogram's every

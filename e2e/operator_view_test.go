@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 const viewToken = "view-token"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // TestStatusTTLKeepsEachAnswerForItsStatus runs the built binary with ttl
@@ -80,7 +80,7 @@ func TestExpiredKeyIsRefusedThenNew(t *testing.T) {
 func waitForAnswer(t *testing.T, c *http.Client, p *proxyProc, key, want string, bound time.Duration, done func(reply) bool) reply {
 	t.Helper()
 	var last reply
-	testbin.SucceedsSoon(t, bound, func() error {
+	wait.SucceedsSoon(t, bound, func() error {
 		last = answer(t, c, p, key, want)
 		if !done(last) {
 			return fmt.Errorf("%s: still %s", key, last)

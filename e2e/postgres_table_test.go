@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The proxy's own Postgres table at start: a table it cannot use is
@@ -80,7 +81,7 @@ func TestShortLockOnAnEarlierTableDelaysServingOnlyWhileHeld(t *testing.T) {
 	// The migration's failure, wherever it is logged (the store's warning,
 	// the readiness check's error), names the lock it waited for.
 	var failures []string
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		failures = linesWith(p.Logs(), "add column lease")
 		if len(failures) == 0 {
 			return fmt.Errorf("no log line says why the lease column is not added yet")
@@ -104,7 +105,7 @@ func TestShortLockOnAnEarlierTableDelaysServingOnlyWhileHeld(t *testing.T) {
 	}
 	released := time.Now()
 	c := newClient(t, 10*time.Second)
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if r := mustSend(t, c, p.URL(), request{Key: "after-the-lock"}); r.Status != http.StatusCreated {
 			return fmt.Errorf("request %v after the lock was released: %s", time.Since(released), r)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // readyTimeout bounds how long a proxy may take to serve /healthz and

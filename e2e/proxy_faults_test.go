@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // lockTTL is the lease of baseConfig.
@@ -34,7 +34,7 @@ func TestProxyKilledMidRequest(t *testing.T) {
 	// expires, then one fresh execution.
 	var freed reply
 	polls := 0
-	testbin.SucceedsSoon(t, time.Until(killed.Add(lockTTL+2*time.Second)), func() error {
+	wait.SucceedsSoon(t, time.Until(killed.Add(lockTTL+2*time.Second)), func() error {
 		r := mustSend(t, c, ps[1].URL(), request{Key: key})
 		if r.Status != http.StatusConflict {
 			freed = r
@@ -85,7 +85,7 @@ func TestProxyTerminatedMidRequest(t *testing.T) {
 
 	// New connections are refused while the request drains.
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
-	err := testbin.SoonError(time.Second, func() error {
+	err := wait.SoonError(time.Second, func() error {
 		if r := send(context.Background(), fresh, ps[0].URL(), request{Method: http.MethodGet, Path: "/"}); r.Err == nil {
 			return fmt.Errorf("the terminating proxy still accepts new connections after SIGTERM: %s", r)
 		}

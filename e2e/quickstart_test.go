@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // The README opens with the two commands a fresh machine runs, and CI runs

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // The README's commands are the test's script: these helpers read them out

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // chargeLedger is a payment service behind the proxy: POST /v1/charges
@@ -245,7 +245,7 @@ func TestCommittedChargeWhoseAnswerWasLostIsAnsweredFromTheUpstreamsLedger(t *te
 		t.Errorf("reconciled_found = %v, want 1", got)
 	}
 	// Access lines are buffered for up to a second: wait for this one.
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if lines := p.logLines(map[string]string{"msg": "access", "reconcile_probes": "1"}); len(lines) != 1 {
 			return fmt.Errorf("access lines with reconcile_probes 1: %d, want 1", len(lines))
 		}
@@ -337,7 +337,7 @@ func TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers(t *testing.T) {
 		t.Fatalf("%d lines saying the key is being settled, want 1", len(marked))
 	}
 	hash := fmt.Sprint(marked[0]["key_hash"])
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		got := keysJSON(t, p, "get", hash)
 		s, _ := got["settling"].(map[string]any)
 		if got["state"] != "in_flight" || s == nil || s["since"] == nil {
@@ -351,7 +351,7 @@ func TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers(t *testing.T) {
 	_, before := l.counts()
 	l.set(func(l *chargeLedger) { l.lookupsDown = false })
 	var settled reply
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		settled = mustSend(t, c, p.URL(), chargeRequest(key))
 		if settled.Status == http.StatusConflict {
 			return errors.New("still being settled")
@@ -490,7 +490,7 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go send(ctx, c, settling.URL(), chargeRequest(key))
-			testbin.SucceedsSoon(t, 10*time.Second, func() error {
+			wait.SucceedsSoon(t, 10*time.Second, func() error {
 				if len(settling.logLines(map[string]string{"msg": "upstream outcome unknown: the key is marked as being settled, and the upstream is asked"})) == 0 {
 					return errors.New("the key is not marked yet")
 				}
@@ -504,7 +504,7 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 			l.set(func(l *chargeLedger) { l.lookupsDown = false })
 
 			var r reply
-			testbin.SucceedsSoon(t, 15*time.Second, func() error {
+			wait.SucceedsSoon(t, 15*time.Second, func() error {
 				r = mustSend(t, c, other.URL(), chargeRequest(key))
 				if r.Status == http.StatusConflict {
 					return errors.New("409: the dead proxy's lease has not expired yet")
@@ -593,7 +593,7 @@ func TestChaosOfUpstreamDeathsAfterCommitOnAReconcileRoute(t *testing.T) {
 	twice := 0
 	for i, key := range keys {
 		var r reply
-		testbin.SucceedsSoon(t, 30*time.Second, func() error {
+		wait.SucceedsSoon(t, 30*time.Second, func() error {
 			r = mustSend(t, c, ps[i%2].URL(), chargeRequest(key))
 			if r.Status == http.StatusConflict {
 				return fmt.Errorf("key %s: still being settled", key)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // logRecordGivenUp is the warning of a record the store never took.
@@ -61,7 +61,7 @@ func TestStoreBackInTheLeasesLastSecondGetsTheRecord(t *testing.T) {
 	gate.Refuse(false)
 
 	var retry reply
-	testbin.SucceedsSoon(t, lease+5*time.Second, func() error {
+	wait.SucceedsSoon(t, lease+5*time.Second, func() error {
 		retry = mustSend(t, c, p.URL(), request{Key: key})
 		if retry.Status == http.StatusConflict || retry.Status == http.StatusServiceUnavailable {
 			return fmt.Errorf("retry %v after the call began: %s", time.Since(arrived), retry)

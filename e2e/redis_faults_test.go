@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // openRoute is a route configured with on_store_error: fail_open; every

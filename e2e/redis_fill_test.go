@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 const (
@@ -105,7 +105,7 @@ func getReadyz(t *testing.T, p *proxyProc) (int, string) {
 func waitLogLine(t *testing.T, p *proxyProc, level, msg string) map[string]any {
 	t.Helper()
 	var line map[string]any
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if line = findLogLine(p.Logs(), level, msg); line == nil {
 			return fmt.Errorf("%s logged no %s line starting %q", p.name, level, msg)
 		}

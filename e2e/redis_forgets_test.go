@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 const mDataLoss = "idempotency_proxy_store_data_loss_total"
@@ -17,7 +17,7 @@ const mDataLoss = "idempotency_proxy_store_data_loss_total"
 // until p's background check has counted want losses: it must within 10 s.
 func waitDataLoss(t *testing.T, p *proxyProc, want float64) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		switch got := metricSum(t, mDataLoss, nil, p); {
 		case got > want:
 			t.Fatalf("%s = %v, want %v", mDataLoss, got, want)
@@ -115,7 +115,7 @@ func TestShortLockTTLIsReportedBeforeTheFirstRequest(t *testing.T) {
 
 	want := map[string]string{"level": "ERROR", "routes": "POST /v1/charges (lock_ttl 3s)", "min_lock_ttl": "5s"}
 	// The start check or the first watch writes it.
-	_ = testbin.SoonError(10*time.Second, func() error {
+	_ = wait.SoonError(10*time.Second, func() error {
 		if len(p.logLines(want)) == 0 {
 			return fmt.Errorf("no error line naming the short lock_ttl yet")
 		}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 const mReplicaAckFailures = "idempotency_proxy_store_replica_ack_failures_total"
@@ -116,7 +116,7 @@ func TestUnacknowledgedRecordIsReplayedAndSaidToBeOnTheMaster(t *testing.T) {
 		}
 		return out
 	}
-	testbin.SucceedsSoon(t, 20*time.Second, func() error {
+	wait.SucceedsSoon(t, 20*time.Second, func() error {
 		if len(ended()) == 0 {
 			return errors.New("no line yet on how recording the response ended")
 		}
@@ -137,7 +137,7 @@ func TestUnacknowledgedRecordIsReplayedAndSaidToBeOnTheMaster(t *testing.T) {
 		t.Errorf("retry with the replica still paused: %s, %d executions; want the replay", r, up.Count("unacknowledged"))
 	}
 	replica.Resume()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if n := replica.CountKeys(t, "idem:{*}"); n != 2 {
 			return errors.New("the replica does not hold the record yet")
 		}

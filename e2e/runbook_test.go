@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The operator runbook for a stuck key (docs/operating.md, "A stuck key"),
@@ -117,7 +118,7 @@ func keyedPost(t *testing.T, p *proxyProc, path, key string, hold bool) (int, st
 func loggedKeyHash(t *testing.T, logs func() string, outcome string) string {
 	t.Helper()
 	var hash string
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		sc := bufio.NewScanner(strings.NewReader(logs()))
 		for sc.Scan() {
 			var l struct {
@@ -230,7 +231,7 @@ func runStuckKeyRunbook(t *testing.T, storeYAML string) {
 
 func waitForValue(t *testing.T, what string, get func() string, want string) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if got := get(); got != want {
 			return fmt.Errorf("%s: %q, want %q", what, got, want)
 		}

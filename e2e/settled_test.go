@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The waits after a run: the clients have stopped, and what they started
@@ -17,7 +17,7 @@ import (
 // waitIdle waits until no replica has a request in flight.
 func waitIdle(t *testing.T, ps []*proxyProc) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if n := metricSum(t, "idempotency_proxy_inflight_requests", nil, ps...); n > 0 {
 			return fmt.Errorf("%v requests still in flight after the clients stopped", n)
 		}
@@ -29,7 +29,7 @@ func waitIdle(t *testing.T, ps []*proxyProc) {
 // client's 504.
 func waitNoneDetached(t *testing.T, ps []*proxyProc) {
 	t.Helper()
-	testbin.SucceedsSoon(t, chaosMaxExecution+5*time.Second, func() error {
+	wait.SucceedsSoon(t, chaosMaxExecution+5*time.Second, func() error {
 		if n := metricSum(t, "idempotency_proxy_detached_requests", nil, ps...); n > 0 {
 			return fmt.Errorf("%v calls still detached after the clients stopped", n)
 		}
@@ -42,7 +42,7 @@ func waitNoneDetached(t *testing.T, ps []*proxyProc) {
 func checkGoroutines(t *testing.T, base int) {
 	t.Helper()
 	const slack = 3
-	err := testbin.SoonError(5*time.Second, func() error {
+	err := wait.SoonError(5*time.Second, func() error {
 		if n := runtime.NumGoroutine(); n > base+slack {
 			return fmt.Errorf("%d goroutines after the run, %d before", n, base)
 		}

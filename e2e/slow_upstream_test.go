@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // slowConfig is a proxy whose clients wait 1s for an upstream that takes
@@ -283,7 +283,7 @@ func TestShutdownWaitsForBackgroundRecording(t *testing.T) {
 // waitLog waits up to 10s for a log line of p containing s.
 func waitLog(t *testing.T, p *proxyProc, s string) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if !strings.Contains(p.Logs(), s) {
 			return fmt.Errorf("proxy %s has not logged %q", p.name, s)
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // Metric names documented in docs/operating.md#metrics for a full or
@@ -181,7 +181,7 @@ func retryUntilSettled(t *testing.T, e fullEnv, rq request) reply {
 	t.Helper()
 	var r reply
 	i := 0
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		r = mustSend(t, e.c, e.ps[i%len(e.ps)].URL(), rq)
 		i++
 		if r.Status == http.StatusConflict {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // withPolicy returns cfg with one more key under defaults.

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // pathSpellings are spellings of the paths of POST /v1/charges and
@@ -138,7 +139,7 @@ func startPythonRouter(t *testing.T) string {
 
 func awaitListening(t *testing.T, addr string) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // Request headers that tell the test upstream how to behave. The proxy
@@ -107,7 +107,7 @@ func (u *upstream) Restart() {
 	var l net.Listener
 	var err error
 	// The port was ours a moment ago; the kernel may take a moment to let go.
-	err = testbin.SoonError(5*time.Second, func() (err error) {
+	err = wait.SoonError(5*time.Second, func() (err error) {
 		l, err = net.Listen("tcp", u.addr)
 		return err
 	})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // goroutineID is the calling goroutine's number, from its stack's first
@@ -40,7 +40,7 @@ func TestCallersRunTheNextCallOnTheGoroutineOfTheLast(t *testing.T) {
 	// new goroutine, and of the two the first to count itself idle stays:
 	// the new one, as often as not. The next call must run on the
 	// goroutine of the call before it, whichever that was.
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		c.start(&request{})
 		id := <-ids
 		if id != last {
@@ -67,8 +67,8 @@ func TestCallersNeverMakeACallWaitAndKeepAtMostMaxIdle(t *testing.T) {
 	}
 	running.Wait() // all at once: none waited for another to finish
 	close(release)
-	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, maxIdle))
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, maxIdle))
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if n := runtime.NumGoroutine(); n > base+maxIdle {
 			return fmt.Errorf("%d goroutines, want at most %d: only %d callers stay idle", n, base+maxIdle, maxIdle)
 		}
@@ -81,8 +81,8 @@ func TestIdleCallersExitAfterTheirTimeout(t *testing.T) {
 	c := newCallers(func(*request) { ids <- goroutineID() }, 4, 500*time.Millisecond)
 	c.start(&request{})
 	first := <-ids
-	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
-	testbin.SucceedsSoon(t, 10*time.Second, idleCallers(c, 0)) // its timeout passed
+	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
+	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 0)) // its timeout passed
 	c.start(&request{})
 	if second := <-ids; second == first {
 		t.Errorf("the call after the timeout ran on goroutine %s, which should have exited", first)

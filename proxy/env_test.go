@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
@@ -200,7 +200,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func (e *env) retryUntilSettled(t *testing.T, key string) *response {
 	t.Helper()
 	var r *response
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		r = e.do(t, "POST", "/x", key, "{}")
 		if r.StatusCode == http.StatusConflict {
 			return fmt.Errorf("the key is still in flight: %d %s", r.StatusCode, r.body)
@@ -213,7 +213,7 @@ func (e *env) retryUntilSettled(t *testing.T, key string) *response {
 // gaugeIs waits until the gauge g shows want.
 func gaugeIs(t *testing.T, name string, g interface{ Write(*dto.Metric) error }, want int) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if got := gaugeValue(g); got != want {
 			return fmt.Errorf("%s = %d, want %d", name, got, want)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // readerCorpus is request bodies built to find where JSON readers part:

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 )
 
 // notYetAnswered are problem types the contract decides for clients before

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -481,7 +481,7 @@ func TestResendIsNeverRepeatedByTheKeysNextOwner(t *testing.T) {
 	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
 	waitFor(t, func() bool { p, _ := l.counts(); return p >= 2 })
 	var rb *response
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		rb = b.do(t, "POST", "/x", "k1", `{}`)
 		if rb.StatusCode == http.StatusConflict {
 			return errors.New("still being settled")

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // ledger is an upstream that commits each charge to its ledger before it
@@ -183,7 +183,7 @@ func TestLookupThatHangsIsCutAtItsDeadlineAndAskedAgain(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if !cond() {
 			return fmt.Errorf("not yet")
 		}
@@ -322,7 +322,7 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
 	}
 	var r *response
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
 		if r.StatusCode == http.StatusConflict {
 			return fmt.Errorf("b still in flight")

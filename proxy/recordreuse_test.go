@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
@@ -76,7 +76,7 @@ func TestReplayKeepsItsOwnHeaderWhileLaterResponsesReuseTheMaps(t *testing.T) {
 			for i := range n {
 				key := fmt.Sprintf("first-%d", i)
 				var r *response
-				testbin.SucceedsSoon(t, 10*time.Second, func() error {
+				wait.SucceedsSoon(t, 10*time.Second, func() error {
 					if r = send(key); r.StatusCode == http.StatusConflict {
 						return fmt.Errorf("%s still in flight", key)
 					}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -104,7 +104,7 @@ func settleInBackground(t *testing.T, e *env, clock *fakeClock, end time.Time) {
 	t.Helper()
 	for clock.Now().Before(end) {
 		var due time.Time
-		testbin.SucceedsSoon(t, 10*time.Second, func() error {
+		wait.SucceedsSoon(t, 10*time.Second, func() error {
 			var ok bool
 			if due, ok = clock.nextTimer(); ok || e.handler.settling.Load() == 0 {
 				return nil

@@ -131,7 +131,7 @@ if $changed; then
     fi
     exit 0
   fi
-  go run ./internal/mutsurvivors "${results[@]}"
+  go run ./tools/mutsurvivors "${results[@]}"
   exit
 fi
 
@@ -141,10 +141,10 @@ for pkg in "$@"; do
 done
 status=0
 if [ -n "$only" ]; then
-  go run ./internal/mutsurvivors "${results[@]}" || status=$?
+  go run ./tools/mutsurvivors "${results[@]}" || status=$?
   exit $status
 fi
-go run ./internal/mutsurvivors -full "${results[@]}" | tee "$scratch/report" || status=$?
+go run ./tools/mutsurvivors -full "${results[@]}" | tee "$scratch/report" || status=$?
 # A package whose mutants all died or are listed is swept as of this
 # commit.
 for r in "${results[@]}"; do

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // TestProxyTargetsRunWhatAUserRuns starts the idempotency-proxy target as
@@ -66,7 +66,7 @@ func TestProxyTargetsRunWhatAUserRuns(t *testing.T) {
 			kids.mu.Lock()
 			logPath := kids.logs[pid]
 			kids.mu.Unlock()
-			testbin.SucceedsSoon(t, 30*time.Second, func() error {
+			wait.SucceedsSoon(t, 30*time.Second, func() error {
 				b, err := os.ReadFile(logPath)
 				if err != nil {
 					return err

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 func TestCallgrindTotalReadsTheInstructionCount(t *testing.T) {

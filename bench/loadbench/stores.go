@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest/pgcluster"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest/pgcluster"
 )
 
 // durableStores are the stores --stores may add to a run, beside memory and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 func TestParseStoresNamesEachStoreOnceAndRejectsOthers(t *testing.T) {
@@ -40,7 +40,7 @@ func TestTreeCPUTimeCountsChildren(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	self := os.Getpid()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		tree, err := treeCPUTime(self)
 		if err != nil {
 			return fmt.Errorf("read the tree's CPU time: %w", err)

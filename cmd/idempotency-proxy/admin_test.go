@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // adminGet sends GET path to the admin listener with a bearer token ("" for none).

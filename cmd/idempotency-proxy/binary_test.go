@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
@@ -46,7 +47,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 // waitFor fails the test unless cond holds within 15s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 15*time.Second, func() error {
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
 		if !cond() {
 			return errors.New("waiting for " + what)
 		}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/store/filestore"
 )
 

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
 // countingUpstream answers each request with its execution number.

@@ -1,8 +1,9 @@
 package filestore
 
 import (
-	bolt "go.etcd.io/bbolt"
 	"os"
+
+	bolt "go.etcd.io/bbolt"
 
 	"sync"
 	"testing"

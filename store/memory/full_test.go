@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -91,7 +91,7 @@ func TestSweeperReclaims(t *testing.T) {
 		}
 	}
 	c.Advance(2 * time.Second)
-	testbin.SucceedsSoon(t, 5*time.Second, func() error {
+	wait.SucceedsSoon(t, 5*time.Second, func() error {
 		if n := s.UsedBytes(); n != 0 {
 			return fmt.Errorf("UsedBytes = %d after expiry, want 0", n)
 		}

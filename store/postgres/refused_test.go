@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -264,7 +264,7 @@ func warm(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
 	token := ""
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if token == "" {
 			b, err := s.Begin(ctx, "warm", store.Lease{}, time.Minute)
 			if err != nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -40,7 +40,7 @@ func holdPipelines(t *testing.T, s *Store) (release func()) {
 // queuedSoon waits until n commands are queued.
 func queuedSoon(t *testing.T, s *Store, n int64) {
 	t.Helper()
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if q := s.batch.queued.Load(); q != n {
 			return fmt.Errorf("%d commands queued, want %d", q, n)
 		}
@@ -57,7 +57,7 @@ func queuedSoon(t *testing.T, s *Store, n int64) {
 func inFlightSoon(t *testing.T, s *Store, n int) {
 	t.Helper()
 	b := s.batch
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		b.mu.Lock()
 		filling := len(b.cur.cmds) + len(b.full)
 		b.mu.Unlock()

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
@@ -55,7 +55,7 @@ func TestSentinelFailover(t *testing.T) {
 	// Replication is asynchronous: wait until the replica has the record so
 	// that the test checks the store, not replication lag.
 	master := sn.Master.Client(t)
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if n, err := master.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
 			return fmt.Errorf("WAIT 1 = %d, %v: the replica does not have the record", n, err)
 		}
@@ -64,7 +64,7 @@ func TestSentinelFailover(t *testing.T) {
 
 	newMaster := sn.Failover(t)
 	start := time.Now()
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		_, err := s.Begin(ctx, "after", store.Lease{Fingerprint: store.Fingerprint{2}}, time.Minute)
 		if err != nil && !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("Begin during failover = %v, want ErrUnavailable", err)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -100,7 +100,7 @@ func TestReconnectsWhenTheSentinelsAnnounceTheNewMaster(t *testing.T) {
 
 	// The first lease taken after the announcement, found on the new master.
 	var first success
-	testbin.SucceedsSoon(t, 20*time.Second, func() error {
+	wait.SucceedsSoon(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, sc := range successes {

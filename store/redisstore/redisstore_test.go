@@ -9,7 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -58,7 +58,7 @@ func TestRetriedCompletionAfterPauseIsNotALostLease(t *testing.T) {
 	}
 	// The admin's GET waits out the pause; the abandoned completion runs
 	// first or soon after.
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		v, err := admin.Get(ctx, "idem:{k}").Bytes()
 		if err != nil || len(v) == 0 || v[0] != kindRecord {
 			return fmt.Errorf("the paused completion has not run: %q, %v", v, err)

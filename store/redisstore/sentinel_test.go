@@ -13,8 +13,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // knownMasters is a copy of the masters s remembers.
@@ -38,7 +38,7 @@ func TestSentinelRemembersOnlyTheLatestMasters(t *testing.T) {
 	}
 	// The subscription connects on its own: announce the first failover
 	// until it is heard.
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if n := relay.Publish("+switch-master", announce(0)); n == 0 {
 			return fmt.Errorf("no subscriber to +switch-master yet")
 		}
@@ -49,7 +49,7 @@ func TestSentinelRemembersOnlyTheLatestMasters(t *testing.T) {
 		relay.Publish("+switch-master", announce(i))
 	}
 	latest, previous := fmt.Sprintf("10.0.%d.%d:6379", failovers/250, failovers%250), fmt.Sprintf("10.0.%d.%d:6379", (failovers-1)/250, (failovers-1)%250)
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if m := knownMasters(sn); !slices.Contains(m, latest) {
 			return fmt.Errorf("the last announcement is not heard yet: masters %q", m)
 		}
@@ -184,7 +184,7 @@ func TestDiscoveredSentinelThatNeverAnswersDelaysNothing(t *testing.T) {
 	master := sn.Master.Client(t)
 	first := redis.NewSentinelClient(&redis.Options{Addr: sn.Sentinels[0].Addr()})
 	t.Cleanup(func() { first.Close() })
-	testbin.SucceedsSoon(t, 20*time.Second, func() error {
+	wait.SucceedsSoon(t, 20*time.Second, func() error {
 		hello := fmt.Sprintf("%s,%s,%s,0,%s,127.0.0.1,%s,0", host, port, strings.Repeat("f", 40), sn.MasterName(), mport)
 		master.Publish(ctx, "__sentinel__:hello", hello)
 		others, err := first.Sentinels(ctx, sn.MasterName()).Result()

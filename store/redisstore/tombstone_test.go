@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -54,26 +56,6 @@ func TestWaitReturnsTheExitStatus(t *testing.T) {
 	}
 }
 
-// Eventually returns once the condition holds, and otherwise the bound and
-// the condition's last error, so a failed wait says what it last saw.
-func TestEventuallyGivesTheLastError(t *testing.T) {
-	tries := 0
-	SucceedsSoon(t, time.Minute, func() error {
-		if tries++; tries < 3 {
-			return fmt.Errorf("try %d", tries)
-		}
-		return nil
-	})
-	if tries != 3 {
-		t.Fatalf("cond called %d times, want 3", tries)
-	}
-	tries = 0
-	err := SoonError(50*time.Millisecond, func() error { tries++; return fmt.Errorf("try %d", tries) })
-	if err == nil || !strings.Contains(err.Error(), "not within 50ms") || !strings.Contains(err.Error(), fmt.Sprintf("(last: try %d)", tries)) {
-		t.Fatalf("err = %v, want the bound and the last try (%d)", err, tries)
-	}
-}
-
 // A server that exits while a test waits for it fails the wait at once,
 // with what the wait last saw, not at the end of the bound.
 func TestReadyFailsWhenTheProcessExits(t *testing.T) {
@@ -89,7 +71,7 @@ func TestStopKillsWhatIgnoresTheSignal(t *testing.T) {
 	out := &Buffer{}
 	// A shell loop, not sleep: no child of the shell outlives the kill.
 	p := Start(t, Command{Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo up; while :; do :; done"}, Stdout: out})
-	SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if !strings.Contains(out.String(), "up") {
 			return fmt.Errorf("the shell has not set its trap yet")
 		}

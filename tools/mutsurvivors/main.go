@@ -3,7 +3,7 @@
 // package's mutation score, and fails when a mutant survived that
 // docs/mutation-survivors.md does not list with the reason it may.
 //
-//	go run ./internal/mutsurvivors [-full] [-list docs/mutation-survivors.md] proxy=proxy.json store=store.json
+//	go run ./tools/mutsurvivors [-full] [-list docs/mutation-survivors.md] proxy=proxy.json store=store.json
 //
 // A surviving mutant is named by its file, its mutator and the source line
 // it changes, not by line number, so that an entry of the list outlives

@@ -33,7 +33,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // readyTimeout bounds how long a fresh process may take to answer PING.
@@ -167,7 +168,7 @@ func awaitStopped(p *testbin.Process, stopped bool) error {
 	path := "/proc/" + strconv.Itoa(p.PID()) + "/stat"
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	return testbin.Eventually(ctx, func() error {
+	return wait.Eventually(ctx, func() error {
 		stat, err := os.ReadFile(path)
 		if err != nil {
 			if !p.Running() {

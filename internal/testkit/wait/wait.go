@@ -1,4 +1,18 @@
-package testbin
+// Package wait is the one way a test waits for what it cannot be told: a
+// condition tried again, with a short pause at first and backing off,
+// until it holds or a bound passes, the failure naming the bound and the
+// condition's last error.
+//
+//	wait.SucceedsSoon(t, 10*time.Second, func() error {
+//		if !p.Running() {
+//			return errors.New("not running yet")
+//		}
+//		return nil
+//	})
+//
+// A channel, a returned call or an injected clock is always better; use it
+// for another process's state, a metric, a log line.
+package wait
 
 import (
 	"context"

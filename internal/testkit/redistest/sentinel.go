@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 const masterName = "idem-master"
@@ -267,7 +267,7 @@ func startReplica(t testing.TB, addr string) *Server {
 // detail when ctx expires.
 func poll(ctx context.Context, t testing.TB, what string, check func() (done bool, detail string)) {
 	t.Helper()
-	err := testbin.Eventually(ctx, func() error {
+	err := wait.Eventually(ctx, func() error {
 		if done, detail := check(); !done {
 			return errors.New(detail)
 		}

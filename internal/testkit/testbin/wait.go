@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // PollStatus polls url until it answers want, ctx expires, or exited closes
@@ -15,7 +17,7 @@ func PollStatus(ctx context.Context, url string, want int, exited <-chan struct{
 	defer c.CloseIdleConnections()
 	ctx, cancel := untilExit(ctx, exited)
 	defer cancel()
-	err := Eventually(ctx, func() error {
+	err := wait.Eventually(ctx, func() error {
 		resp, err := c.Get(url)
 		if err != nil {
 			return err
@@ -56,7 +58,7 @@ func (p *Process) Ready(within time.Duration, ready func() error) error {
 	defer cancel()
 	ctx, stop := untilExit(ctx, p.done)
 	defer stop()
-	return Eventually(ctx, ready)
+	return wait.Eventually(ctx, ready)
 }
 
 // WaitReady waits up to timeout for p to answer 200 on every url in turn;

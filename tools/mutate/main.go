@@ -4,8 +4,8 @@
 // every mutation that survives. It exits 1 when one survives, does not
 // compile, or when a named test fails before any mutation.
 //
-//	go run ./internal/mutate                 # every mutation in e2e/mutations.txt
-//	go run ./internal/mutate -run fencing    # those whose id matches
+//	go run ./tools/mutate                 # every mutation in e2e/mutations.txt
+//	go run ./tools/mutate -run fencing    # those whose id matches
 package main
 
 import (

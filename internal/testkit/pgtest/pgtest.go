@@ -31,8 +31,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/pgtest/pgcluster"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest/pgcluster"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
 )
 
 // BinDir holds initdb and postgres: Debian's postgresql package (15).
