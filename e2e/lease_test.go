@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
@@ -53,7 +54,7 @@ func TestSlowUpstreamLeaseRenewed(t *testing.T) {
 // record must be the one replayed.
 func TestLeaseLostIsFenced(t *testing.T) {
 	srv := redistest.Start(t)
-	fp := startFaultProxy(t, srv.Addr())
+	fp := faultnet.Start(t, srv.Addr())
 	up := startUpstream(t)
 	cfg := withPolicy(baseConfig(up, ""), "lock_ttl", "1s")
 	cfg.RedisURL = "redis://" + fp.Addr() + "/0"

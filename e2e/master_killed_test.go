@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
@@ -78,10 +79,10 @@ type killAttempt struct {
 }
 
 func killMasterUnderLoad(t *testing.T, replicaAck int) killRun {
-	var link *faultProxy
+	var link *faultnet.Proxy
 	sn := redistest.StartSentinel(t, redistest.WithSentinels(3),
 		redistest.WithReplicationVia(func(master string) string {
-			link = startFaultProxy(t, master)
+			link = faultnet.Start(t, master)
 			link.SetLatency(killReplLag)
 			return link.Addr()
 		}))

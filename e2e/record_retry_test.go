@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
@@ -27,7 +28,7 @@ const logRecordGivenUp = "could not record response before its lease expired"
 // on how long Postgres takes to start.
 func TestStoreBackInTheLeasesLastSecondGetsTheRecord(t *testing.T) {
 	pg := pgtest.Start(t)
-	gate := startFaultProxy(t, pg.Addr())
+	gate := faultnet.Start(t, pg.Addr())
 	up := startUpstream(t)
 	cfg := postgresConfig(up, strings.Replace(pg.URL(), pg.Addr(), gate.Addr(), 1))
 	const lease = 6 * time.Second

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 )
 
@@ -171,7 +172,7 @@ func checkBounded(t *testing.T, key string, r reply) {
 // connection reset mid-request does not lose the record.
 func TestRedisSlowAndReset(t *testing.T) {
 	srv := redistest.Start(t)
-	fp := startFaultProxy(t, srv.Addr())
+	fp := faultnet.Start(t, srv.Addr())
 	up := startUpstream(t)
 	cfg := withOpenRoute(baseConfig(up, "redis://"+fp.Addr()+"/0"))
 	cfg.RedisTimeout = 200 * time.Millisecond

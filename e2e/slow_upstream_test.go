@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
@@ -229,7 +230,7 @@ func getBody(t *testing.T, c *http.Client, url string) string {
 // for it (within shutdown_timeout), and the restarted proxy replays it.
 func TestShutdownWaitsForBackgroundRecording(t *testing.T) {
 	srv := redistest.Start(t)
-	fault := startFaultProxy(t, srv.Addr())
+	fault := faultnet.Start(t, srv.Addr())
 	up := startUpstream(t)
 	t.Cleanup(up.Unhold)
 	cfg := baseConfig(up, "redis://"+fault.Addr()+"/0")

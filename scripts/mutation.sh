@@ -54,7 +54,9 @@ head=$(git rev-parse HEAD)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 gremlins=$scratch/gremlins
-go -C tools/mutation build -o "$gremlins" github.com/go-gremlins/gremlins/cmd/gremlins
+# Outside the workspace (go.work does not list tools/mutation: its
+# requirements would change the versions the product builds with there).
+GOWORK=off go -C tools/mutation build -o "$gremlins" github.com/go-gremlins/gremlins/cmd/gremlins
 
 # base prints the commit of pkg's last full sweep.
 base() {

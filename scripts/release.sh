@@ -17,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PATH="/usr/local/go/bin:$PATH"
+# A release is built from the product's go.mod alone, never the workspace
+# (go.work) that adds the benchmark's and the browser tests' modules.
+export GOWORK=off
 VERSION=$(git describe --tags --always --dirty)
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}
 OUT=${OUT:-dist}/$VERSION

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine with only Go: installs the tools the
 # integration and end-to-end tests start (Debian packages, through apt-get),
-# says what it installed, then runs go test -race. Arguments replace ./...
+# says what it installed, then runs go test -race in each module: the
+# benchmark's (bench/), the browser tests' (e2e/browser/), the product's.
+# Arguments replace ./... and run in the product's module alone
 # (scripts/test.sh ./store/... -run TestX).
 #
 # Elsewhere (macOS, other Linux distributions) install the commands listed in
@@ -63,6 +65,15 @@ fi
 # unless the arguments set -timeout (they override GOFLAGS).
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-timeout=30m"
 
+# The benchmark (bench/) and the browser tests (e2e/browser/) are modules of
+# their own, which go.work lists: without arguments their tests run first,
+# each in its module (go -C works with or without the workspace).
+if [ $# -eq 0 ]; then
+  for module in bench e2e/browser; do
+    echo "test.sh: go -C $module test -race ./..."
+    go -C "$module" test -race ./...
+  done
+fi
 [ $# -gt 0 ] || set -- ./...
 echo "test.sh: go test -race $*"
 exec go test -race "$@"

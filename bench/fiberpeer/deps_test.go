@@ -1,15 +1,21 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // TestProductBinaryDoesNotLinkFiber: Fiber and fasthttp are the benchmark's
-// dependencies alone; the idempotency-proxy binary must not link them.
+// dependencies alone; the idempotency-proxy binary, built in the product's
+// module (the checkout's root, outside the workspace), must not link them.
 func TestProductBinaryDoesNotLinkFiber(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/idempotency-proxy/idempotency-proxy/cmd/idempotency-proxy").CombinedOutput()
+	cmd := exec.Command("go", "list", "-deps", "./cmd/idempotency-proxy")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}

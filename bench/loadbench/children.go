@@ -170,17 +170,24 @@ func (c *children) proxyBinary(ctx context.Context, given string) (string, error
 	return c.buildProxy(ctx)
 }
 
-// buildProxy builds ./cmd/idempotency-proxy of the module this benchmark
-// belongs to, once per run.
+// productModule is the module path of idempotency-proxy, which this
+// benchmark's module requires (bench/go.mod replaces it with the checkout
+// around it).
+const productModule = "github.com/idempotency-proxy/idempotency-proxy"
+
+// buildProxy builds ./cmd/idempotency-proxy of the checkout this benchmark
+// belongs to, once per run, in the product's module alone (GOWORK=off): the
+// binary measured is the one its go.mod makes, whatever the benchmark's own
+// requirements select.
 func (c *children) buildProxy(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", productModule).Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go list -m %s: %w", productModule, err)
 	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
 	bin := filepath.Join(c.dir, "idempotency-proxy")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idempotency-proxy")
-	cmd.Dir = root
+	cmd.Dir = strings.TrimSpace(string(out))
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/idempotency-proxy: %w\n%s", err, msg)
 	}

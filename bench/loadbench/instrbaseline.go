@@ -117,7 +117,7 @@ func (b instrBaseline) check(r instrReport, w io.Writer) error {
 // writeInstrBaseline writes r's counts in the baseline's format.
 func writeInstrBaseline(r instrReport, w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "# target scenario instructions-a-request (go run ./bench/loadbench --instructions --write-baseline)")
+	fmt.Fprintln(bw, "# target scenario instructions-a-request (go -C bench run ./loadbench --instructions --write-baseline)")
 	for _, t := range r.targets {
 		for _, s := range r.scens {
 			if n, ok := r.counts[t][s]; ok {

@@ -3,17 +3,17 @@
 // Command loadbench measures idempotency-proxy against a stock
 // httputil.ReverseProxy in the same run, on loopback:
 //
-//	go run ./bench/loadbench                   # full run, a few minutes
-//	go run ./bench/loadbench --quick           # under 30 s, what CI runs
-//	go run ./bench/loadbench --layout pinned   # generator on one CPU, the rest on another
-//	go run ./bench/loadbench --peers fiber     # Fiber's idempotency middleware beside us, same rounds
-//	go run ./bench/loadbench --stores postgres,file  # the durable stores too, same rounds
-//	go run ./bench/loadbench --scaling         # Redis miss and hit over body sizes and clients
-//	go run ./bench/loadbench --footprint       # memory store: bytes per record, RSS at 1M records
-//	go run ./bench/loadbench --footprint-proxy # the same through the proxy binary, over HTTP
-//	go run ./bench/loadbench --instructions    # instructions per request under callgrind, host-independent
-//	go run ./bench/loadbench --access-log-off  # the defaults with access_log: false too, beside them
-//	go run ./bench/loadbench --instructions --shadow  # memory-shadow (mode: shadow) counted too
+//	go -C bench run ./loadbench                    # full run, a few minutes
+//	go -C bench run ./loadbench --quick            # under 30 s, what CI runs
+//	go -C bench run ./loadbench --layout pinned    # generator on one CPU, the rest on another
+//	go -C bench run ./loadbench --peers fiber      # Fiber's idempotency middleware beside us, same rounds
+//	go -C bench run ./loadbench --stores postgres,file # the durable stores too, same rounds
+//	go -C bench run ./loadbench --scaling          # Redis miss and hit over body sizes and clients
+//	go -C bench run ./loadbench --footprint        # memory store: bytes per record, RSS at 1M records
+//	go -C bench run ./loadbench --footprint-proxy  # the same through the proxy binary, over HTTP
+//	go -C bench run ./loadbench --instructions     # instructions per request under callgrind, host-independent
+//	go -C bench run ./loadbench --access-log-off   # the defaults with access_log: false too, beside them
+//	go -C bench run ./loadbench --instructions --shadow # memory-shadow (mode: shadow) counted too
 //
 // It starts an upstream and the plain proxy (this program re-executed in a
 // helper mode, so each has its own CPU counters), the idempotency-proxy

@@ -75,19 +75,14 @@ func startPeers(ctx context.Context, kids *children, peers []string, ts []target
 	return out, nil
 }
 
-// buildPeer builds ./bench/<peer>peer of this module, once per run. Only
-// the benchmark links a peer's dependencies, never the product's binary.
+// buildPeer builds the benchmark module's <peer>peer command, once per
+// run. Only the benchmark's module links a peer's dependencies, never the
+// product's.
 func (c *children) buildPeer(ctx context.Context, peer string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
 	bin := filepath.Join(c.dir, peer+"peer")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/"+peer+"peer")
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./bench/%speer: %w\n%s", peer, err, msg)
+	pkg := productModule + "/bench/" + peer + "peer"
+	if msg, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
 	}
 	return bin, nil
 }

@@ -2,6 +2,7 @@ package testbin
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,15 +111,25 @@ func Cleanup() {
 	}
 }
 
-// ModuleRoot is the directory of the module's go.mod.
+// productModule is idempotency-proxy's module path; the benchmark's and the
+// browser test's modules require it, replaced by the checkout around them.
+const productModule = "github.com/idempotency-proxy/idempotency-proxy"
+
+// ModuleRoot is the directory of idempotency-proxy's go.mod, the checkout's
+// root, also for a test in a module of its own nested in it (bench/,
+// e2e/browser/): the programs above are built there.
 func ModuleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", productModule).Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		var msg []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			msg = ee.Stderr
+		}
+		return "", fmt.Errorf("go list -m %s: %w\n%s", productModule, err, msg)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module (GOMOD=%q)", gomod)
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("go list -m %s: no directory (not inside a checkout of it)", productModule)
 	}
-	return filepath.Dir(gomod), nil
+	return dir, nil
 }

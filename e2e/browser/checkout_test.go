@@ -1,8 +1,10 @@
-package e2e
+package browser
 
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,11 +12,13 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The checkout example (examples/checkout/) in headless Chromium, through
-// the built proxy, in front of the demo upstream run with --site and
+// the built proxy (memory store), in front of the demo upstream run with --site and
 // --delay: whatever the user does, the upstream logs one execution per
 // order. The browser reaches the proxy through a TCP fault proxy, so a test
 // can cut its connections.
@@ -27,26 +31,28 @@ import (
 // the upstream shows.
 const checkoutDelay = 3 * time.Second
 
+// readyTimeout bounds how long the proxy and the upstream may take to start.
+const readyTimeout = 15 * time.Second
+
 type checkout struct {
 	t        *testing.T
 	upstream *testbin.Process
-	net      *faultProxy
+	net      *faultnet.Proxy
 	browser  context.Context
 }
 
 func startCheckout(t *testing.T) *checkout {
 	t.Helper()
-	chromium := tool(t, "chromium")
+	chromium := testbin.Tool(t, "chromium", "")
 	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	upAddr := freeAddr(t)
+	upAddr := testbin.FreeAddr(t)
 	up := testbin.Start(t, testbin.Command{Path: testbin.Upstream.Path(t),
 		Args: []string{"--listen", upAddr, "--site", root, "--delay", checkoutDelay.String()}})
 	waitOutput(t, up, up.Stderr, "listening on")
-	p := startProxy(t, "checkout", proxyConfig{Upstream: "http://" + upAddr, Memory: true})
-	fault := startFaultProxy(t, strings.TrimPrefix(p.URL(), "http://"))
+	fault := faultnet.Start(t, startProxy(t, "http://"+upAddr))
 
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
@@ -189,4 +195,38 @@ func TestCheckoutOfflineMidChargeIsOneCharge(t *testing.T) {
 	if !strings.Contains(got.Text, "execution #") {
 		t.Errorf("confirmation %q", got.Text)
 	}
+}
+
+// startProxy runs the built proxy in front of upstream with the memory
+// store, on free loopback ports, and returns its listener's address once
+// it is ready.
+func startProxy(t *testing.T, upstream string) string {
+	t.Helper()
+	listen, admin := testbin.FreeAddr(t), testbin.FreeAddr(t)
+	config := filepath.Join(t.TempDir(), "checkout.yaml")
+	yaml := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\nstore:\n  kind: memory\n", listen, admin, upstream)
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := testbin.Start(t, testbin.Command{Path: testbin.Proxy.Path(t), Args: []string{"--config", config}})
+	if err := p.WaitReady(readyTimeout, "http://"+admin+"/healthz", "http://"+admin+"/readyz"); err != nil {
+		t.Fatalf("the proxy did not start: %v\n%s", err, p.Stderr())
+	}
+	return listen
+}
+
+// waitOutput waits until read() contains substr; a log is observable only
+// by reading it again.
+func waitOutput(t *testing.T, p *testbin.Process, read func() string, substr string) {
+	t.Helper()
+	wait.SucceedsSoon(t, readyTimeout, func() error {
+		out := read()
+		switch {
+		case strings.Contains(out, substr):
+			return nil
+		case !p.Running():
+			t.Fatalf("the process exited with no %q in the output:\n%s", substr, out)
+		}
+		return fmt.Errorf("no %q in the output:\n%s", substr, out)
+	})
 }

@@ -1,4 +1,7 @@
-package e2e
+// Package faultnet is a TCP proxy for tests that injects the faults a
+// network does between a client and a server: added latency, every
+// connection reset at once, new connections refused (accepted and reset).
+package faultnet
 
 import (
 	"io"
@@ -8,10 +11,9 @@ import (
 	"time"
 )
 
-// faultProxy is a TCP proxy in front of a Redis server that injects the
-// faults a network does: added latency, every connection reset at once,
-// new connections refused (accepted and reset).
-type faultProxy struct {
+// Proxy is a TCP proxy in front of a server (Redis, Postgres, the proxy)
+// that injects the faults a network does.
+type Proxy struct {
 	ln     net.Listener
 	target string
 
@@ -23,15 +25,15 @@ type faultProxy struct {
 	wg      sync.WaitGroup
 }
 
-// startFaultProxy listens on a free loopback port and forwards to target
-// until the test ends.
-func startFaultProxy(t testing.TB, target string) *faultProxy {
+// Start listens on a free loopback port and forwards to target until the
+// test ends.
+func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("fault proxy listen: %v", err)
 	}
-	f := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	f := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	f.wg.Add(1)
 	go f.accept()
 	t.Cleanup(f.close)
@@ -39,24 +41,24 @@ func startFaultProxy(t testing.TB, target string) *faultProxy {
 }
 
 // Addr is the host:port clients should dial instead of the target.
-func (f *faultProxy) Addr() string { return f.ln.Addr().String() }
+func (f *Proxy) Addr() string { return f.ln.Addr().String() }
 
 // SetLatency delays every chunk of data in both directions by d.
-func (f *faultProxy) SetLatency(d time.Duration) {
+func (f *Proxy) SetLatency(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.latency = d
 }
 
 // Refuse makes new connections be reset as soon as they are accepted.
-func (f *faultProxy) Refuse(on bool) {
+func (f *Proxy) Refuse(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.refuse = on
 }
 
 // ResetAll resets every open connection (both sides see ECONNRESET).
-func (f *faultProxy) ResetAll() {
+func (f *Proxy) ResetAll() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.conns {
@@ -65,7 +67,7 @@ func (f *faultProxy) ResetAll() {
 	}
 }
 
-func (f *faultProxy) close() {
+func (f *Proxy) close() {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
@@ -74,7 +76,7 @@ func (f *faultProxy) close() {
 	f.wg.Wait()
 }
 
-func (f *faultProxy) accept() {
+func (f *Proxy) accept() {
 	defer f.wg.Done()
 	for {
 		c, err := f.ln.Accept()
@@ -95,7 +97,7 @@ func (f *faultProxy) accept() {
 
 // pipe connects one client to the target, copying both ways until either
 // side closes; then it closes both.
-func (f *faultProxy) pipe(client net.Conn) {
+func (f *Proxy) pipe(client net.Conn) {
 	defer f.wg.Done()
 	server, err := net.DialTimeout("tcp", f.target, time.Second)
 	if err != nil {
@@ -118,7 +120,7 @@ func (f *faultProxy) pipe(client net.Conn) {
 	f.mu.Unlock()
 }
 
-func (f *faultProxy) track(conns ...net.Conn) bool {
+func (f *Proxy) track(conns ...net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -132,7 +134,7 @@ func (f *faultProxy) track(conns ...net.Conn) bool {
 
 // copy moves data from src to dst, delaying each chunk by the current
 // latency. When either side fails, both are closed so the other copy ends.
-func (f *faultProxy) copy(dst, src net.Conn) {
+func (f *Proxy) copy(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
