@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // Every message about a missing or mistyped setting names what fixes it.
@@ -80,7 +80,7 @@ routes:
 `),
 		Env: []string{"IDEMPOTENCY_PROXY_ROUTES=[{match: /b/, fingerprint_host: true}]"},
 	})
-	if got := cfg.Store.Memory.WhenFull; got != memory.EvictOldest {
+	if got := cfg.Store.Memory.WhenFull; got != store.EvictOldest {
 		t.Errorf("store.memory.when_full = %q", got)
 	}
 	if a := cfg.Admin; a.TokenFile != "/run/secrets/admin-token" || !a.PProf || a.Token != "" {
@@ -114,7 +114,7 @@ func TestRestartNeededForNewKeys(t *testing.T) {
 	c := mustLoad(t, Source{File: "../config.example.yaml"})
 	c.Admin.Token = "new"
 	c.Defaults.FingerprintHost = false
-	c.Store.Memory.WhenFull = memory.EvictOldest
+	c.Store.Memory.WhenFull = store.EvictOldest
 	c.Admin.PProf = true
 	c.Tracing.Enabled = true
 	want := []string{"store.memory.when_full", "admin.pprof", "tracing.enabled"}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 	"github.com/idempotency-proxy/idempotency-proxy/store/seal"
 )
@@ -54,7 +55,7 @@ func newSealRig(tb testing.TB, size int, sealed bool) *benchRig {
 // sizedRig is newBenchRig answering size-byte bodies from the store wrap
 // makes of an evicting memory store.
 func sizedRig(tb testing.TB, size int, wrap func(*memory.Store) Store) *benchRig {
-	mem := memory.New(memory.Options{MaxBytes: 256 << 20, WhenFull: memory.EvictOldest})
+	mem := memory.New(memory.Options{MaxBytes: 256 << 20, WhenFull: store.EvictOldest})
 	tb.Cleanup(func() { mem.Close() })
 	body := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
 	pol := DefaultPolicy()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 var ctx = context.Background()
@@ -124,7 +123,7 @@ func TestFullStoreRefusesNewKeysAndKeepsLeases(t *testing.T) {
 // TestEvictOldestDropsRecordsNeverLeases: under evict_oldest a full store
 // drops the record nearest its expiry to make room, never a lease.
 func TestEvictOldestDropsRecordsNeverLeases(t *testing.T) {
-	s, c := open(t, t.TempDir(), Options{MaxBytes: 3000, WhenFull: memory.EvictOldest})
+	s, c := open(t, t.TempDir(), Options{MaxBytes: 3000, WhenFull: store.EvictOldest})
 	lease := mustAcquire(t, s, "lease", time.Hour)
 	for i := range 20 {
 		key := "r" + strconv.Itoa(i)

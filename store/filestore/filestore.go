@@ -27,7 +27,7 @@
 // # Size and expiry
 //
 // Options.MaxBytes bounds the approximate size of the entries held, with
-// the memory store's rules when full (see memory.WhenFull): Begin on a new
+// the bounded stores' rules when full (see store.WhenFull): Begin on a new
 // key and Complete of a record that does not fit fail with store.ErrFull,
 // the lease staying in place; with EvictOldest the records nearest to
 // their expiry (with one ttl, the oldest) are dropped first; a lease is
@@ -54,7 +54,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // Default figures.
@@ -81,7 +80,7 @@ type Options struct {
 	// DefaultMaxBytes. The file on disk is larger (docs/operating.md).
 	MaxBytes int64 `config:"max_bytes,size"`
 	// WhenFull is what a write that would exceed MaxBytes does.
-	WhenFull memory.WhenFull `config:"when_full"`
+	WhenFull store.WhenFull `config:"when_full"`
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 	// SweepInterval is the pause between sweeps of expired entries; 0
@@ -151,7 +150,7 @@ func Open(opts Options) (*Store, error) {
 		lock:      lock,
 		now:       opts.Now,
 		maxBytes:  opts.MaxBytes,
-		evict:     opts.WhenFull == memory.EvictOldest,
+		evict:     opts.WhenFull == store.EvictOldest,
 		ops:       make(chan *op, maxBatch),
 		stopSweep: make(chan struct{}),
 		swept:     make(chan struct{}),

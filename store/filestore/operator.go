@@ -68,7 +68,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 			if err != nil {
 				return err
 			}
-			if now >= e.expires || !matches(state, &e) {
+			if now >= e.expires || !state.Lists(e.isRecord()) {
 				continue
 			}
 			if len(out) == limit {
@@ -88,16 +88,6 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		return out, "", err
 	}
 	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key)), nil
-}
-
-func matches(state store.State, e *entry) bool {
-	switch state {
-	case store.InFlight:
-		return !e.isRecord()
-	case store.Completed:
-		return e.isRecord()
-	}
-	return true
 }
 
 // toEntry describes e, the entry under key; withBody false leaves the

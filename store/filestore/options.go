@@ -4,7 +4,6 @@ import (
 	"log/slog"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 var _ store.Options = Options{}
@@ -19,7 +18,7 @@ func (o Options) Defaults() store.Options {
 
 // Check requires a positive bound. The directory is not looked at: the
 // configuration is checked without touching the store.
-func (o Options) Check(string) []store.Problem { return memory.CheckBound(o.MaxBytes, o.WhenFull) }
+func (o Options) Check(string) []store.Problem { return store.CheckBound(o.MaxBytes, o.WhenFull) }
 
 // Open opens the directory, failing when another process holds it, and
 // logs what survives what with these options.

@@ -16,7 +16,7 @@ import (
 func TestEvictOldestDropsOldestRecordsNeverLeases(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
 	per := recordSize("k00", rec)
-	s, c := newTestStore(t, Options{MaxBytes: 5*per + entryOverhead + 10, WhenFull: EvictOldest, SweepInterval: -1})
+	s, c := newTestStore(t, Options{MaxBytes: 5*per + entryOverhead + 10, WhenFull: store.EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	lease, err := s.Begin(ctx, "lease", store.Lease{}, time.Hour)
 	if err != nil {
@@ -54,7 +54,7 @@ func TestEvictOldestDropsOldestRecordsNeverLeases(t *testing.T) {
 
 // TestEvictOldestNeverEvictsLeases: a store full of leases still refuses.
 func TestEvictOldestNeverEvictsLeases(t *testing.T) {
-	s, _ := newTestStore(t, Options{MaxBytes: 2 * (entryOverhead + 2), WhenFull: EvictOldest, SweepInterval: -1})
+	s, _ := newTestStore(t, Options{MaxBytes: 2 * (entryOverhead + 2), WhenFull: store.EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	for _, k := range []string{"k0", "k1"} {
 		if _, err := s.Begin(ctx, k, store.Lease{}, time.Minute); err != nil {
@@ -106,7 +106,7 @@ func TestListRejectsMalformedCursor(t *testing.T) {
 func TestEvictOldestKeepsTheRecordBeingReplayed(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: make([]byte, 100)}
 	per := recordSize("k0", rec)
-	s, _ := newTestStore(t, Options{MaxBytes: 2 * per, WhenFull: EvictOldest, SweepInterval: -1})
+	s, _ := newTestStore(t, Options{MaxBytes: 2 * per, WhenFull: store.EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	for _, k := range []string{"k0", "k1"} {
 		b, err := s.Begin(ctx, k, store.Lease{}, time.Minute)

@@ -67,7 +67,7 @@ func liveObjects() int64 {
 // front: the heap would outgrow max_bytes with nothing left to evict.
 func TestDroppedRecordsFreeTheirMemoryWhenEvictingOldest(t *testing.T) {
 	const n, bodySize = 500, 32 << 10
-	s, c := newTestStore(t, Options{MaxBytes: 1 << 30, WhenFull: EvictOldest, SweepInterval: -1})
+	s, c := newTestStore(t, Options{MaxBytes: 1 << 30, WhenFull: store.EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	fill := func(prefix string, n int, body []byte, ttl time.Duration) {
 		t.Helper()

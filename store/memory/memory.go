@@ -97,7 +97,7 @@ func New(opts Options) *Store {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if opts.WhenFull == EvictOldest && opts.MaxBytes > 0 {
+	if opts.WhenFull == store.EvictOldest && opts.MaxBytes > 0 {
 		s.evict = &evictQueue{}
 	}
 	for i := range s.shards {

@@ -80,7 +80,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		var found []listed
 		for _, j := range slots {
 			e := t.slots[j].e
-			if now.UnixNano() >= e.expires || !matches(state, &e) {
+			if now.UnixNano() >= e.expires || !state.Lists(e.isRecord()) {
 				continue
 			}
 			// Keys are copied: the listing must not keep slabs alive.
@@ -103,16 +103,6 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		after = ""
 	}
 	return out, "", nil
-}
-
-func matches(state store.State, e *entry) bool {
-	switch state {
-	case store.InFlight:
-		return !e.isRecord()
-	case store.Completed:
-		return e.isRecord()
-	}
-	return true
 }
 
 // toEntry describes e, whose encoding is enc; withBody false leaves
