@@ -38,21 +38,36 @@ type Problem struct {
 	Reason string
 }
 
-// Store is what every kind offers once open: the proxy's operations, the
-// operator's view, and Close.
+// Store is what every kind offers once open: the key's lifecycle, which the
+// proxy uses, readiness's Ping, the operator's view, and Close. The
+// conformance suite (store/storetest) holds every kind to it.
 type Store interface {
+	Lifecycle
+	Ping(ctx context.Context) error
+	Operator
+	Close() error
+}
+
+// Lifecycle is a key's life on the request path: Begin takes a lease (or
+// finds one, or the record), Extend renews it, Complete stores the record,
+// Release gives the key up; the last three only for the lease's token
+// (docs/architecture.md, "The store contract"). The proxy consumes a store
+// through it.
+type Lifecycle interface {
 	Begin(ctx context.Context, key string, l Lease, ttl time.Duration) (BeginResult, error)
 	Extend(ctx context.Context, key, token string, lease time.Duration) error
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 	Release(ctx context.Context, key, token string) error
-	Ping(ctx context.Context) error
+}
 
+// Operator is the operator's view of a store, which the admin key API
+// serves: one key's entry, its deletion, a page of entries, the server's
+// health.
+type Operator interface {
 	Inspect(ctx context.Context, key string) (Entry, error)
 	Delete(ctx context.Context, key string) error
 	List(ctx context.Context, state State, cursor string, limit int) ([]Entry, string, error)
 	Health(ctx context.Context) (Health, error)
-
-	Close() error
 }
 
 // Preparer is a store that sets itself up in its server at start (the

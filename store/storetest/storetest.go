@@ -11,20 +11,9 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// Store is the contract under test.
-type Store interface {
-	Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error)
-	Extend(ctx context.Context, key, token string, lease time.Duration) error
-	Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error
-	Release(ctx context.Context, key, token string) error
-	Ping(ctx context.Context) error
-
-	// The operator's view.
-	Inspect(ctx context.Context, key string) (store.Entry, error)
-	Delete(ctx context.Context, key string) error
-	List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error)
-	Health(ctx context.Context) (store.Health, error)
-}
+// Store is the contract under test, store.Store: every kind's, as Open
+// returns it.
+type Store = store.Store
 
 // Harness is a store under test and its clock.
 type Harness struct {
