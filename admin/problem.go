@@ -6,25 +6,21 @@ import (
 	"net/http"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // problem is one kind of admin error response (RFC 9457), with a type URI
-// under the proxy's own problem base.
-type problem struct {
-	Type   string
-	Title  string
-	Status int
-}
+// under the proxy's own problem base. Its RetryAfter is not used: the admin
+// API asks for a retry after a second on every 503 (writeProblem).
+type problem = problemjson.Problem
 
 var (
-	probUnauthorized = problem{proxy.ProblemBase + "admin-unauthorized", "Admin token missing or wrong", http.StatusUnauthorized}
-	probBadRequest   = problem{proxy.ProblemBase + "admin-bad-request", "Malformed admin request", http.StatusBadRequest}
-	probNotFound     = problem{proxy.ProblemBase + "key-not-found", "No lease or record under this key", http.StatusNotFound}
-	probUnsupported  = problem{proxy.ProblemBase + "admin-unsupported", "This store does not support the key API", http.StatusNotImplemented}
-	probStore        = problem{proxy.ProblemBase + "store-unavailable", "Idempotency store unavailable", http.StatusServiceUnavailable}
-	probInternal     = problem{proxy.ProblemBase + "admin-failed", "Admin operation failed", http.StatusInternalServerError}
+	probUnauthorized = problem{Type: problemjson.Base + "admin-unauthorized", Title: "Admin token missing or wrong", Status: http.StatusUnauthorized}
+	probBadRequest   = problem{Type: problemjson.Base + "admin-bad-request", Title: "Malformed admin request", Status: http.StatusBadRequest}
+	probNotFound     = problem{Type: problemjson.Base + "key-not-found", Title: "No lease or record under this key", Status: http.StatusNotFound}
+	probUnsupported  = problem{Type: problemjson.Base + "admin-unsupported", Title: "This store does not support the key API", Status: http.StatusNotImplemented}
+	probStore        = problemjson.StoreUnavailable
+	probInternal     = problem{Type: problemjson.Base + "admin-failed", Title: "Admin operation failed", Status: http.StatusInternalServerError}
 )
 
 // problemTypes is every problem the admin API answers, each listed in
@@ -39,7 +35,7 @@ func writeProblem(w http.ResponseWriter, p problem, detail string) {
 	if p.Status == http.StatusServiceUnavailable {
 		retryAfter = 1
 	}
-	problemjson.Write(w, problemBody{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail}, retryAfter)
+	problemjson.Write(w, p.Body(detail), retryAfter)
 }
 
 // storeProblem maps a store error to its answer and metrics result: the one

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 // Every problem the admin API answers is in clients/contract.json with the
@@ -17,20 +17,27 @@ func TestEveryAdminProblemTypeIsInTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	declared, err := contract.DeclaredTypes(".", "problem", "proxy.ProblemBase")
+	declared, err := contract.DeclaredTypes(".", "problem", "problemjson.Base")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The problems both listeners answer are declared once, in problemjson.
+	shared, err := contract.DeclaredTypes("../internal/problemjson", "Problem", "Base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared = append(declared, shared...)
+	slices.Sort(declared)
 	var listed []string
 	for _, p := range problemTypes {
-		listed = append(listed, strings.TrimPrefix(p.Type, proxy.ProblemBase))
+		listed = append(listed, strings.TrimPrefix(p.Type, problemjson.Base))
 	}
 	slices.Sort(listed)
 	if !slices.Equal(listed, declared) {
 		t.Errorf("problemTypes lists %q, the package declares %q", listed, declared)
 	}
 	for _, p := range problemTypes {
-		name := strings.TrimPrefix(p.Type, proxy.ProblemBase)
+		name := strings.TrimPrefix(p.Type, problemjson.Base)
 		row, ok := c.ByType(name)
 		switch {
 		case !ok:

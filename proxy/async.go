@@ -195,7 +195,7 @@ func writeAccepted(w http.ResponseWriter, loc string) {
 func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		problemjson.Write(w, probStatusMethod.body("a status URL answers GET and HEAD"), 0)
+		problemjson.Write(w, probStatusMethod.Body("a status URL answers GET and HEAD"), 0)
 		return
 	}
 	keyHash, mac, ok := h.async.parse(r.URL.Path)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -186,7 +187,7 @@ func (r *response) problemType() string {
 	}
 	var p struct{ Type string }
 	json.Unmarshal([]byte(r.body), &p)
-	return strings.TrimPrefix(p.Type, ProblemBase)
+	return strings.TrimPrefix(p.Type, problemjson.Base)
 }
 
 func (e *env) outcomes(route string, o Outcome) float64 {

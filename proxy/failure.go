@@ -124,7 +124,7 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 	}
 	p, detail, outcome := problemFor(q, f, err)
 	q.outcome, q.status = outcome, p.Status
-	b := p.body(detail)
+	b := p.Body(detail)
 	if p == probInFlight && !q.heldSince.IsZero() {
 		b.StartedAt = q.heldSince.UTC().Format(startedAtFormat)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 )
 
 // errNotProtected is returned by KeyHashFrom for a request the live routes do
@@ -33,7 +34,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	rt := h.routes.Load().match(r, &t)
 	if t.refuse != 0 {
 		p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, t.refuse, nil)
-		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, ProblemBase)+": "+detail)
+		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, problemjson.Base)+": "+detail)
 	}
 	if !rt.protectsTarget(&t) {
 		return "", errNotProtected
@@ -54,7 +55,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		if errors.Is(err, jsonread.ErrDuplicateName) {
 			// The request path refuses such a body before it has a key.
 			p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, failAmbiguousBody, err)
-			return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, ProblemBase)+": "+detail)
+			return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, problemjson.Base)+": "+detail)
 		}
 		if err != nil {
 			return "", err

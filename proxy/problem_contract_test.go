@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
 )
 
@@ -21,23 +22,30 @@ func TestEveryProblemTypeHasAClientDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ProblemBase != ProblemBase {
-		t.Errorf("contract problem_base %q, proxy ProblemBase %q", c.ProblemBase, ProblemBase)
+	if c.ProblemBase != problemjson.Base {
+		t.Errorf("contract problem_base %q, problemjson.Base %q", c.ProblemBase, problemjson.Base)
 	}
-	declared, err := contract.DeclaredTypes(".", "problem", "ProblemBase")
+	declared, err := contract.DeclaredTypes(".", "problem", "problemjson.Base")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The problems both listeners answer are declared once, in problemjson.
+	shared, err := contract.DeclaredTypes("../internal/problemjson", "Problem", "Base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared = append(declared, shared...)
+	slices.Sort(declared)
 	var listed []string
 	for _, p := range problemTypes {
-		listed = append(listed, strings.TrimPrefix(p.Type, ProblemBase))
+		listed = append(listed, strings.TrimPrefix(p.Type, problemjson.Base))
 	}
 	slices.Sort(listed)
 	if !slices.Equal(listed, declared) {
 		t.Errorf("problemTypes lists %q, the package declares %q", listed, declared)
 	}
 	for _, p := range problemTypes {
-		name := strings.TrimPrefix(p.Type, ProblemBase)
+		name := strings.TrimPrefix(p.Type, problemjson.Base)
 		row, ok := c.ByType(name)
 		switch {
 		case !ok:

@@ -13,6 +13,33 @@ import (
 // ContentType is the media type of every problem answer.
 const ContentType = "application/problem+json"
 
+// Base prefixes the type URI of every problem the proxy and its admin API
+// answer themselves, so a client can tell the proxy's 422 from its
+// upstream's (clients/contract.json's problem_base).
+const Base = "https://idempotency-proxy.dev/problems/"
+
+// Problem is one kind of problem answer: its type URI (Base and a name),
+// title and status, and the Retry-After it asks for.
+type Problem struct {
+	Type   string
+	Title  string
+	Status int
+	// RetryAfter, in seconds, is sent as Retry-After when positive.
+	RetryAfter int
+}
+
+// The problems both listeners answer, declared once.
+var (
+	// StoreUnavailable: the store did not answer in time; the proxy did not
+	// call the upstream, the admin API changed nothing.
+	StoreUnavailable = Problem{Type: Base + "store-unavailable", Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
+)
+
+// Body is p's body with detail.
+func (p Problem) Body(detail string) Body {
+	return Body{Type: p.Type, Title: p.Title, Status: p.Status, Detail: detail}
+}
+
 // Body is a problem answer's JSON body.
 type Body struct {
 	Type   string `json:"type"`
