@@ -1,6 +1,9 @@
 package admin
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Results, the values of the "result" label.
 const (
@@ -67,21 +70,11 @@ func (m *Metrics) count(op, result string) {
 	m.ops.WithLabelValues(op, result).Inc()
 }
 
-// StoreStats is what the memory and file stores report of their size.
-type StoreStats struct {
-	// Bytes is the recorded data held: keys, headers and bodies.
-	Bytes int64
-	// Records is the number of completed records held.
-	Records int64
-	// Evictions counts completed records dropped to make room
-	// (when_full: evict_oldest) since the start.
-	Evictions uint64
-}
-
-// RegisterStoreStats exposes the store's size on reg, read from
-// stats at every scrape.
-func RegisterStoreStats(reg prometheus.Registerer, stats func() StoreStats) {
-	reg.MustRegister(statsCollector{stats})
+// RegisterStoreStats exposes the size of a store that keeps it (the
+// memory and file stores, store.StatsReporter) on reg, read at every
+// scrape.
+func RegisterStoreStats(reg prometheus.Registerer, st store.StatsReporter) {
+	reg.MustRegister(statsCollector{st})
 }
 
 var (
@@ -93,7 +86,7 @@ var (
 		"Completed records the memory or file store dropped to make room (when_full: evict_oldest).", nil, nil)
 )
 
-type statsCollector struct{ stats func() StoreStats }
+type statsCollector struct{ st store.StatsReporter }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBytes
@@ -102,7 +95,7 @@ func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.stats()
+	s := c.st.Stats()
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(s.Bytes))
 	ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(s.Records))
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(s.Evictions))

@@ -53,7 +53,7 @@ func exposedFamilies(t *testing.T) map[string]dto.MetricType {
 		t.Fatalf("a handler with a shadow route: %v", err)
 	}
 	admin.NewMetrics(reg)
-	admin.RegisterStoreStats(reg, func() admin.StoreStats { return admin.StoreStats{} })
+	admin.RegisterStoreStats(reg, st)                                      // the memory store's size
 	admin.RegisterReplicaAck(reg, func() (uint64, uint64) { return 0, 0 }) // a Redis store's
 	reg.MustRegister(collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -83,12 +83,14 @@ type Preparer interface {
 // (the memory store) or can read them cheaply (the file store), for its
 // gauges and eviction counter.
 type Stats struct {
-	// Bytes is the approximate size of the entries held.
+	// Bytes is the approximate size of the entries held: keys, leases'
+	// descriptions, recorded headers and bodies.
 	Bytes int64
 	// Records is the number of completed records held, expired ones
 	// included until they are reclaimed.
 	Records int64
-	// Evictions counts the records dropped to make room.
+	// Evictions counts the completed records dropped to make room
+	// (when_full: evict_oldest) since the start.
 	Evictions uint64
 }
 

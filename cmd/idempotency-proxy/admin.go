@@ -26,8 +26,8 @@ func newRegistry(st any) (*prometheus.Registry, *proxy.Metrics, *admin.Metrics) 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	pm := proxy.NewMetrics(reg, buildVersion())
 	am := admin.NewMetrics(reg)
-	if stats := storeStats(st); stats != nil {
-		admin.RegisterStoreStats(reg, stats)
+	if sr, ok := st.(store.StatsReporter); ok {
+		admin.RegisterStoreStats(reg, sr)
 	}
 	if r, ok := st.(replicaAcker); ok {
 		admin.RegisterReplicaAck(reg, r.ReplicaAckFailures)
@@ -91,16 +91,3 @@ const startCheckTimeout = 2 * time.Second
 // storeWatchInterval is how often the store is checked between readiness
 // probes: a store that forgot its data is noticed within it.
 const storeWatchInterval = 5 * time.Second
-
-// storeStats returns the size figures of a store that keeps them (the
-// memory store) for the metrics, nil for a store that keeps none.
-func storeStats(st any) func() admin.StoreStats {
-	ms, ok := st.(store.StatsReporter)
-	if !ok {
-		return nil
-	}
-	return func() admin.StoreStats {
-		s := ms.Stats()
-		return admin.StoreStats{Bytes: s.Bytes, Records: s.Records, Evictions: s.Evictions}
-	}
-}
