@@ -1,6 +1,10 @@
 // Package storetest is the conformance suite every idempotency store passes:
-// the memory store, and the Redis store against miniredis, a real
-// redis-server, a Cluster and a Sentinel setup.
+// the memory store (store/memory), the Redis store (store/redisstore)
+// against miniredis, a real redis-server, a Cluster and a Sentinel setup,
+// the Postgres store (store/postgres) against a real PostgreSQL server, and
+// the file store (store/filestore). A kind registered in config.Store that
+// is missing here, or whose package runs no test of the suite, fails
+// TestEveryStoreKindIsListedAndPassesTheConformanceSuite (docs).
 package storetest
 
 import (

@@ -1,0 +1,189 @@
+package docs_test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/config"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// The lists a reader trusts — the store kinds, the key sources, the problem
+// types — are held to the code that defines them: adding one without the
+// lists that name it fails here.
+
+const modulePath = "github.com/idempotency-proxy/idempotency-proxy/"
+
+// storePackages are the packages of the store kinds config.Store registers
+// (one field each), relative to the repository root: "store/memory".
+func storePackages(t *testing.T) []string {
+	t.Helper()
+	options := reflect.TypeFor[store.Options]()
+	var out []string
+	st := reflect.TypeFor[config.Store]()
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if !f.Type.Implements(options) {
+			continue
+		}
+		pkg, ok := strings.CutPrefix(f.Type.PkgPath(), modulePath)
+		if !ok {
+			t.Fatalf("store kind %s is outside the module: %s", f.Name, f.Type.PkgPath())
+		}
+		out = append(out, pkg)
+	}
+	if len(out) < 4 {
+		t.Fatalf("found %d store kinds in config.Store (%q), want every kind", len(out), out)
+	}
+	return out
+}
+
+// section returns the text of doc under heading ("## Error responses"), up
+// to the next heading of its level.
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no section %q", heading)
+	}
+	level, _, _ := strings.Cut(heading, " ")
+	rest, _, _ = strings.Cut(rest, "\n"+level+" ")
+	return rest
+}
+
+func readDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Every store kind registered in config.Store is in docs/architecture.md's
+// map and in its "Every store passes one conformance suite" sentence, is
+// named by store/storetest's package doc, and has a test that runs that
+// suite on it.
+func TestEveryStoreKindIsListedAndPassesTheConformanceSuite(t *testing.T) {
+	arch := readDoc(t, "docs/architecture.md")
+	// The map is the first indented block.
+	mapStart := strings.Index(arch, "\n    ")
+	drawing := arch[mapStart:]
+	drawing = drawing[:strings.Index(drawing, "\n\n")]
+	passes := arch[strings.Index(arch, "Every store passes one conformance suite"):]
+	passes = passes[:strings.Index(passes, "\n\n")]
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filepath.Join(repoRoot, "store", "storetest", "storetest.go"), nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suiteDoc := f.Doc.Text()
+	runRE := regexp.MustCompile(`\bstoretest\.Run\(`)
+	for _, pkg := range storePackages(t) {
+		if !regexp.MustCompile(`(?m)^    ` + regexp.QuoteMeta(pkg) + `/ `).MatchString(drawing) {
+			t.Errorf("docs/architecture.md's map has no line for %s/", pkg)
+		}
+		if !strings.Contains(passes, "`"+pkg+"`") {
+			t.Errorf("docs/architecture.md's \"Every store passes one conformance suite\" does not name `%s`:\n%s", pkg, passes)
+		}
+		if !strings.Contains(suiteDoc, pkg) {
+			t.Errorf("store/storetest's package doc does not name %s:\n%s", pkg, suiteDoc)
+		}
+		tests, err := filepath.Glob(filepath.Join(repoRoot, pkg, "*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(tests, func(path string) bool {
+			b, err := os.ReadFile(path)
+			return err == nil && runRE.Match(b)
+		}) {
+			t.Errorf("no test of %s runs storetest.Run", pkg)
+		}
+	}
+}
+
+// formRE reads a key source's form as the configuration writes it:
+// "header:NAME", "json:/pointer", "body_sha256".
+var formRE = regexp.MustCompile(`^[a-z0-9_]+(?::[A-Za-z/]+)?$`)
+
+// The table "Where the key comes from" in docs/request-handling.md has one
+// row for every form of key source the configuration accepts, and every
+// form it shows parses.
+func TestEveryKeySourceIsInTheRequestHandlingTable(t *testing.T) {
+	// A source of no kind is refused with the list of every form.
+	var k proxy.KeySource
+	err := k.UnmarshalText([]byte("nosuch:X"))
+	if err == nil {
+		t.Fatal("a key source of no kind was accepted")
+	}
+	_, want, ok := strings.Cut(err.Error(), "want ")
+	if !ok {
+		t.Fatalf("the error for an unknown kind lists no forms: %v", err)
+	}
+	var code []string
+	for _, f := range strings.FieldsFunc(strings.ReplaceAll(want, " or ", ","), func(r rune) bool { return r == ',' }) {
+		if f = strings.TrimSpace(f); !formRE.MatchString(f) {
+			t.Fatalf("the error for an unknown kind lists %q, not a form: %v", f, err)
+		}
+		code = append(code, f)
+	}
+	table := section(t, readDoc(t, "docs/request-handling.md"), "## Where the key comes from")
+	rowRE := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|")
+	var documented []string
+	for _, m := range rowRE.FindAllStringSubmatch(table, -1) {
+		documented = append(documented, m[1])
+		example := strings.NewReplacer("NAME", "X", "/pointer", "/id").Replace(m[1])
+		if err := k.UnmarshalText([]byte(example)); err != nil {
+			t.Errorf("the documented key source %s (as %s) does not parse: %v", m[1], example, err)
+		}
+	}
+	slices.Sort(code)
+	slices.Sort(documented)
+	if !slices.Equal(code, documented) {
+		t.Errorf("docs/request-handling.md \"Where the key comes from\" lists %q, the configuration accepts %q", documented, code)
+	}
+}
+
+// The table "Error responses" in docs/request-handling.md has one row for
+// every problem type the proxy listener answers (clients/contract.json,
+// which the proxy's tests hold the code to), with its status.
+func TestErrorResponsesTableIsEveryProxyProblem(t *testing.T) {
+	c, err := contract.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := section(t, readDoc(t, "docs/request-handling.md"), "## Error responses")
+	rowRE := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(c.ProblemBase) + "([a-z-]+)` \\| (\\d+) \\|")
+	rows := map[string]int{}
+	for _, m := range rowRE.FindAllStringSubmatch(table, -1) {
+		status, _ := strconv.Atoi(m[2])
+		rows[m[1]] = status
+	}
+	for _, p := range c.Problems {
+		status, ok := rows[p.Type]
+		switch {
+		case !p.On(contract.ListenerProxy):
+			if ok {
+				t.Errorf("docs/request-handling.md lists %s, which the proxy listener never answers", p.Type)
+			}
+		case !ok:
+			t.Errorf("docs/request-handling.md \"Error responses\" has no row for %s", p.Type)
+		case status != p.Status:
+			t.Errorf("docs/request-handling.md gives %s status %d, %s says %d", p.Type, status, contract.Path, p.Status)
+		}
+		delete(rows, p.Type)
+	}
+	for name := range rows {
+		t.Errorf("docs/request-handling.md lists %s, which %s does not", name, contract.Path)
+	}
+}
