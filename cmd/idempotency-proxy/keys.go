@@ -38,10 +38,7 @@ Commands (they call the admin API of a running proxy; see docs/operating.md):
                            the key_hash of the key the route finds in that request
 
 Flags of every command:
-  --admin URL              the proxy's admin listener (default http://127.0.0.1:9090)
-  --token-file FILE        read the admin token from FILE; otherwise it comes
-                           from ` + adminTokenEnv + `
-
+` + adminFlagsUsage + `
 Output is JSON on stdout. Exit status: 0 success, 1 failed call (404
 included; the problem is printed on stderr), 2 bad usage.
 `
@@ -96,10 +93,8 @@ func (h headerList) Set(v string) error {
 }
 
 func parseKeys(sub string, args, env []string) (*keysCmd, error) {
-	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
-	tokenFile := fs.String("token-file", "", "")
+	a := newAdminCommand("idempotency-proxy keys", "keys "+sub, keysUsage)
+	fs := a.fs
 	var state, cursor, key, source, bodyFile, method, path, host string
 	limit := admin.DefaultListLimit
 	headers := headerList{}
@@ -139,8 +134,8 @@ func parseKeys(sub string, args, env []string) (*keysCmd, error) {
 	if (sub == "get" || sub == "delete") && !admin.ValidKeyHash(args[0]) {
 		return nil, fmt.Errorf("%q is not a key_hash (lowercase hex, as the proxy's logs show it): for a raw idempotency key, `idempotency-proxy keys find KEY` lists its records in every scope, and `idempotency-proxy keys hash --key KEY` computes its key_hash in one scope", args[0])
 	}
-	c := &keysCmd{name: "idempotency-proxy keys", method: http.MethodGet}
-	if err := c.connect(*adminURL, *tokenFile, env); err != nil {
+	c := &keysCmd{name: a.name, method: http.MethodGet}
+	if err := c.connect(*a.adminURL, *a.tokenFile, env); err != nil {
 		return nil, err
 	}
 	switch sub {
@@ -208,10 +203,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if s := flagSuggestion(err, fs); s != "" {
-				return nil, fmt.Errorf("%w; did you mean %s?", err, s)
-			}
-			return nil, err
+			return nil, withSuggestion(err, fs)
 		}
 		if fs.NArg() == 0 {
 			return positional, nil

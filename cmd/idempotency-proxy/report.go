@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,51 +25,30 @@ started, at most 24h back; a fleet reads Prometheus (docs/operating.md).
 Flags:
   --window D               how far back to count (default 24h)
   --json                   the report as JSON instead of a table
-  --admin URL              the proxy's admin listener (default http://127.0.0.1:9090)
-  --token-file FILE        read the admin token from FILE; otherwise it comes
-                           from ` + adminTokenEnv + `
-
+` + adminFlagsUsage + `
 Exit status: 0 success, 1 failed call, 2 bad usage.
 `
 
 // runReport runs `idempotency-proxy report`.
 func runReport(args, env []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	adminURL := fs.String("admin", "http://127.0.0.1:9090", "")
-	tokenFile := fs.String("token-file", "", "")
-	window := fs.Duration("window", 24*time.Hour, "")
-	asJSON := fs.Bool("json", false, "")
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stderr, reportUsage)
-		return exitOK
-	}
-	if err != nil {
-		if s := flagSuggestion(err, fs); s != "" {
-			err = fmt.Errorf("%w; did you mean %s?", err, s)
+	a := newAdminCommand("idempotency-proxy report", "report", reportUsage)
+	window := a.fs.Duration("window", 24*time.Hour, "")
+	asJSON := a.fs.Bool("json", false, "")
+	return a.run(args, env, stderr, func() (*keysCmd, error) {
+		if *window <= 0 {
+			return nil, fmt.Errorf("--window: want a positive duration such as 1h, got %s", *window)
 		}
-	}
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	if err == nil && *window <= 0 {
-		err = fmt.Errorf("--window: want a positive duration such as 1h, got %s", *window)
-	}
-	c := &keysCmd{name: "idempotency-proxy report", method: http.MethodGet,
-		path: "/admin/report?" + url.Values{"window": {window.String()}}.Encode()}
-	if err == nil {
-		err = c.connect(*adminURL, *tokenFile, env)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "idempotency-proxy report: %v\n\n%s", err, reportUsage)
-		return exitUsage
-	}
+		return &keysCmd{method: http.MethodGet, path: "/admin/report?" + url.Values{"window": {window.String()}}.Encode()}, nil
+	}, func(c *keysCmd) int { return printReport(c, *asJSON, stdout, stderr) })
+}
+
+// printReport fetches the report and prints it, as JSON or as a table.
+func printReport(c *keysCmd, asJSON bool, stdout, stderr io.Writer) int {
 	body, code := c.fetch(stderr)
 	if code != exitOK {
 		return code
 	}
-	if *asJSON {
+	if asJSON {
 		var out bytes.Buffer
 		if err := json.Indent(&out, body, "", "  "); err != nil {
 			fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
