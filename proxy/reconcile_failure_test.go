@@ -8,6 +8,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -124,8 +125,7 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 	waitFor(t, func() bool { p, _ := l.counts(); return p >= 2 }) // A's resend is running
 	// While A's resend runs, B must answer 409 (being settled) and never
 	// forward: poll it for five lock_ttls.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(deadline) {
+	err := wait.Throughout(1500*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 		req := b.request(t, ctx, "/v1/charges", "k1")
 		res, err := b.srv.Client().Do(req)
@@ -134,16 +134,17 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 			res.Body.Close()
 		}
 		if posts, _ := l.counts(); posts > 2 {
-			release()
-			t.Fatalf("the key was forwarded %d times while A's resend still ran: B took the key over after lock_ttl and resent it", posts)
+			return fmt.Errorf("the key was forwarded %d times while A's resend still ran: B took the key over after lock_ttl and resent it", posts)
 		}
 		if err == nil && res.StatusCode != http.StatusConflict {
-			release()
-			t.Fatalf("B answered %d while A's resend runs, want 409: the key is being settled", res.StatusCode)
+			return fmt.Errorf("B answered %d while A's resend runs, want 409: the key is being settled", res.StatusCode)
 		}
-		time.Sleep(20 * time.Millisecond) // polling a lease's expiry: nothing to await
-	}
+		return nil
+	})
 	release()
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { _, e := l.counts(); return e >= 1 })
 	if _, effects := l.counts(); effects != 1 {
 		t.Fatalf("effects = %d, want 1", effects)
@@ -294,16 +295,16 @@ func TestReconcileCutOffFromTheStoreNeverResendsWithoutTheLease(t *testing.T) {
 	pa.cut.Store(true) // A can no longer renew its lease
 	bDone := make(chan *response, 1)
 	go func() {
-		for {
+		// B asks until A's lease expires and B is answered: the last
+		// answer, a 409 if it never was.
+		var r *response
+		_ = wait.SoonError(30*time.Second, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			r := b.doCtx(t, ctx, "POST", "/x", "k1", `{}`)
+			r = b.doCtx(t, ctx, "POST", "/x", "k1", `{}`)
 			cancel()
-			if r.StatusCode != http.StatusConflict {
-				bDone <- r
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // polling a lease's expiry
-		}
+			return stillInFlight(r)
+		})
+		bDone <- r
 	}()
 	waitFor(t, func() bool { _, _, ok := b.handler.Settling(kh); return ok }) // B took the key over
 	absentSince.Store(time.Now().UnixNano())
@@ -363,14 +364,12 @@ func TestSettlementLostToAnotherOwnerGivesTheFirstCallerTheKeysRecord(t *testing
 	pa.cut.Store(true)
 	bDone := make(chan *response, 1)
 	go func() {
-		for {
-			r := b.do(t, "POST", "/x", "k1", `{}`)
-			if r.StatusCode != http.StatusConflict {
-				bDone <- r
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // polling a lease's expiry
-		}
+		var r *response
+		_ = wait.SoonError(30*time.Second, func() error {
+			r = b.do(t, "POST", "/x", "k1", `{}`)
+			return stillInFlight(r)
+		})
+		bDone <- r
 	}()
 	waitFor(t, func() bool { _, _, ok := b.handler.Settling(kh); return ok })
 	absentNow.Store(true)
@@ -421,13 +420,10 @@ func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
 	a.handler.Abort() // shutdown_timeout passed
 	<-aDone
 	var r *response
-	for {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		r = b.do(t, "POST", "/x", "k1", `{}`)
-		if r.StatusCode != http.StatusConflict {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling a lease's expiry
-	}
+		return stillInFlight(r)
+	})
 	if posts, effects := l.counts(); posts != 1 || effects != 1 {
 		t.Fatalf("after the shutdown the next owner got %d %q; posts %d, effects %d: want the key looked up, not forwarded again", r.StatusCode, r.body, posts, effects)
 	}
@@ -977,14 +973,16 @@ func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
 	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
 	waitFor(t, func() bool { return lookups.Load() >= 1 })
 	// Polled for five lock_ttls while the lookup runs.
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+	err := wait.Throughout(1500*time.Millisecond, func() error {
 		if r := b.do(t, "POST", "/x", "k1", `{}`); r.StatusCode != http.StatusConflict {
-			release()
-			t.Fatalf("B answered %d %q while A's lookup ran, want 409: the key is being settled", r.StatusCode, r.body)
+			return fmt.Errorf("B answered %d %q while A's lookup ran, want 409: the key is being settled", r.StatusCode, r.body)
 		}
-		time.Sleep(20 * time.Millisecond) // polling a lease's expiry: nothing to await
-	}
+		return nil
+	})
 	release()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r := <-aDone; r.StatusCode != http.StatusOK {
 		t.Fatalf("A's caller: %d %q, want the found answer", r.StatusCode, r.body)
 	}
@@ -1015,4 +1013,13 @@ func TestMarkerBeingWrittenKeepsTheKeyFromExecuting(t *testing.T) {
 	if n := posts.Load(); n != 0 {
 		t.Fatalf("posts = %d, want 0", n)
 	}
+}
+
+// stillInFlight is an error while r is a 409: the key's lease has not
+// expired yet, which nothing signals but the next answer.
+func stillInFlight(r *response) error {
+	if r.StatusCode == http.StatusConflict {
+		return fmt.Errorf("still 409 %q", r.body)
+	}
+	return nil
 }

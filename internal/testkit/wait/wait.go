@@ -66,3 +66,23 @@ func SoonError(within time.Duration, cond func() error) error {
 	defer cancel()
 	return Eventually(ctx, cond)
 }
+
+// Throughout calls cond, with the same pauses, until within has passed, and
+// returns its first error: the way a test checks that something stays so
+// for a while (a key still refused, nothing forwarded) where no event marks
+// the end. The error names how long the condition held.
+func Throughout(within time.Duration, cond func() error) error {
+	start := time.Now()
+	pause := firstPause
+	for {
+		if err := cond(); err != nil {
+			return fmt.Errorf("after %s of %s: %w", time.Since(start).Round(time.Millisecond), within, err)
+		}
+		left := within - time.Since(start)
+		if left <= 0 {
+			return nil
+		}
+		time.Sleep(min(pause, left)) // the condition is read again: nothing signals a change
+		pause = min(2*pause, maxPause)
+	}
+}
