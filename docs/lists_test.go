@@ -3,6 +3,7 @@ package docs_test
 import (
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -185,5 +186,61 @@ func TestErrorResponsesTableIsEveryProxyProblem(t *testing.T) {
 	}
 	for name := range rows {
 		t.Errorf("docs/request-handling.md lists %s, which %s does not", name, contract.Path)
+	}
+}
+
+// Every Go package of the checkout (a directory with a non-test Go file) is
+// on docs/architecture.md's map: itself or a folder above it.
+func TestEveryPackageIsOnTheArchitectureMap(t *testing.T) {
+	arch := readDoc(t, "docs/architecture.md")
+	drawing := arch[strings.Index(arch, "\n    "):]
+	drawing = drawing[:strings.Index(drawing, "\n\n")]
+	entryRE := regexp.MustCompile(`^    (\S+)/\s`)
+	childRE := regexp.MustCompile(`^      (\S+)/\s`)
+	var onMap []string
+	parent := ""
+	for line := range strings.Lines(drawing) {
+		if m := entryRE.FindStringSubmatch(line); m != nil {
+			parent = m[1]
+			onMap = append(onMap, parent)
+		} else if m := childRE.FindStringSubmatch(line); m != nil && parent != "" {
+			onMap = append(onMap, parent+"/"+m[1])
+		}
+	}
+	covered := func(dir string) bool {
+		for d := dir; d != "."; d = filepath.ToSlash(filepath.Dir(d)) {
+			if slices.Contains(onMap, d) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(d.Name(), ".go") || strings.HasSuffix(d.Name(), "_test.go") {
+			return nil
+		}
+		rel, err := filepath.Rel(repoRoot, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(rel)
+		if !seen[dir] && !covered(dir) {
+			t.Errorf("package %s/ is not on docs/architecture.md's map (nor a folder above it)", dir)
+		}
+		seen[dir] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 20 {
+		t.Fatalf("found %d packages, want the whole checkout's", len(seen))
 	}
 }
