@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // flagsProxy is an idempotency-proxy started from flags alone, as a
@@ -34,14 +31,5 @@ func startFlagsProxy(t *testing.T, args ...string) *flagsProxy {
 // by reading it again.
 func waitOutput(t *testing.T, p *testbin.Process, read func() string, substr string) {
 	t.Helper()
-	wait.SucceedsSoon(t, readyTimeout, func() error {
-		out := read()
-		switch {
-		case strings.Contains(out, substr):
-			return nil
-		case !p.Running():
-			t.Fatalf("the process exited with no %q in the output:\n%s", substr, out)
-		}
-		return fmt.Errorf("no %q in the output:\n%s", substr, out)
-	})
+	testbin.WaitOutput(t, p, read, substr, readyTimeout)
 }

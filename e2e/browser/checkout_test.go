@@ -14,7 +14,6 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/faultnet"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/testbin"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // The checkout example (examples/checkout/) in headless Chromium, through
@@ -51,7 +50,7 @@ func startCheckout(t *testing.T) *checkout {
 	upAddr := testbin.FreeAddr(t)
 	up := testbin.Start(t, testbin.Command{Path: testbin.Upstream.Path(t),
 		Args: []string{"--listen", upAddr, "--site", root, "--delay", checkoutDelay.String()}})
-	waitOutput(t, up, up.Stderr, "listening on")
+	testbin.WaitOutput(t, up, up.Stderr, "listening on", readyTimeout)
 	fault := faultnet.Start(t, startProxy(t, "http://"+upAddr))
 
 	opts := []chromedp.ExecAllocatorOption{
@@ -107,7 +106,7 @@ func (c *checkout) charges(order string) []string {
 // chargeStarted waits until the upstream logs the first execution of order.
 func (c *checkout) chargeStarted(order string) {
 	c.t.Helper()
-	waitOutput(c.t, c.upstream, c.upstream.Stderr, "POST /v1/charges?order="+order+" ")
+	testbin.WaitOutput(c.t, c.upstream, c.upstream.Stderr, "POST /v1/charges?order="+order+" ", readyTimeout)
 }
 
 // shown is what the page shows once it has a confirmation.
@@ -213,20 +212,4 @@ func startProxy(t *testing.T, upstream string) string {
 		t.Fatalf("the proxy did not start: %v\n%s", err, p.Stderr())
 	}
 	return listen
-}
-
-// waitOutput waits until read() contains substr; a log is observable only
-// by reading it again.
-func waitOutput(t *testing.T, p *testbin.Process, read func() string, substr string) {
-	t.Helper()
-	wait.SucceedsSoon(t, readyTimeout, func() error {
-		out := read()
-		switch {
-		case strings.Contains(out, substr):
-			return nil
-		case !p.Running():
-			t.Fatalf("the process exited with no %q in the output:\n%s", substr, out)
-		}
-		return fmt.Errorf("no %q in the output:\n%s", substr, out)
-	})
 }

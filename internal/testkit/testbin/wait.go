@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
@@ -72,4 +74,21 @@ func (p *Process) WaitReady(timeout time.Duration, urls ...string) error {
 		}
 	}
 	return nil
+}
+
+// WaitOutput waits until read() (a process's stderr or log, read again
+// each time) contains substr, for at most within; it fails tb at once when
+// p exits without it.
+func WaitOutput(tb testing.TB, p *Process, read func() string, substr string, within time.Duration) {
+	tb.Helper()
+	wait.SucceedsSoon(tb, within, func() error {
+		out := read()
+		switch {
+		case strings.Contains(out, substr):
+			return nil
+		case !p.Running():
+			tb.Fatalf("the process exited with no %q in the output:\n%s", substr, out)
+		}
+		return fmt.Errorf("no %q in the output:\n%s", substr, out)
+	})
 }
