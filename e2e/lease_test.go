@@ -29,13 +29,15 @@ func TestSlowUpstreamLeaseRenewed(t *testing.T) {
 	}()
 	up.WaitCount(key, 1, 5*time.Second)
 	conflicts := 0
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+	if err := wait.Throughout(2*time.Second, func() error {
 		r := mustSend(t, c, ps[conflicts%2].URL(), request{Key: key})
 		if r.Status != http.StatusConflict {
-			t.Fatalf("duplicate %v into a 2.5s upstream call with lock_ttl 1s: %s, want 409", time.Since(up.Execs(key)[0].At), r)
+			return fmt.Errorf("duplicate %v into a 2.5s upstream call with lock_ttl 1s: %s, want 409", time.Since(up.Execs(key)[0].At), r)
 		}
 		conflicts++
-		time.Sleep(100 * time.Millisecond) // spacing of the duplicates
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	first := <-done
 	ex := up.onlyExecution(t, key)

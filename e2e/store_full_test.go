@@ -96,12 +96,16 @@ func TestFullRedisNeverExecutesTwice(t *testing.T) {
 	t.Run("retries while full", func(t *testing.T) {
 		// Past three lock_ttls an unrenewed lease would long have expired
 		// and a retry executed again.
-		for i, end := 0, time.Now().Add(3*fullLockTTL); time.Now().Before(end); i++ {
+		i := 0
+		if err := wait.Throughout(3*fullLockTTL, func() error {
 			r := mustSend(t, e.c, e.ps[i%len(e.ps)].URL(), rq)
 			if r.Status != http.StatusConflict || r.Problem() != "in-flight" {
-				t.Fatalf("retry %d while full: %s %q, want 409 in-flight (the key held)", i, r, r.Body)
+				return fmt.Errorf("retry %d while full: %s %q, want 409 in-flight (the key held)", i, r, r.Body)
 			}
-			time.Sleep(100 * time.Millisecond) // spacing of the retries
+			i++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 		e.up.onlyExecution(t, rq.Key)
 		// The 409s are the owner holding the key, and it says so.
