@@ -25,12 +25,14 @@ import (
 
 const modulePath = "github.com/idempotency-proxy/idempotency-proxy/"
 
-// storePackages are the packages of the store kinds config.Store registers
-// (one field each), relative to the repository root: "store/memory".
-func storePackages(t *testing.T) []string {
+// storeKind is a store kind config.Store registers (one field each): its
+// word in store.kind and its package, relative to the repository root.
+type storeKind struct{ word, pkg string }
+
+func storeKinds(t *testing.T) []storeKind {
 	t.Helper()
 	options := reflect.TypeFor[store.Options]()
-	var out []string
+	var out []storeKind
 	st := reflect.TypeFor[config.Store]()
 	for i := range st.NumField() {
 		f := st.Field(i)
@@ -41,10 +43,11 @@ func storePackages(t *testing.T) []string {
 		if !ok {
 			t.Fatalf("store kind %s is outside the module: %s", f.Name, f.Type.PkgPath())
 		}
-		out = append(out, pkg)
+		word, _, _ := strings.Cut(f.Tag.Get("config"), ",")
+		out = append(out, storeKind{word: word, pkg: pkg})
 	}
 	if len(out) < 4 {
-		t.Fatalf("found %d store kinds in config.Store (%q), want every kind", len(out), out)
+		t.Fatalf("found %d store kinds in config.Store (%v), want every kind", len(out), out)
 	}
 	return out
 }
@@ -73,8 +76,9 @@ func readDoc(t *testing.T, path string) string {
 
 // Every store kind registered in config.Store is in docs/architecture.md's
 // map and in its "Every store passes one conformance suite" sentence, is
-// named by store/storetest's package doc, and has a test that runs that
-// suite on it.
+// named by store/storetest's package doc, has a test that runs that suite
+// on it, and has its word in docs/configuration.md's store.kind row and its
+// row in docs/guarantees.md's "What survives what".
 func TestEveryStoreKindIsListedAndPassesTheConformanceSuite(t *testing.T) {
 	arch := readDoc(t, "docs/architecture.md")
 	// The map is the first indented block.
@@ -90,7 +94,21 @@ func TestEveryStoreKindIsListedAndPassesTheConformanceSuite(t *testing.T) {
 	}
 	suiteDoc := f.Doc.Text()
 	runRE := regexp.MustCompile(`\bstoretest\.Run\(`)
-	for _, pkg := range storePackages(t) {
+	kindRow := section(t, readDoc(t, "docs/configuration.md"), "## Keys")
+	if i := strings.Index(kindRow, "\n| `store.kind` |"); i >= 0 {
+		kindRow, _, _ = strings.Cut(kindRow[i+1:], "\n")
+	} else {
+		t.Fatal("docs/configuration.md has no row for store.kind")
+	}
+	survives := section(t, readDoc(t, "docs/guarantees.md"), "## What survives what")
+	for _, k := range storeKinds(t) {
+		pkg := k.pkg
+		if !strings.Contains(kindRow, "`"+k.word+"`") {
+			t.Errorf("docs/configuration.md's store.kind row does not name `%s`:\n%s", k.word, kindRow)
+		}
+		if !strings.Contains(survives, "\n| `"+k.word+"` |") {
+			t.Errorf("docs/guarantees.md \"What survives what\" has no row for `%s`", k.word)
+		}
 		if !regexp.MustCompile(`(?m)^    ` + regexp.QuoteMeta(pkg) + `/ `).MatchString(drawing) {
 			t.Errorf("docs/architecture.md's map has no line for %s/", pkg)
 		}
