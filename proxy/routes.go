@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pathread"
 )
 
 // route is a Route compiled for the request path.
@@ -183,7 +185,7 @@ func (tb *routeTable) match(r *http.Request, t *target) *route {
 	}
 	// The other reading may name another route: a path that is
 	// unprotected as sent may be a protected one to the upstream.
-	if other := tb.lookup(r, t.method, splitReading(t.escaped), t.escaped); other.protectsTarget(t) && other.policy.AmbiguousPaths == AmbiguousReject {
+	if other := tb.lookup(r, t.method, pathread.Split(t.escaped), t.escaped); other.protectsTarget(t) && other.policy.AmbiguousPaths == AmbiguousReject {
 		t.refuse = failAmbiguousPath
 	}
 	return rt
@@ -233,9 +235,9 @@ func (tb *routeTable) lookupSpelling(r *http.Request, method string, t *target) 
 		}
 	}
 	// A path ending in "/" has no suffix as sent: only trimmed can.
-	p, ok := withoutFormatSuffix(t.path)
+	p, ok := pathread.WithoutFormatSuffix(t.path)
 	if !ok && slashed {
-		p, ok = withoutFormatSuffix(trimmed)
+		p, ok = pathread.WithoutFormatSuffix(trimmed)
 	}
 	if !ok {
 		return rt, routed
@@ -272,23 +274,6 @@ func patternPath(pattern string) string {
 		pattern = pattern[i:]
 	}
 	return strings.TrimRight(pattern, "/")
-}
-
-// withoutFormatSuffix returns the normal path p without the format suffix
-// its last segment ends in — a dot and one to ten ASCII letters or digits
-// after a name: "/v1/charges" for "/v1/charges.json" — and whether it
-// had one.
-func withoutFormatSuffix(p string) (string, bool) {
-	dot := strings.LastIndexByte(p, '.')
-	if dot < 0 || dot == len(p)-1 || len(p)-dot > 11 || p[dot-1] == '/' {
-		return p, false
-	}
-	for i := dot + 1; i < len(p); i++ {
-		if c := p[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
-			return p, false // a "/" after the dot too: not the last segment
-		}
-	}
-	return p[:dot], true
 }
 
 // lookup returns the route of a request like r with method and the

@@ -3,11 +3,12 @@ package proxy
 import (
 	"net/http"
 	"net/textproto"
-	"path"
 	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pathread"
 )
 
 // target is how the proxy reads a request's method and path, for its
@@ -31,22 +32,16 @@ type target struct {
 	fpMethod string
 	// escaped is the request's path as sent (r.URL.EscapedPath()).
 	escaped string
-	// path is escaped normalised as RFC 3986 section 6.2.2 does:
-	// percent-encoded unreserved characters decoded (%63 is c, %2E is .),
-	// other escapes upper-cased, dot segments removed. Routes match it
-	// (ServeMux also merges repeated slashes) and the fingerprint hashes
-	// it.
+	// path is escaped in RFC 3986 normal form (pathread.Normal). Routes
+	// match it (ServeMux also merges repeated slashes) and the fingerprint
+	// hashes it.
 	path string
 	// routed is the spelling of path the route matched: path, or path
 	// without its trailing slashes or format suffix when the route took
 	// that spelling (routeTable.lookupSpelling). Keys from the payload
 	// are namespaced by it. Set by the route table.
 	routed string
-	// odd is set when the path can be read two ways: an encoded slash or
-	// backslash (%2F, %5C), a backslash, a ";" path parameter (%3B too),
-	// a segment ending in encoded whitespace (%20, %09), or dot
-	// segments that RFC 3986 and slash-merging servers resolve
-	// differently (next to empty segments, or last).
+	// odd is set when the path can be read two ways (pathread.Normal).
 	odd bool
 	// named is every distinct method the method-override headers name,
 	// upper-cased, in the order sent; nil without such headers.
@@ -135,7 +130,7 @@ func readTarget(r *http.Request) target {
 	t.method = t.own
 	t.readOverride(r.Header, r.Method)
 	t.escaped = r.URL.EscapedPath()
-	t.path, t.odd = normalPath(t.escaped)
+	t.path, t.odd = pathread.Normal(t.escaped)
 	return t
 }
 
@@ -211,213 +206,6 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// normalPath returns the escaped path p in RFC 3986 normal form —
-// unreserved characters decoded, other escapes upper-cased, dot segments
-// removed — and whether p can be read two ways (see target.odd). A path
-// already in normal form is returned as it is, without allocating.
-func normalPath(p string) (norm string, odd bool) {
-	if p == "" || p[0] != '/' {
-		return p, false // "*" (OPTIONS *), or nothing to normalise
-	}
-	escapes, dots := false, false
-	for i := 0; i < len(p); i++ {
-		switch p[i] {
-		case '%':
-			escapes = true
-			if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-				switch b := unhex(p[i+1])<<4 | unhex(p[i+2]); b {
-				case '/', '\\', ';':
-					odd = true
-				case ' ', '\t':
-					odd = odd || endsSegment(p, i+3)
-				}
-			}
-		case ';', '\\':
-			odd = true
-		case '.':
-			if p[i-1] == '/' {
-				dots = true
-			}
-		}
-	}
-	if !escapes && !dots {
-		return p, odd
-	}
-	norm = p
-	if escapes {
-		norm = decodeUnreserved(p)
-	}
-	if hasDotSegment(norm) {
-		before := norm
-		norm = removeDotSegments(norm)
-		// A slash-merging server (Go's ServeMux, nginx) merges first and
-		// resolves dots after, and drops the slash a final dot segment
-		// leaves: "/a//../b" is "/b" there, "/a/b" here; "/a/." is "/a"
-		// there, "/a/" here.
-		if cleanPath(before) != cleanPath(norm) {
-			odd = true
-		}
-	}
-	return norm, odd
-}
-
-// endsSegment reports whether only encoded spaces and tabs stand between
-// p[i:] and the end of its segment: a segment ending in whitespace, which
-// IIS and ASP.NET trim (/v1/charges%20 is /v1/charges there).
-func endsSegment(p string, i int) bool {
-	for ; i < len(p) && p[i] != '/'; i += 3 {
-		if p[i] != '%' || i+2 >= len(p) || !(p[i+1] == '2' && p[i+2] == '0' || p[i+1] == '0' && p[i+2] == '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// decodeUnreserved decodes the percent-escapes of RFC 3986 unreserved
-// characters (ALPHA, DIGIT, "-", ".", "_", "~") and upper-cases the hex
-// digits of the others: escapes every upstream reads alike.
-func decodeUnreserved(p string) string {
-	var b strings.Builder
-	b.Grow(len(p))
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
-			b.WriteByte(c)
-			continue
-		}
-		d := unhex(p[i+1])<<4 | unhex(p[i+2])
-		if unreserved(d) {
-			b.WriteByte(d)
-		} else {
-			b.WriteByte('%')
-			b.WriteByte(upperHex(p[i+1]))
-			b.WriteByte(upperHex(p[i+2]))
-		}
-		i += 2
-	}
-	return b.String()
-}
-
-// hasDotSegment reports whether p has a "." or ".." segment.
-func hasDotSegment(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] != '/' {
-			continue
-		}
-		j := i + 1
-		for j < len(p) && p[j] == '.' {
-			j++
-		}
-		if n := j - i - 1; (n == 1 || n == 2) && (j == len(p) || p[j] == '/') {
-			return true
-		}
-	}
-	return false
-}
-
-// removeDotSegments is RFC 3986 section 5.2.4 on an absolute path: "."
-// segments go, ".." takes the segment before it with it, never above the
-// root; empty segments are kept.
-func removeDotSegments(p string) string {
-	segs := strings.Split(p[1:], "/")
-	out := make([]string, 0, len(segs))
-	for i, s := range segs {
-		last := i == len(segs)-1
-		switch s {
-		case ".":
-			if last {
-				out = append(out, "")
-			}
-		case "..":
-			if len(out) > 0 {
-				out = out[:len(out)-1]
-			}
-			if last {
-				out = append(out, "")
-			}
-		default:
-			out = append(out, s)
-		}
-	}
-	return "/" + strings.Join(out, "/")
-}
-
-// cleanPath is the path Go's ServeMux matches: path.Clean, keeping a
-// trailing slash.
-func cleanPath(p string) string {
-	c := path.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		if c == p[:len(p)-1] {
-			return p // clean already: no allocation
-		}
-		c += "/"
-	}
-	return c
-}
-
-// splitReading is the other reading of an odd path: encoded slashes and
-// backslashes, and backslashes, as path separators, ";" path parameters
-// (encoded too) dropped from their segments, and whitespace ending a
-// segment trimmed, as servlet containers, Spring, IIS and decoding
-// frameworks read them.
-func splitReading(p string) string {
-	var b strings.Builder
-	b.Grow(len(p))
-	param := false
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-			switch d := unhex(p[i+1])<<4 | unhex(p[i+2]); {
-			case d == '/' || d == '\\':
-				c = '/'
-				i += 2
-			case d == ';':
-				c = ';'
-				i += 2
-			case (d == ' ' || d == '\t') && endsSegment(p, i+3):
-				i += 2
-				continue // trimmed
-			}
-		}
-		switch {
-		case c == '/' || c == '\\':
-			param = false
-			b.WriteByte('/')
-		case c == ';':
-			param = true
-		case !param:
-			b.WriteByte(c)
-		}
-	}
-	norm, _ := normalPath(b.String())
-	return norm
-}
-
-func unreserved(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
-}
-
-func upperHex(c byte) byte {
-	if 'a' <= c && c <= 'f' {
-		return c - 'a' + 'A'
-	}
-	return c
-}
-
 // readAs is the method and escaped path a fingerprint or a key namespace
 // hashes.
 type readAs struct{ method, path string }
@@ -446,7 +234,7 @@ func keyReading(t *target, rt *route) readAs {
 	if p == "" {
 		p = t.path // a target no route table read
 	}
-	p = cleanPath(p)
+	p = pathread.Clean(p)
 	if rt.insensitive() {
 		p = lowerASCII(p)
 	}

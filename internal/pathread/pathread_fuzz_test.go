@@ -1,4 +1,4 @@
-package proxy
+package pathread
 
 import (
 	"net/url"
@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// FuzzNormalPath checks the path reading against a decoding upstream's
+// FuzzNormal checks Normal against a decoding upstream's
 // (Go's net/http and ServeMux, most frameworks): for a path not flagged
 // odd, the upstream reads the normal form as it reads the path as sent, so
 // a route matched on the normal form is the upstream's. The normal form is
 // a fixed point with no dot segment left.
-func FuzzNormalPath(f *testing.F) {
+func FuzzNormal(f *testing.F) {
 	for _, s := range []string{
 		"/v1/charges", "/v1/%63harges", "/internal/%2e%2e/v1/charges", "/a/./b/../c", "/a//../b",
 		"/v1%2Fcharges", "/v1/charges;x", "/%25%32%65", "/a/%2E./b", "/..%2e/x", "/caf%C3%A9/", "/a\\b",
@@ -26,30 +26,30 @@ func FuzzNormalPath(f *testing.F) {
 		if _, err := url.PathUnescape(p); err != nil {
 			return // net/http refuses it before the proxy sees it
 		}
-		norm, odd := normalPath(p)
-		if base, ok := withoutFormatSuffix(norm); ok && (!strings.HasPrefix(norm, base) || strings.Contains(norm[len(base):], "/")) {
-			t.Fatalf("withoutFormatSuffix(%q) = %q: not the path without its last segment's suffix", norm, base)
+		norm, odd := Normal(p)
+		if base, ok := WithoutFormatSuffix(norm); ok && (!strings.HasPrefix(norm, base) || strings.Contains(norm[len(base):], "/")) {
+			t.Fatalf("WithoutFormatSuffix(%q) = %q: not the path without its last segment's suffix", norm, base)
 		}
 		if hasDotSegment(norm) {
-			t.Fatalf("normalPath(%q) = %q keeps a dot segment", p, norm)
+			t.Fatalf("Normal(%q) = %q keeps a dot segment", p, norm)
 		}
-		if again, _ := normalPath(norm); again != norm {
-			t.Fatalf("normalPath(%q) = %q, but normalPath of that is %q", p, norm, again)
+		if again, _ := Normal(norm); again != norm {
+			t.Fatalf("Normal(%q) = %q, but normalPath of that is %q", p, norm, again)
 		}
 		if odd {
 			return
 		}
 		// What the proxy does not flag, the splitting upstreams read as
 		// the proxy does.
-		if split := splitReading(p); split != norm {
-			t.Fatalf("splitReading(%q) = %q, its normal form %q, and it is not flagged odd", p, split, norm)
+		if split := Split(p); split != norm {
+			t.Fatalf("Split(%q) = %q, its normal form %q, and it is not flagged odd", p, split, norm)
 		}
 		sent, _ := url.PathUnescape(p)
 		read, err := url.PathUnescape(norm)
 		if err != nil {
-			t.Fatalf("normalPath(%q) = %q, which does not unescape: %v", p, norm, err)
+			t.Fatalf("Normal(%q) = %q, which does not unescape: %v", p, norm, err)
 		}
-		if a, b := cleanPath(sent), cleanPath(read); a != b {
+		if a, b := Clean(sent), Clean(read); a != b {
 			t.Fatalf("a decoding upstream reads %q as %q, its normal form %q as %q", p, a, norm, b)
 		}
 	})
