@@ -197,9 +197,9 @@ func (h *Handler) Wait(ctx context.Context) error {
 	return nil
 }
 
-// ServeHTTP handles one request: route → pass-through check → key → body →
-// fingerprint and storage key → begin in the store → replay, refuse or
-// forward.
+// ServeHTTP handles one request: route → pass-through check → identify
+// (key, body, fingerprint and storage key) → serveKeyed: begin in the
+// store → replay, refuse or execute.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := newRequest(r)
 	h.metrics.inflight.Inc()
@@ -216,7 +216,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q.target = readTarget(r)
 	q.route = h.routes.Load().match(r, &q.target)
-	pol := &q.route.policy
 	if q.target.refuse != 0 {
 		h.refuse(w, q, q.target.refuse, nil)
 		return
@@ -228,13 +227,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dropUpgrade(r.Header)
+	if !h.identify(w, q) {
+		return
+	}
+	h.serveKeyed(w, q)
+}
+
+// identify fills q's identity: its key, its body, its fingerprint and
+// storage key, its description and, on a route that reconciles, its
+// lookup. It answers the request itself, and returns false, when there is
+// nothing more to do: no key (passed through, or refused), a key or body
+// it refuses. From here on q's identity is read only.
+func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
+	r, pol := q.in, &q.route.policy
 	haveBody := false
 	key, from, err := requestKeyFrom(r, q.route.sources, nil, false)
 	if err == errNeedBody {
 		// A source reads the body: read it once, bounded, and look again.
 		// The sources read it in place, and the fingerprint hashes it.
 		if !h.readBody(w, q) {
-			return
+			return false
 		}
 		haveBody = true
 		key, from, err = requestKeyFrom(r, q.route.sources, q.body, true)
@@ -244,7 +256,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == errNoKey && pol.RequireKey:
 		h.refuse(w, q, failMissingKey, err)
-		return
+		return false
 	case err == errNoKey:
 		q.outcome = OutcomeNoKey
 		if haveBody {
@@ -252,32 +264,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.passThrough(q.unrecorded(w), q, r)
 		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
-		return
+		return false
 	case errors.Is(err, jsonread.ErrDuplicateName):
 		h.refuse(w, q, failAmbiguousBody, err)
-		return
+		return false
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)
-		return
+		return false
 	}
 	q.key, q.keyFrom = key, from
 	if err := scopeCookiesReadOneWay(r.Header["Cookie"], q.route.scope); err != nil {
 		h.refuse(w, q, failInvalidKey, err)
-		return
+		return false
 	}
 	keepKeyHeaders(r.Header, q.route.sources)
 	if !haveBody && !h.readBody(w, q) {
-		return
+		return false
 	}
-	if err := h.identify(q); err != nil {
+	if err := h.fingerprint(q); err != nil {
 		h.refuse(w, q, failAmbiguousBody, err)
-		return
+		return false
 	}
 	h.countChurn(q)
-	if q.route.reconciles() && !h.fillProbe(w, q) {
-		return
+	if q.route.reconciles() {
+		target, err := q.route.probe.fill(r, q.key, q.body)
+		if err != nil {
+			// A placeholder the request cannot fill refuses it now,
+			// before anything is locked: never a lookup with a hole later.
+			h.refuse(w, q, failProbeHole, err)
+			return false
+		}
+		q.probeTarget = target
 	}
-	h.serveKeyed(w, q)
+	q.desc = q.described()
+	return true
 }
 
 // readBody reads q's body, bounded by max_request_body, and refuses the
@@ -299,10 +319,10 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 	return true
 }
 
-// identify computes q's fingerprint and storage key. The body was read to
-// its end, so the trailers are known. It fails, before anything is locked,
-// for a JSON body the fingerprint cannot read one way.
-func (h *Handler) identify(q *request) error {
+// fingerprint computes q's fingerprint and storage key. The body was read
+// to its end, so the trailers are known. It fails, before anything is
+// locked, for a JSON body the fingerprint cannot read one way.
+func (h *Handler) fingerprint(q *request) error {
 	r, pol := q.in, &q.route.policy
 	var host string // fingerprint_host: false leaves the host out
 	if pol.FingerprintHost {
@@ -324,7 +344,6 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	// client that gives up must not cancel the work (docs/guarantees.md).
 	// The store bounds each call with its own timeout.
 	detached := context.WithoutCancel(r.Context())
-	q.desc = q.described()
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	var pace waiter
 	for {

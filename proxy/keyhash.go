@@ -33,7 +33,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	t := readTarget(r)
 	rt := h.routes.Load().match(r, &t)
 	if t.refuse != 0 {
-		p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, t.refuse, nil)
+		p, detail, _ := problemFor(&request{in: r, identity: identity{target: t, route: rt}}, t.refuse, nil)
 		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, problemjson.Base)+": "+detail)
 	}
 	if !rt.protectsTarget(&t) {
@@ -54,7 +54,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 		}
 		if errors.Is(err, jsonread.ErrDuplicateName) {
 			// The request path refuses such a body before it has a key.
-			p, detail, _ := problemFor(&request{in: r, target: t, route: rt}, failAmbiguousBody, err)
+			p, detail, _ := problemFor(&request{in: r, identity: identity{target: t, route: rt}}, failAmbiguousBody, err)
 			return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, problemjson.Base)+": "+detail)
 		}
 		if err != nil {

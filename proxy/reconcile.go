@@ -118,19 +118,6 @@ func reconcileProbe(p Policy, scope []ScopeHeader) (t *probeTemplate, names, coo
 // reconciles reports whether rt settles unknown outcomes with a lookup.
 func (rt *route) reconciles() bool { return rt.probe != nil }
 
-// fillProbe fills q's lookup from the original request. A placeholder the
-// request cannot fill refuses it now, before anything is locked: never a
-// lookup with a hole later.
-func (h *Handler) fillProbe(w http.ResponseWriter, q *request) bool {
-	target, err := q.route.probe.fill(q.in, q.key, q.body)
-	if err != nil {
-		h.refuse(w, q, failProbeHole, err)
-		return false
-	}
-	q.probeTarget = target
-	return true
-}
-
 // startReconcile keeps q's key, whose outcome is unknown, and settles it in
 // the background; the client, if still there, waits for the answer
 // (awaitSettlement). It returns the outcome the call reports meanwhile.

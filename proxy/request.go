@@ -10,18 +10,37 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// request is one request on the proxy path, from route match to its log
-// line. Each step of ServeHTTP reads what the steps before it found and
-// adds its own; a new step (a key source, a fingerprint rule, a trace
-// span) adds its fields here. An executed request also carries its
-// capture, its lease and what settling its key needs: it outlives
-// ServeHTTP while its record is retried in the background.
-type request struct {
-	in    *http.Request
-	start time.Time
+// identity is what identifies a request: how its method and path read, its
+// route, its key and where the key came from, its body, its fingerprint
+// and storage key, what its lease and record say of it, and the lookup
+// that settles its unknown outcome. The steps of ServeHTTP up to identify
+// (handler.go) fill it; from then on every step only reads it
+// (TestIdentityIsWrittenOnlyUntilIdentify).
+type identity struct {
 	// target is how the proxy reads in's method and path.
 	target target
 	route  *route
+
+	key     string        // the idempotency key, as sent
+	keyFrom KeySourceKind // the kind of source that gave the key
+	body    []byte        // read in full once a source or the fingerprint needs it
+	fp      store.Fingerprint
+	keyHash string // the storage key: the key_hash of logs and the key API
+	// desc is what the key's lease and record say of the request.
+	desc store.Request
+	// probeTarget is the route's lookup filled from this request
+	// (reconcile.go), on a route that reconciles.
+	probeTarget string
+}
+
+// request is one request on the proxy path, from route match to its log
+// line: its identity, what the decision found, what its log line reports
+// and, once it executes its key, its execution. An executed request
+// outlives ServeHTTP while its record is retried in the background.
+type request struct {
+	in    *http.Request
+	start time.Time
+	identity
 
 	// What the request's log line and metrics report.
 	outcome Outcome
@@ -37,24 +56,26 @@ type request struct {
 	// returns after the client's line may be written.
 	upstreamTook atomic.Int64
 
-	key     string // the idempotency key, as sent
-	body    []byte // read in full once a source or the fingerprint needs it
-	fp      store.Fingerprint
-	keyHash string // the storage key: the key_hash of logs and the key API
-	// scopeSum is the hash of the scope values once scoped (lookup.go).
+	// scopeSum is the hash of the scope values once scoped: computed
+	// when first asked for (lookup.go), as churn and the record do.
 	scopeSum [16]byte
 	scoped   bool
-	// desc is what the key's lease and record say of the request.
-	desc store.Request
-	// expiredAt is when the key's record expired, for 410 key-expired.
+	// What the store's answer to Begin says, for the refusals: expiredAt
+	// is when the key's record expired (410 key-expired), heldSince when
+	// the request holding the key in flight started, as its lease says
+	// (409 in-flight; zero when it does not say).
 	expiredAt time.Time
-	// heldSince is when the request holding the key in flight started,
-	// as its lease says, for 409 in-flight; zero when it does not say.
 	heldSince time.Time
 
-	keyFrom KeySourceKind // the kind of source that gave the key
+	execution
+}
 
-	// Set when this request executes its key (see execute.go).
+// execution is a request executing its key: the lease it took, its
+// upstream call and how the client waits for it, its capture, and the
+// settling of its key (execute.go, detach.go, lease.go, capture.go,
+// reconcile.go). serveKeyed starts it once Begin acquired the key; only
+// those steps write it.
+type execution struct {
 	executed bool
 	token    string    // the lease's owner token
 	began    time.Time // when Begin was sent: the lease runs from then
@@ -87,10 +108,9 @@ type request struct {
 	// recordLost is set when the store refused rec because the lease was
 	// lost: the key's record, if any, is another owner's.
 	recordLost bool
-	// probeTarget is the route's lookup filled from this request, and
-	// recon the settling of its unknown outcome (reconcile.go).
-	probeTarget string
-	recon       *reconciliation
+	// recon is the settling of the request's unknown outcome
+	// (reconcile.go).
+	recon *reconciliation
 
 	// The upstream call's own goroutine and how the client waits for it
 	// (detach.go). cancel ends the call; deadline fires at upstream.timeout
