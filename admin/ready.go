@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -53,13 +54,12 @@ func (hs *health) init(p Pinger, m *Metrics, log *slog.Logger, lockTTLs func() m
 	hs.reporter, _ = p.(HealthReporter)
 }
 
-// MinLockTTL is the shortest lock_ttl that outlives a failover lasting
-// failover: a lease is renewed every third of lock_ttl, so when the master
-// dies it has at least two thirds of lock_ttl left, and those must cover
-// the failover (docs/redis.md, "A lease must outlive a failover"). Rounded
-// up to a whole second.
+// MinLockTTL is the shortest lock_ttl whose lease outlives a failover
+// lasting failover, as the lease's renewal rule gives it
+// (execution.MinLockTTL; docs/redis.md, "A lease must outlive a
+// failover"), rounded up to a whole second.
 func MinLockTTL(failover time.Duration) time.Duration {
-	return (failover*3/2 + time.Second - 1).Truncate(time.Second)
+	return (execution.MinLockTTL(failover) + time.Second - 1).Truncate(time.Second)
 }
 
 // shortLockTTLs lists the routes whose lock_ttl is below MinLockTTL.

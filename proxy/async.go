@@ -125,14 +125,14 @@ func (h *Handler) wantsAsync(q *request) bool {
 func (h *Handler) executeAsync(detached context.Context, w http.ResponseWriter, q *request) {
 	h.prepareCall(detached, w, q)
 	if !h.detachAtOnce(q) {
-		h.callers.start(q)
+		h.callers.Start(q)
 		h.await(w, q)
 		return
 	}
 	// The proxy applies the preference: an upstream that honours it too
 	// would answer 202, and that would be the recorded answer.
 	dropRespondAsync(q.upstream.Header)
-	h.callers.start(q)
+	h.callers.Start(q)
 	h.accepted(w, q)
 }
 
@@ -160,14 +160,14 @@ func dropRespondAsync(h http.Header) {
 // answer goes to the client, and reports whether there was room.
 func (h *Handler) detachAtOnce(q *request) bool {
 	q.reserved = int64(len(q.body)) + q.route.policy.MaxResponseBody
-	if !h.detachable.take(q.reserved) {
+	if !h.detachable.Take(q.reserved) {
 		h.metrics.detachRefused.Inc()
 		h.log.Warn("too many upstream calls detached from their clients (upstream.max_detached, upstream.max_detached_bytes): this respond-async request is served synchronously",
 			"route", q.route.label, "key_hash", q.keyHash)
 		return false
 	}
 	if ok, _ := q.capture.detach(h.metrics.detached); !ok {
-		h.detachable.give(q.reserved)
+		h.detachable.Give(q.reserved)
 		return false
 	}
 	return true

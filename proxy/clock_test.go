@@ -3,6 +3,8 @@ package proxy
 import (
 	"sync"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 )
 
 // fakeClock is a clock that moves only when a test advances it. Timers
@@ -29,7 +31,7 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) execution.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, live: true}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 )
 
 // A client stops waiting for its upstream call in two ways: upstream.timeout
@@ -65,7 +67,7 @@ func (h *Handler) answered(w http.ResponseWriter, q *request) {
 // are at their bound: then a call whose timeout passed is cancelled.
 func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 	q.reserved = int64(len(q.body)) + q.route.policy.MaxResponseBody
-	if !h.detachable.take(q.reserved) {
+	if !h.detachable.Take(q.reserved) {
 		h.metrics.detachRefused.Inc()
 		h.log.Warn("too many upstream calls detached from their clients (upstream.max_detached, upstream.max_detached_bytes): this one ends at upstream.timeout",
 			"route", q.route.label, "key_hash", q.keyHash, "client_gone", !timedOut)
@@ -81,7 +83,7 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 	ok, status := q.capture.detach(h.metrics.detached)
 	if !ok {
 		q.reportLater = false
-		h.detachable.give(q.reserved)
+		h.detachable.Give(q.reserved)
 		return false
 	}
 	if !timedOut {
@@ -110,7 +112,7 @@ func (h *Handler) armDeadline(q *request, d time.Duration) {
 // upstream.max_execution does. When the lease's first renewal is due after
 // upstream.timeout, the renewals start here.
 func (h *Handler) timerFired(q *request) {
-	if every := renewEvery(q.route.policy.LockTTL); every > h.upstreamTimeout {
+	if every := execution.RenewEvery(q.route.policy.LockTTL); every > h.upstreamTimeout {
 		h.renewLease(q.detached, q, every-h.upstreamTimeout, false)
 	}
 	if h.maxExecution > h.upstreamTimeout && !q.timedOut.Swap(true) {
@@ -141,7 +143,7 @@ func (q *request) signal() {
 
 // detachedEnded reports the end of a call its client had left.
 func (h *Handler) detachedEnded(q *request) {
-	h.detachable.give(q.reserved)
+	h.detachable.Give(q.reserved)
 	q.route.metrics.detached[q.ran.outcome].Inc()
 	d := time.Since(q.start)
 	h.log.LogAttrs(q.in.Context(), slog.LevelInfo, "detached upstream call ended",
@@ -151,32 +153,6 @@ func (h *Handler) detachedEnded(q *request) {
 	if q.reportLater {
 		h.report(q, q.ran.outcome, q.ran.status)
 	}
-}
-
-// detachBudget bounds the calls detached from their clients.
-type detachBudget struct {
-	mu             sync.Mutex
-	n, bytes       int64
-	maxN, maxBytes int64
-}
-
-// take reserves room for one call holding up to size bytes.
-func (b *detachBudget) take(size int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.n >= b.maxN || b.bytes+size > b.maxBytes {
-		return false
-	}
-	b.n++
-	b.bytes += size
-	return true
-}
-
-func (b *detachBudget) give(size int64) {
-	b.mu.Lock()
-	b.n--
-	b.bytes -= size
-	b.mu.Unlock()
 }
 
 // headers recycles the response headers of executed requests: the reverse

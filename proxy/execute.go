@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -25,27 +26,27 @@ import (
 // (await, detach.go).
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
 	h.prepareCall(detached, w, q)
-	h.callers.start(q)
+	h.callers.Start(q)
 	h.await(w, q)
 }
 
 // prepareCall readies q's upstream call, the lease's renewals and its
 // deadline, for callers.start.
 func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q *request) {
-	q.executed = true
+	q.executed, q.h = true, h
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithCancel(detached)
 	q.cancel = cancel
 	q.capture = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
 		route: q.route, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
-	q.done = h.owners.add(q.keyHash, cancel)
+	q.done = h.owners.Add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()
 	}
 	q.wake = make(chan struct{}, 1)
 	q.detached = detached
-	q.startLease()
-	if every := renewEvery(q.route.policy.LockTTL); every <= h.upstreamTimeout {
+	q.lease.Start(q.began, q.route.policy.LockTTL)
+	if every := execution.RenewEvery(q.route.policy.LockTTL); every <= h.upstreamTimeout {
 		h.renewLease(detached, q, every, true)
 	} else {
 		h.armDeadline(q, h.upstreamTimeout) // it starts the renewals
@@ -109,7 +110,7 @@ func (h *Handler) serveUpstream(q *request, out *http.Request) (panicked bool) {
 // operation is bounded by the store's own timeout.
 func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcome {
 	c, pol := &q.capture, &q.route.policy
-	leaseLost := q.lease.stop()
+	leaseLost := q.lease.Stop()
 
 	var rec *store.Record
 	outcome := OutcomeUpstreamError
@@ -216,7 +217,7 @@ func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 // settled ends q's part in its key: local waiters wake, and the record's
 // header, which the store has encoded, goes back to its pool.
 func (h *Handler) settled(q *request) {
-	h.owners.remove(q.keyHash, q.done)
+	h.owners.Remove(q.keyHash, q.done)
 	h.settling.Add(-1)
 	q.capture.freeHeader()
 }
@@ -239,14 +240,14 @@ func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) att
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
 	ttl := q.route.policy.LockTTL
-	q.renewUntil = q.lease.end().Add(ttl)
+	q.renewUntil = q.lease.End().Add(ttl)
 	backoff := 50 * time.Millisecond
 	for {
 		wait := backoff
 		if q.held {
-			wait = min(wait, renewEvery(ttl))
+			wait = min(wait, execution.RenewEvery(ttl))
 		}
-		left := q.lease.end().Sub(h.clock.Now()) - lastTryBefore(ttl)
+		left := q.lease.End().Sub(h.clock.Now()) - lastTryBefore(ttl)
 		if left <= 0 {
 			h.log.Warn(gaveUp(q), "route", q.route.label, "key_hash", q.keyHash)
 			return
@@ -314,16 +315,16 @@ func lastTryBefore(ttl time.Duration) time.Duration { return min(ttl/10, 100*tim
 // still gets the record.
 func (h *Handler) renewToRecord(ctx context.Context, q *request) {
 	ttl := q.route.policy.LockTTL
-	if q.refused || q.lease.end().Sub(h.clock.Now()) > renewEvery(ttl) {
+	if q.refused || q.lease.End().Sub(h.clock.Now()) > execution.RenewEvery(ttl) {
 		return
 	}
 	sent := h.clock.Now()
 	d := min(ttl, q.renewUntil.Sub(sent))
-	if !sent.Add(d).After(q.lease.end()) {
+	if !sent.Add(d).After(q.lease.End()) {
 		return // at renewUntil already
 	}
 	if h.store.Extend(ctx, q.keyHash, q.token, d) == nil {
-		q.lease.extendTo(sent.Add(d))
+		q.lease.ExtendTo(sent.Add(d))
 	}
 }
 

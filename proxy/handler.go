@@ -23,6 +23,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/lograte"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -31,7 +32,7 @@ type Handler struct {
 	rp              *httputil.ReverseProxy
 	upstreamTimeout time.Duration
 	maxExecution    time.Duration
-	detachable      detachBudget
+	detachable      execution.DetachBudget
 	store           meteredStore
 	forgetter       forgetter // the store's Delete, when it has one
 	inspector       inspector // the store's Inspect, for reconcile markers
@@ -43,9 +44,9 @@ type Handler struct {
 	metrics         *Metrics
 	observe         func(*http.Request, Observation)
 	instance        string // names this process in its leases
-	owners          owners
-	callers         *callers // run the upstream calls
-	clock           clock
+	owners          execution.Owners
+	callers         *execution.Callers[*request] // run the upstream calls
+	clock           execution.Clock
 	// aborted is set by Abort: upstream calls are detached from their
 	// clients, but not from a shutdown that has run out of time.
 	aborted atomic.Bool
@@ -84,14 +85,14 @@ func New(opts Options) (*Handler, error) {
 		metrics:         opts.Metrics,
 		observe:         opts.Observe,
 		instance:        cmp.Or(opts.Instance, DefaultInstance()),
-		clock:           realClock{},
+		clock:           execution.RealClock{},
 	}
 	if h.upstreamTimeout <= 0 {
 		h.upstreamTimeout = DefaultUpstreamTimeout
 	}
 	h.maxExecution = cmp.Or(opts.MaxExecution, DefaultMaxExecution)
-	h.detachable.maxN = int64(cmp.Or(opts.MaxDetached, DefaultMaxDetached))
-	h.detachable.maxBytes = cmp.Or(opts.MaxDetachedBytes, DefaultMaxDetachedBytes)
+	h.detachable.MaxN = int64(cmp.Or(opts.MaxDetached, DefaultMaxDetached))
+	h.detachable.MaxBytes = cmp.Or(opts.MaxDetachedBytes, DefaultMaxDetachedBytes)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -107,8 +108,8 @@ func New(opts Options) (*Handler, error) {
 		transport = NewTransport()
 	}
 	h.upstream, h.transport = opts.Upstream, transport
-	h.owners.init()
-	h.callers = newCallers(h.call, maxIdleCallers, callerIdleTimeout)
+	h.owners.Init()
+	h.callers = execution.NewCallers(h.call, execution.MaxIdleCallers, execution.CallerIdleTimeout)
 	h.accessLog.Store(opts.AccessLog)
 	h.accessOut = cmp.Or[io.Writer](opts.AccessLogOutput, io.Discard)
 	if err := h.SetAccessLogFormat(opts.AccessLogFields, opts.TrustedProxies); err != nil {
@@ -177,7 +178,7 @@ func (h *Handler) canReconcile(def Policy, routes []Route) error {
 // never reached it is released.
 func (h *Handler) Abort() {
 	h.aborted.Store(true)
-	h.owners.cancelAll()
+	h.owners.CancelAll()
 }
 
 // Wait blocks until every executed request has settled its key — recorded
@@ -410,7 +411,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		}
 		// In flight, and this route waits for the first request to finish.
-		if !pace.wait(r.Context(), h.clock, h.owners.done(q.keyHash), pol.WaitTimeout) {
+		if !pace.wait(r.Context(), h.clock, h.owners.Done(q.keyHash), pol.WaitTimeout) {
 			h.refuse(w, q, failWaitedTooLong, nil)
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -18,7 +19,7 @@ import (
 type meteredStore struct {
 	Store
 	m     *Metrics
-	clock *clock // the handler's, which tests replace
+	clock *execution.Clock // the handler's, which tests replace
 }
 
 var _ Store = meteredStore{}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -128,7 +129,7 @@ func (h *Handler) startReconcile(q *request) Outcome {
 	q.recon.client = !c.detached && c.wroteClient == 0
 	c.mu.Unlock()
 	q.recon.waiting.Store(q.recon.client)
-	if !h.detachable.take(settlementSize(q)) {
+	if !h.detachable.Take(settlementSize(q)) {
 		h.leaveToNextOwner(q)
 		return OutcomeUpstreamError
 	}
@@ -163,7 +164,7 @@ func (h *Handler) leaveToNextOwner(q *request) {
 func (h *Handler) reconcile(q *request, first time.Duration) {
 	h.reconciling.Store(q.keyHash, q.recon)
 	defer h.settled(q)
-	defer h.detachable.give(settlementSize(q))
+	defer h.detachable.Give(settlementSize(q))
 	defer h.reconciling.CompareAndDelete(q.keyHash, q.recon)
 	ctx := q.detached
 	res := h.settle(ctx, q, first)
@@ -240,7 +241,7 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 
 // holdFor waits d while renewing q's lease, and reports whether it was lost.
 func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (lost bool) {
-	every := renewEvery(q.route.policy.LockTTL)
+	every := execution.RenewEvery(q.route.policy.LockTTL)
 	for {
 		step := min(d, every)
 		<-h.clock.After(step)
@@ -267,7 +268,7 @@ func (h *Handler) keepHeld(ctx context.Context, q *request) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-h.clock.After(renewEvery(q.route.policy.LockTTL)):
+			case <-h.clock.After(execution.RenewEvery(q.route.policy.LockTTL)):
 			}
 			if _, lost := h.renewSettling(ctx, q); lost {
 				return
@@ -292,12 +293,12 @@ func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost boo
 	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
 	switch {
 	case err == nil:
-		q.lease.extendTo(sent.Add(ttl))
+		q.lease.ExtendTo(sent.Add(ttl))
 		return true, false
 	case errors.Is(err, store.ErrLockLost):
 		h.lockLost(q, "renewal while settling an unknown outcome", lostWhileRunning)
 		return false, true
-	case !h.clock.Now().Before(q.lease.end()):
+	case !h.clock.Now().Before(q.lease.End()):
 		h.log.Warn("could not renew the lease of a key being settled before it ended: another proxy may hold the key, and settles it",
 			"route", q.route.label, "key_hash", q.keyHash, "error", err)
 		return false, true

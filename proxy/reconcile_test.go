@@ -304,7 +304,7 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 		return false
 	}
 	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = 300 * time.Millisecond })
-	e.handler.detachable.maxN = 1
+	e.handler.detachable.MaxN = 1
 	done := make(chan *response, 1)
 	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
 	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })

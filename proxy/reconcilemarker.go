@@ -172,7 +172,7 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 		h.refuse(w, q, failMismatch, nil)
 		return true
 	}
-	if !h.detachable.take(settlementSize(q)) {
+	if !h.detachable.Take(settlementSize(q)) {
 		// No room to settle it here now: the lease is given back, and a
 		// later retry takes the key over again.
 		_ = h.store.Release(detached, q.keyHash, q.token)
@@ -181,11 +181,11 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	}
 	h.log.Warn("key taken over while its outcome was being settled: asking the upstream, not forwarding",
 		"route", q.route.label, "key_hash", q.keyHash, "since", m.CreatedAt)
-	q.executed = true
+	q.executed, q.h = true, h
 	h.settling.Add(1)
-	q.done = h.owners.add(q.keyHash, func() {})
+	q.done = h.owners.Add(q.keyHash, func() {})
 	q.detached = detached
-	q.startLease()
+	q.lease.Start(q.began, q.route.policy.LockTTL)
 	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
 	q.recon.client = true
 	q.recon.waiting.Store(true)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -67,22 +68,23 @@ type request struct {
 	expiredAt time.Time
 	heldSince time.Time
 
-	execution
+	execState
 }
 
-// execution is a request executing its key: the lease it took, its
+// execState is a request executing its key: the lease it took, its
 // upstream call and how the client waits for it, its capture, and the
 // settling of its key (execute.go, detach.go, lease.go, capture.go,
 // reconcile.go). serveKeyed starts it once Begin acquired the key; only
 // those steps write it.
-type execution struct {
+type execState struct {
 	executed bool
 	token    string    // the lease's owner token
 	began    time.Time // when Begin was sent: the lease runs from then
 	returned time.Time // when the upstream call returned
 	retried  bool      // settling has tried once: the next try reads the clock
+	h        *Handler  // the handler executing it, for its lease (lease.go)
 	capture  capture
-	lease    lease
+	lease    execution.Lease
 	// bodyReader reads body to the upstream; an executed request is never
 	// recycled, so it outlives the transport's reads.
 	bodyReader memoryBody
@@ -122,7 +124,7 @@ type execution struct {
 	// upstream the request it sends (call).
 	detached context.Context
 	upstream *http.Request
-	deadline timer
+	deadline execution.Timer
 	// deadlineStopped is set, under capture.mu, once the call returned.
 	deadlineStopped bool
 	timedOut        atomic.Bool

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 )
 
 // Polling bounds for keys owned elsewhere: quick at first, for the common
@@ -22,7 +24,7 @@ type waiter struct {
 // is due). It returns false when the wait timeout has passed or the client
 // went away. Its time is clk's, the handler's: a fake clock drives waits as
 // it drives leases.
-func (w *waiter) wait(ctx context.Context, clk clock, done <-chan struct{}, timeout time.Duration) bool {
+func (w *waiter) wait(ctx context.Context, clk execution.Clock, done <-chan struct{}, timeout time.Duration) bool {
 	now := clk.Now()
 	if w.deadline.IsZero() {
 		w.deadline, w.poll = now.Add(timeout), firstPoll

@@ -1,6 +1,7 @@
-package proxy
+package execution
 
 import (
+	"context"
 	"testing"
 )
 
@@ -17,19 +18,19 @@ func TestOwnersKeepEachRunningCallUntilItSettles(t *testing.T) {
 		"middle, then oldest": {1, 0, 2},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var o owners
-			o.init()
+			var o Owners
+			o.Init()
 			cancelled := make([]int, 3)
 			chans := make([]chan struct{}, 3)
 			for i := range chans {
-				chans[i] = o.add("k", func() { cancelled[i]++ })
+				chans[i] = o.Add("k", func() { cancelled[i]++ })
 			}
 			running := map[int]bool{0: true, 1: true, 2: true}
 			for _, i := range order {
-				o.remove("k", chans[i])
+				o.Remove("k", chans[i])
 				delete(running, i)
 				clear(cancelled)
-				o.cancelAll()
+				o.CancelAll()
 				latest := -1
 				for j := range chans {
 					if want := map[bool]int{true: 1}[running[j]]; cancelled[j] != want {
@@ -39,7 +40,7 @@ func TestOwnersKeepEachRunningCallUntilItSettles(t *testing.T) {
 						latest = j
 					}
 				}
-				got := o.done("k")
+				got := o.Done("k")
 				switch {
 				case latest < 0 && got != nil:
 					t.Fatalf("every call settled, yet the key is still owned here")
@@ -48,5 +49,49 @@ func TestOwnersKeepEachRunningCallUntilItSettles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Two owners of one key in this process (the first lost its lease and the
+// key was taken again): removing either leaves the other reachable, and
+// Abort cancels both.
+func TestOwnersSameKeyTwice(t *testing.T) {
+	for _, firstOut := range []bool{true, false} {
+		var o Owners
+		o.Init()
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		a := o.Add("k", cancel1)
+		b := o.Add("k", cancel2)
+		if got := o.Done("k"); got != b {
+			t.Fatal("done does not follow the newest owner")
+		}
+		if firstOut {
+			o.Remove("k", a)
+			if got := o.Done("k"); got != b {
+				t.Fatal("removing the first owner lost the second")
+			}
+		} else {
+			o.Remove("k", b)
+			if got := o.Done("k"); got != a {
+				t.Fatal("removing the second owner lost the first")
+			}
+		}
+		o.CancelAll()
+		if firstOut && ctx2.Err() == nil || !firstOut && ctx1.Err() == nil {
+			t.Fatal("Abort missed an owner")
+		}
+		cancel1()
+		cancel2()
+	}
+	var o Owners
+	o.Init()
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	o.Add("k", cancel1)
+	o.Add("k", cancel2)
+	o.CancelAll()
+	if ctx1.Err() == nil || ctx2.Err() == nil {
+		t.Fatal("Abort missed an owner of a key owned twice")
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package execution
 
 import (
 	"fmt"
@@ -11,6 +11,9 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
+// call stands for an upstream call.
+type call struct{}
+
 // goroutineID is the calling goroutine's number, from its stack's first
 // line ("goroutine 42 [running]:").
 func goroutineID() string {
@@ -19,7 +22,7 @@ func goroutineID() string {
 	return strings.Fields(string(b))[1]
 }
 
-func idleCallers(c *callers, want int32) func() error {
+func idleCallers(c *Callers[*call], want int32) func() error {
 	return func() error {
 		if got := c.idle.Load(); got != want {
 			return fmt.Errorf("%d idle callers, want %d", got, want)
@@ -32,8 +35,8 @@ func TestCallersRunTheNextCallOnTheGoroutineOfTheLast(t *testing.T) {
 	ids := make(chan string, 1)
 	// One idle caller at most: a call that finds none idle gets a goroutine
 	// that exits after it, while the first stays.
-	c := newCallers(func(*request) { ids <- goroutineID() }, 1, time.Minute)
-	c.start(&request{})
+	c := NewCallers(func(*call) { ids <- goroutineID() }, 1, time.Minute)
+	c.Start(&call{})
 	last := <-ids
 	// The caller counts itself idle just before it waits: a call may miss
 	// it in between, but not once it waits. One that missed it ran on a
@@ -41,7 +44,7 @@ func TestCallersRunTheNextCallOnTheGoroutineOfTheLast(t *testing.T) {
 	// the new one, as often as not. The next call must run on the
 	// goroutine of the call before it, whichever that was.
 	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		c.start(&request{})
+		c.Start(&call{})
 		id := <-ids
 		if id != last {
 			err := fmt.Errorf("the call ran on goroutine %s, want %s, which ran the last", id, last)
@@ -58,12 +61,12 @@ func TestCallersNeverMakeACallWaitAndKeepAtMostMaxIdle(t *testing.T) {
 	var running sync.WaitGroup
 	running.Add(calls)
 	release := make(chan struct{})
-	c := newCallers(func(*request) {
+	c := NewCallers(func(*call) {
 		running.Done()
 		<-release
 	}, maxIdle, time.Minute)
 	for range calls {
-		c.start(&request{}) // with every caller busy, a new one
+		c.Start(&call{}) // with every caller busy, a new one
 	}
 	running.Wait() // all at once: none waited for another to finish
 	close(release)
@@ -78,12 +81,12 @@ func TestCallersNeverMakeACallWaitAndKeepAtMostMaxIdle(t *testing.T) {
 
 func TestIdleCallersExitAfterTheirTimeout(t *testing.T) {
 	ids := make(chan string, 1)
-	c := newCallers(func(*request) { ids <- goroutineID() }, 4, 500*time.Millisecond)
-	c.start(&request{})
+	c := NewCallers(func(*call) { ids <- goroutineID() }, 4, 500*time.Millisecond)
+	c.Start(&call{})
 	first := <-ids
 	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
 	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 0)) // its timeout passed
-	c.start(&request{})
+	c.Start(&call{})
 	if second := <-ids; second == first {
 		t.Errorf("the call after the timeout ran on goroutine %s, which should have exited", first)
 	}

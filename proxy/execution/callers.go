@@ -1,11 +1,11 @@
-package proxy
+package execution
 
 import (
 	"sync/atomic"
 	"time"
 )
 
-// callers runs upstream calls (Handler.call) on goroutines that stay for
+// Callers runs upstream calls on goroutines that stay for
 // the next call. A goroutine started for each call begins with a small
 // stack, grows it — copying it — as the reverse proxy and the record's
 // encoding go deeper, and frees it when it exits; the next call's
@@ -16,10 +16,10 @@ import (
 // A call never waits for a goroutine: when none is idle, it gets a new
 // one, as before. At most maxIdle wait at once, and one that waited
 // idleTimeout without a call exits, so a burst leaves nothing behind.
-type callers struct {
-	calls       chan *request // unbuffered: a send succeeds only to an idle goroutine
+type Callers[T any] struct {
+	calls       chan T // unbuffered: a send succeeds only to an idle goroutine
 	idle        atomic.Int32
-	run         func(*request) // the call
+	run         func(T) // the call
 	maxIdle     int32
 	idleTimeout time.Duration
 }
@@ -27,16 +27,18 @@ type callers struct {
 // The callers a handler keeps: as many idle as a busy sidecar has calls
 // in flight, for as long as a pause in its traffic.
 const (
-	maxIdleCallers    = 256
-	callerIdleTimeout = 10 * time.Second
+	MaxIdleCallers    = 256
+	CallerIdleTimeout = 10 * time.Second
 )
 
-func newCallers(run func(*request), maxIdle int32, idleTimeout time.Duration) *callers {
-	return &callers{calls: make(chan *request), run: run, maxIdle: maxIdle, idleTimeout: idleTimeout}
+// NewCallers returns Callers running run, keeping at most maxIdle
+// goroutines idle, each for idleTimeout at most.
+func NewCallers[T any](run func(T), maxIdle int32, idleTimeout time.Duration) *Callers[T] {
+	return &Callers[T]{calls: make(chan T), run: run, maxIdle: maxIdle, idleTimeout: idleTimeout}
 }
 
-// start runs q's call on an idle goroutine, or on a new one.
-func (c *callers) start(q *request) {
+// Start runs q's call on an idle goroutine, or on a new one.
+func (c *Callers[T]) Start(q T) {
 	select {
 	case c.calls <- q:
 	default:
@@ -46,11 +48,12 @@ func (c *callers) start(q *request) {
 
 // serve runs q's call, then the calls it is handed, until it has waited
 // c.idleTimeout for one, or as soon as c.maxIdle others are idle.
-func (c *callers) serve(q *request) {
+func (c *Callers[T]) serve(q T) {
 	var idle *time.Timer
 	for {
 		c.run(q)
-		q = nil // not kept while idle
+		var zero T
+		q = zero // not kept while idle
 		if c.idle.Add(1) > c.maxIdle {
 			c.idle.Add(-1)
 			return

@@ -1,4 +1,4 @@
-package proxy
+package execution
 
 import (
 	"context"
@@ -6,10 +6,11 @@ import (
 	"sync"
 )
 
-// owners tracks the keys this process is executing, so that requests
+// Owners tracks the keys this process is executing, so that requests
 // waiting on them (concurrent: wait) wake the moment they settle instead of
-// polling the store. Keys owned by another replica are polled.
-type owners struct {
+// polling the store, and Abort reaches every call. Keys owned by another
+// replica are polled. Init readies it.
+type Owners struct {
 	seed   maphash.Seed
 	shards [64]ownerShard
 }
@@ -28,19 +29,21 @@ type owner struct {
 	prev *owner
 }
 
-func (o *owners) init() {
+// Init readies o for use.
+func (o *Owners) Init() {
 	o.seed = maphash.MakeSeed()
 	for i := range o.shards {
 		o.shards[i].m = make(map[string]owner)
 	}
 }
 
-func (o *owners) shard(key string) *ownerShard {
+func (o *Owners) shard(key string) *ownerShard {
 	return &o.shards[maphash.String(o.seed, key)%uint64(len(o.shards))]
 }
 
-// add notes that this process executes key; the channel closes when it settles.
-func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
+// Add notes that this process executes key, whose call cancel cancels;
+// the channel closes when Remove says it settled.
+func (o *Owners) Add(key string, cancel context.CancelFunc) chan struct{} {
 	ch := make(chan struct{})
 	s := o.shard(key)
 	s.mu.Lock()
@@ -54,7 +57,9 @@ func (o *owners) add(key string, cancel context.CancelFunc) chan struct{} {
 	return ch
 }
 
-func (o *owners) remove(key string, ch chan struct{}) {
+// Remove notes that the execution of key that Add gave ch settled, and
+// closes ch.
+func (o *Owners) Remove(key string, ch chan struct{}) {
 	s := o.shard(key)
 	s.mu.Lock()
 	if top, ok := s.m[key]; ok {
@@ -77,8 +82,8 @@ func (o *owners) remove(key string, ch chan struct{}) {
 	close(ch)
 }
 
-// cancelAll cancels every upstream call in flight.
-func (o *owners) cancelAll() {
+// CancelAll cancels every upstream call in flight.
+func (o *Owners) CancelAll() {
 	for i := range o.shards {
 		s := &o.shards[i]
 		s.mu.Lock()
@@ -91,9 +96,9 @@ func (o *owners) cancelAll() {
 	}
 }
 
-// done returns the channel that closes when this process settles key, or
+// Done returns the channel that closes when this process settles key, or
 // nil (which never fires) when another process owns it.
-func (o *owners) done(key string) <-chan struct{} {
+func (o *Owners) Done(key string) <-chan struct{} {
 	s := o.shard(key)
 	s.mu.Lock()
 	ch := s.m[key].done
