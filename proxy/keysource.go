@@ -6,80 +6,140 @@ import (
 	"net/http"
 	"strings"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // KeySourceKind says where in a request a KeySource looks for the key.
+// Each kind is a type of its own, in a file of its own
+// (keysource_header.go, …), registered in keyKinds: its constant, its
+// configuration form, its checks, how it names itself to a client and how
+// it finds a key are all there (docs/architecture.md, "Adding a key
+// source").
 type KeySourceKind uint8
 
-const (
-	// KeyFromHeader reads a header, raw or as an RFC 8941 string.
-	KeyFromHeader KeySourceKind = iota + 1
-	// KeyFromQuery reads a query parameter that must appear once.
-	KeyFromQuery
-	// KeyFromJSON reads the string or integer at a JSON pointer in the body.
-	KeyFromJSON
-	// KeyFromBodySHA256 uses the hex SHA-256 of a non-empty body.
-	KeyFromBodySHA256
-	// KeyFromCookie reads a cookie that must appear once.
-	KeyFromCookie
-)
+// keyKind is one kind of key source.
+type keyKind interface {
+	// kind is the kind's constant.
+	kind() KeySourceKind
+	// form is the kind's configuration form, its word then any argument
+	// ("header:NAME", "body_sha256"). The word is also, for a key derived
+	// from the payload, its namespace in the storage key: it cannot be
+	// renamed once released.
+	form() string
+	// fromPayload reports whether the key is derived from the request
+	// body: the body must be read before the key is known, and the key is
+	// the payload's, not a client's choice, so its storage key is
+	// namespaced by method, host and path (storageKeyFrom).
+	fromPayload() bool
+	// parse reads the argument of the configuration form s (arg, trimmed);
+	// only a kind whose form takes one is asked.
+	parse(s, arg string) (KeySource, error)
+	// check reports why a source of this kind built in code cannot find a
+	// key.
+	check(k KeySource) error
+	// arg is the argument of k's configuration form, "" for none.
+	arg(k KeySource) string
+	// describe names k for a client, in a missing-key problem's detail.
+	describe(k KeySource) string
+	// header is the name of the header k reads, "" when it reads none: an
+	// operator's key is read from it as a client would send it. forwarded
+	// is the header that carries k's key to the upstream, "" when none
+	// does: it is kept when a client names it in Connection, so the
+	// upstream reads the key the proxy read.
+	header(k KeySource) string
+	forwarded(k KeySource) string
+	// extract returns the key k finds in r (body is its whole body once
+	// read, neither copied nor kept), errNoKey when r does not carry one,
+	// or why the key it carries is invalid.
+	extract(k *KeySource, r *http.Request, body []byte) (string, error)
+}
 
-// The properties of a kind, each decided here once: what the other files
-// ask of a source (docs/architecture.md, "Adding a key source").
+// keyKinds are the kinds of key source, in the order the configuration's
+// errors list their forms: the one registration of a kind.
+var keyKinds = []keyKind{
+	headerSource{},
+	querySource{},
+	cookieSource{},
+	jsonSource{},
+	bodySHA256Source{},
+}
+
+// kindInfo is a registered kind with what the request path asks of it
+// often, worked out once.
+type kindInfo struct {
+	keyKind
+	word     string // form's word
+	takesArg bool   // form has an argument
+	payload  bool   // fromPayload
+}
+
+// kinds maps each KeySourceKind to its kind; the zero kind is none.
+var kinds = func() (out [16]kindInfo) {
+	for _, k := range keyKinds {
+		word, _, arg := strings.Cut(k.form(), ":")
+		out[k.kind()] = kindInfo{keyKind: k, word: word, takesArg: arg, payload: k.fromPayload()}
+	}
+	return out
+}()
+
+// keySourceForms lists every kind's form, for the configuration's errors.
+var keySourceForms = func() string {
+	var b strings.Builder
+	for i, k := range keyKinds {
+		switch {
+		case i == 0:
+		case i == len(keyKinds)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(k.form())
+	}
+	return b.String()
+}()
+
+// of returns k's kind, nil for none.
+func (k KeySourceKind) of() keyKind {
+	if int(k) >= len(kinds) {
+		return nil
+	}
+	return kinds[k].keyKind
+}
 
 // word is the kind's name in the configuration form, and, for a key
 // derived from the payload, its namespace in the storage key.
 func (k KeySourceKind) word() string {
-	switch k {
-	case KeyFromHeader:
-		return "header"
-	case KeyFromQuery:
-		return "query"
-	case KeyFromJSON:
-		return "json"
-	case KeyFromBodySHA256:
-		return "body_sha256"
-	case KeyFromCookie:
-		return "cookie"
+	if int(k) >= len(kinds) {
+		return ""
 	}
-	return ""
+	return kinds[k].word
 }
 
-// fromPayload reports whether the key is derived from the request body:
-// the body must be read before the key is known, and the key is the
-// payload's, not a client's choice, so its storage key is namespaced by
-// method, host and path (storageKeyFrom).
-func (k KeySourceKind) fromPayload() bool {
-	return k == KeyFromJSON || k == KeyFromBodySHA256
-}
+// fromPayload reports whether a key of this kind is derived from the
+// request body (keyKind.fromPayload).
+func (k KeySourceKind) fromPayload() bool { return int(k) < len(kinds) && kinds[k].payload }
 
 // header is the name of the header the source reads, "" when it reads
-// none: an operator's key is read from it as a client would send it. A
-// cookie source answers "": an operator gives the cookie's value.
+// none (keyKind.header).
 func (k KeySource) header() string {
-	if k.Kind == KeyFromHeader {
-		return k.Name
+	if kk := k.Kind.of(); kk != nil {
+		return kk.header(k)
 	}
 	return ""
 }
 
 // forwarded is the header that carries the source's key to the upstream,
-// "" when none does: it is kept when a client names it in Connection, so
-// the upstream reads the key the proxy read. A cookie source's is Cookie.
+// "" when none does (keyKind.forwarded).
 func (k KeySource) forwarded() string {
-	if k.Kind == KeyFromCookie {
-		return "Cookie"
+	if kk := k.Kind.of(); kk != nil {
+		return kk.forwarded(k)
 	}
-	return k.header()
+	return ""
 }
 
 // KeySource is one place an idempotency key may come from, written
 // "header:NAME", "query:NAME", "cookie:NAME", "json:/pointer" or
-// "body_sha256" in the
-// configuration (docs/request-handling.md, "Where the key comes from").
+// "body_sha256" in the configuration (docs/request-handling.md, "Where the key comes from").
 // A route's sources are tried in order and the first one present gives the
 // key, so clients that cannot send an Idempotency-Key header (webhook
 // senders, partners with an order id in the payload) are still protected.
@@ -92,97 +152,44 @@ type KeySource struct {
 	Pointer jsonread.Pointer
 }
 
-// headerKeySource is the source of the "header" shorthand: [header:NAME].
-func headerKeySource(name string) KeySource {
-	return KeySource{Kind: KeyFromHeader, Name: http.CanonicalHeaderKey(name)}
-}
-
-const keySourceForms = "header:NAME, query:NAME, cookie:NAME, json:/pointer or body_sha256"
-
 // parseKeySource parses the configuration form of a key source.
 func parseKeySource(s string) (KeySource, error) {
-	if s == "body_sha256" {
-		return KeySource{Kind: KeyFromBodySHA256}, nil
-	}
-	kind, arg, ok := strings.Cut(s, ":")
-	if !ok {
-		if s == "" {
-			return KeySource{}, errors.New("empty key source: want " + keySourceForms)
+	word, arg, hasArg := strings.Cut(s, ":")
+	var kind *kindInfo
+	for i := range kinds {
+		if kinds[i].keyKind != nil && kinds[i].word == word {
+			kind = &kinds[i]
 		}
+	}
+	switch {
+	case !hasArg && kind != nil && !kind.takesArg:
+		return KeySource{Kind: kind.kind()}, nil
+	case !hasArg && s == "":
+		return KeySource{}, errors.New("empty key source: want " + keySourceForms)
+	case !hasArg:
 		return KeySource{}, fmt.Errorf("key source %q: want %s", s, keySourceForms)
+	case kind == nil:
+		return KeySource{}, fmt.Errorf("key source %q: unknown kind %q: want %s", s, word, keySourceForms)
+	case !kind.takesArg:
+		return KeySource{}, fmt.Errorf("key source %q: %s takes no argument", s, word)
 	}
-	arg = strings.TrimSpace(arg)
-	switch kind {
-	case "header":
-		if arg == "" {
-			return KeySource{}, fmt.Errorf("key source %q: header: needs a header name, as in header:Idempotency-Key", s)
-		}
-		if !httpguts.ValidHeaderFieldName(arg) {
-			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid header name", s, arg)
-		}
-		return headerKeySource(arg), nil
-	case "query":
-		if arg == "" {
-			return KeySource{}, fmt.Errorf("key source %q: query: needs a parameter name, as in query:idempotency_key", s)
-		}
-		return KeySource{Kind: KeyFromQuery, Name: arg}, nil
-	case "cookie":
-		if arg == "" {
-			return KeySource{}, fmt.Errorf("key source %q: cookie: needs a cookie name, as in cookie:idempotency_key", s)
-		}
-		if !httpguts.ValidHeaderFieldName(arg) {
-			return KeySource{}, fmt.Errorf("key source %q: %q is not a valid cookie name", s, arg)
-		}
-		return KeySource{Kind: KeyFromCookie, Name: arg}, nil
-	case "json":
-		p, err := jsonread.ParsePointer(arg)
-		if err != nil {
-			return KeySource{}, fmt.Errorf("key source %q: %w", s, err)
-		}
-		if p.IsRoot() {
-			return KeySource{}, fmt.Errorf("key source %q: json: needs a pointer to a member, as in json:/id", s)
-		}
-		return KeySource{Kind: KeyFromJSON, Pointer: p}, nil
-	case "body_sha256":
-		return KeySource{}, fmt.Errorf("key source %q: body_sha256 takes no argument", s)
-	}
-	return KeySource{}, fmt.Errorf("key source %q: unknown kind %q: want %s", s, kind, keySourceForms)
+	return kind.parse(s, strings.TrimSpace(arg))
 }
 
 // check reports why a source built in code cannot find a key; a parsed
 // source is valid.
 func (k KeySource) check() error {
-	switch k.Kind {
-	case KeyFromHeader:
-		if !httpguts.ValidHeaderFieldName(k.Name) {
-			return fmt.Errorf("invalid header name %q", k.Name)
-		}
-	case KeyFromQuery:
-		if k.Name == "" {
-			return errors.New("query: needs a parameter name")
-		}
-	case KeyFromCookie:
-		if !httpguts.ValidHeaderFieldName(k.Name) {
-			return fmt.Errorf("invalid cookie name %q", k.Name)
-		}
-	case KeyFromJSON:
-		if k.Pointer.IsRoot() {
-			return errors.New("json: needs a pointer to a member, as in json:/id")
-		}
-	case KeyFromBodySHA256:
-	default:
+	kk := k.Kind.of()
+	if kk == nil {
 		return errors.New("empty key source: want " + keySourceForms)
 	}
-	return nil
+	return kk.check(k)
 }
 
 // String returns the configuration form of the source.
 func (k KeySource) String() string {
-	switch k.Kind {
-	case KeyFromHeader, KeyFromQuery, KeyFromCookie:
-		return k.Kind.word() + ":" + k.Name
-	case KeyFromJSON:
-		return k.Kind.word() + ":" + k.Pointer.String()
+	if kk := k.Kind.of(); kk != nil && kinds[k.Kind].takesArg {
+		return k.Kind.word() + ":" + kk.arg(k)
 	}
 	return k.Kind.word()
 }
@@ -205,17 +212,8 @@ func (k KeySource) readsBody() bool { return k.Kind.fromPayload() }
 
 // describe names the source for a client, in a problem's detail.
 func (k KeySource) describe() string {
-	switch k.Kind {
-	case KeyFromHeader:
-		return "the " + k.Name + " header"
-	case KeyFromQuery:
-		return "the " + k.Name + " query parameter"
-	case KeyFromCookie:
-		return "the " + k.Name + " cookie"
-	case KeyFromJSON:
-		return "a JSON string or integer at " + k.Pointer.String() + " in the body"
-	case KeyFromBodySHA256:
-		return "a body"
+	if kk := k.Kind.of(); kk != nil {
+		return kk.describe(k)
 	}
 	return ""
 }

@@ -416,3 +416,27 @@ func TestDescribeKeySources(t *testing.T) {
 		}
 	}
 }
+
+// Each registered kind owns one constant and one word, and its form parses
+// to a source of its kind: a kind added to keyKinds with a constant or a
+// word already taken, or a form it does not parse, fails here.
+func TestEveryKeySourceKindIsRegisteredOnce(t *testing.T) {
+	words := map[string]bool{}
+	for _, kk := range keyKinds {
+		k := kk.kind()
+		if k == 0 || int(k) >= len(kinds) || kinds[k].keyKind != kk {
+			t.Errorf("%s: its constant %d maps to %v, not to it", kk.form(), k, k.of())
+		}
+		if w := k.word(); words[w] {
+			t.Errorf("%s: the word %q is another kind's", kk.form(), w)
+		} else {
+			words[w] = true
+		}
+		form := strings.Replace(kk.form(), "NAME", "Idem", 1)
+		form = strings.Replace(form, "/pointer", "/id", 1)
+		src, err := parseKeySource(form)
+		if err != nil || src.Kind != k {
+			t.Errorf("%q parses as %v, %v; want a source of its own kind %d", form, src.Kind, err, k)
+		}
+	}
+}
