@@ -31,7 +31,7 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 }
 
 // prepareCall readies q's upstream call, the lease's renewals and its
-// deadline, for callers.start.
+// deadline, for callers.Start.
 func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q *request) {
 	q.executed, q.h = true, h
 	h.settling.Add(1) // until the key is settled, in settleKey
