@@ -255,9 +255,10 @@ func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (los
 	}
 }
 
-// keepHeld renews q's lease every execution.RenewEvery while an upstream call of the
-// settlement runs (a lookup, a resend: up to upstream.max_execution, longer
-// than lock_ttl may be), until the returned stop is called.
+// keepHeld renews q's lease every execution.RenewEvery while an upstream
+// call of the settlement runs (a lookup, a resend: up to
+// upstream.max_execution, longer than lock_ttl may be), until the returned
+// stop is called.
 func (h *Handler) keepHeld(ctx context.Context, q *request) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
