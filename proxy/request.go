@@ -73,9 +73,10 @@ type request struct {
 
 // execState is a request executing its key: the lease it took, its
 // upstream call and how the client waits for it, its capture, and the
-// settling of its key (execute.go, detach.go, lease.go, capture.go,
-// reconcile.go). serveKeyed starts it once Begin acquired the key; only
-// those steps write it.
+// settling of its key. serveKeyed notes when Begin was sent and the
+// token it acquired; the rest is written by the files that execute the
+// key (execute.go, detach.go, lease.go, capture.go, async.go,
+// reconcile*.go).
 type execState struct {
 	executed bool
 	token    string    // the lease's owner token
