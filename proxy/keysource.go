@@ -73,8 +73,9 @@ type kindInfo struct {
 	payload  bool   // fromPayload
 }
 
-// kinds maps each KeySourceKind to its kind; the zero kind is none.
-var kinds = func() (out [16]kindInfo) {
+// kinds maps each KeySourceKind to its kind, nil for none: indexed by a
+// uint8, it needs no bounds check.
+var kinds = func() (out [256]kindInfo) {
 	for _, k := range keyKinds {
 		word, _, arg := strings.Cut(k.form(), ":")
 		out[k.kind()] = kindInfo{keyKind: k, word: word, takesArg: arg, payload: k.fromPayload()}
@@ -99,25 +100,15 @@ var keySourceForms = func() string {
 }()
 
 // of returns k's kind, nil for none.
-func (k KeySourceKind) of() keyKind {
-	if int(k) >= len(kinds) {
-		return nil
-	}
-	return kinds[k].keyKind
-}
+func (k KeySourceKind) of() keyKind { return kinds[k].keyKind }
 
 // word is the kind's name in the configuration form, and, for a key
 // derived from the payload, its namespace in the storage key.
-func (k KeySourceKind) word() string {
-	if int(k) >= len(kinds) {
-		return ""
-	}
-	return kinds[k].word
-}
+func (k KeySourceKind) word() string { return kinds[k].word }
 
 // fromPayload reports whether a key of this kind is derived from the
 // request body (keyKind.fromPayload).
-func (k KeySourceKind) fromPayload() bool { return int(k) < len(kinds) && kinds[k].payload }
+func (k KeySourceKind) fromPayload() bool { return kinds[k].payload }
 
 // header is the name of the header the source reads, "" when it reads
 // none (keyKind.header).
@@ -156,9 +147,9 @@ type KeySource struct {
 func parseKeySource(s string) (KeySource, error) {
 	word, arg, hasArg := strings.Cut(s, ":")
 	var kind *kindInfo
-	for i := range kinds {
-		if kinds[i].keyKind != nil && kinds[i].word == word {
-			kind = &kinds[i]
+	for _, kk := range keyKinds {
+		if info := &kinds[kk.kind()]; info.word == word {
+			kind = info
 		}
 	}
 	switch {
