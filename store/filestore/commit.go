@@ -3,6 +3,7 @@ package filestore
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -65,12 +66,23 @@ func (s *Store) write(ctx context.Context, name string, fn func(t *txn) error) e
 // commitLoop commits batches until ops is closed: each batch is every op
 // that queued while the previous commit ran, so concurrent writes share a
 // commit (and its fsync) without waiting for a timer.
+//
+// Woken by a first op, the committer yields once (runtime.Gosched) before
+// taking what has queued, as the Redis store's batcher does: the
+// goroutines that were ready to run — requests about to queue their own
+// write — get their turn first. Without it, a process with one CPU
+// (GOMAXPROCS=1, a sidecar's case) runs the committer as soon as the
+// first writer blocks, and commits one write at a time: a commit's cost
+// (bbolt writes every page it touched, its free list and a meta page)
+// is then paid by every write instead of shared. A lone writer is
+// committed at once; no timer holds anyone back.
 func (s *Store) commitLoop() {
 	defer close(s.committed)
 	batch := make([]*op, 0, maxBatch)
 	errs := make([]error, 0, maxBatch)
 	for o := range s.ops {
 		batch = append(batch[:0], o)
+		runtime.Gosched()
 	fill:
 		for len(batch) < maxBatch {
 			select {
