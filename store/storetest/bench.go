@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 
 // Benchmark measures the hot paths of s: Begin on a fresh key, Complete of
 // an owned lease, and Begin on a completed key (the replay read), with a
-// typical small JSON response.
+// typical small JSON response, one call at a time and from concurrent
+// callers.
 func Benchmark(b *testing.B, s Store) {
 	ctx := context.Background()
 	rec := &store.Record{
@@ -61,6 +63,51 @@ func Benchmark(b *testing.B, s Store) {
 				b.Fatal(err)
 			}
 		}
+	})
+	// The same under concurrency, as a proxy serving many clients calls
+	// it: 16 callers per CPU, each a Begin and a Complete on a key of its
+	// own, and Begin on a completed key. A store that shares its round
+	// trips or commits among concurrent callers shows it here.
+	b.Run("MissParallel", func(b *testing.B) {
+		run := strconv.FormatInt(time.Now().UnixNano(), 36)
+		var n atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				key := "pmiss/" + run + "/" + strconv.FormatInt(n.Add(1), 10)
+				bg, err := s.Begin(ctx, key, lease, time.Minute)
+				if err == nil {
+					err = s.Complete(ctx, key, bg.Token, rec, time.Hour)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("BeginCompletedParallel", func(b *testing.B) {
+		key := "preplay/" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		bg, err := s.Begin(ctx, key, lease, time.Minute)
+		if err == nil {
+			err = s.Complete(ctx, key, bg.Token, rec, time.Hour)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				got, err := s.Begin(ctx, key, lease, time.Minute)
+				if err != nil || got.State != store.Completed {
+					b.Errorf("Begin = %v, %v; want completed", got.State, err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("BeginCompleted", func(b *testing.B) {
 		key := "replay/" + strconv.FormatInt(time.Now().UnixNano(), 36)
