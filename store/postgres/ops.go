@@ -36,32 +36,42 @@ func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.D
 		return store.BeginResult{}, err
 	}
 	defer cancel()
-	token := newToken()
-	var desc []byte
-	if n := store.EncodedLeaseSize(&l); n > 0 {
-		desc = store.AppendLease(make([]byte, 0, n), &l)
-	}
-	var owner string
-	var gotFP, head, body, gotDesc []byte
-	// The statement always returns the row it found or made; a second try
-	// covers what no interleaving should produce.
-	for range 2 {
-		err = s.pool.QueryRow(ctx, s.sql.begin, key, token, l.Fingerprint[:], ttl.Milliseconds(), desc).Scan(&owner, &gotFP, &head, &body, &gotDesc)
-		if !errors.Is(err, pgx.ErrNoRows) {
-			break
-		}
+	c := s.beginCall(key, l, ttl)
+	err = s.batch.do(ctx, c)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The statement always returns the row it found or made; a second
+		// try, alone, covers what no interleaving should produce.
+		r := &c.begun
+		err = s.pool.QueryRow(ctx, s.sql.begin, c.args...).Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease)
 	}
 	if err != nil {
 		return store.BeginResult{}, s.translate("begin", err)
 	}
+	return c.beginResult(l.Fingerprint)
+}
+
+// beginCall is Begin's statement for key, with a new token.
+func (s *Store) beginCall(key string, l store.Lease, ttl time.Duration) *call {
+	var desc []byte
+	if n := store.EncodedLeaseSize(&l); n > 0 {
+		desc = store.AppendLease(make([]byte, 0, n), &l)
+	}
+	return &call{kind: callBegin, key: key, args: []any{key, newToken(), l.Fingerprint[:], ttl.Milliseconds(), desc}}
+}
+
+// beginResult reads the answer of c, a begin statement for a lease on fp.
+func (c *call) beginResult(fp store.Fingerprint) (store.BeginResult, error) {
+	token := c.args[1].(string)
+	owner, gotFP, head, body, gotDesc := c.begun.owner, c.begun.fingerprint, c.begun.head, c.begun.body, c.begun.lease
 	if owner == token {
-		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}, nil
+		return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: fp}, nil
 	}
 	res := store.BeginResult{State: store.InFlight}
 	if err := setFingerprint(&res.Fingerprint, gotFP); err != nil {
 		return store.BeginResult{}, err
 	}
 	if head == nil {
+		var err error
 		if res.Lease, err = decodeLease(gotDesc, res.Fingerprint); err != nil {
 			return store.BeginResult{}, err
 		}
@@ -82,11 +92,11 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		return err
 	}
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, s.sql.extend, key, token, lease.Milliseconds())
-	if err != nil {
+	c := &call{kind: callExtend, key: key, args: []any{key, token, lease.Milliseconds()}}
+	if err := s.batch.do(ctx, c); err != nil {
 		return s.translate("extend", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if c.tag.RowsAffected() == 0 {
 		return fmt.Errorf("postgres extend: %w", store.ErrLockLost)
 	}
 	return nil
@@ -100,12 +110,11 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *store.Reco
 		return err
 	}
 	defer cancel()
-	head, body := encode(rec)
-	tag, err := s.pool.Exec(ctx, s.sql.complete, key, token, head, body, ttl.Milliseconds())
-	if err != nil {
+	c := completeCall(key, token, rec, ttl)
+	if err := s.batch.do(ctx, c); err != nil {
 		return s.translate("complete", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if c.tag.RowsAffected() == 0 {
 		return fmt.Errorf("postgres complete: %w", store.ErrLockLost)
 	}
 	return nil
@@ -118,8 +127,14 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	defer cancel()
-	_, err = s.pool.Exec(ctx, s.sql.release, key, token)
-	return s.translate("release", err)
+	c := &call{kind: callRelease, key: key, args: []any{key, token}}
+	return s.translate("release", s.batch.do(ctx, c))
+}
+
+// completeCall is Complete's statement.
+func completeCall(key, token string, rec *store.Record, ttl time.Duration) *call {
+	head, body := encode(rec)
+	return &call{kind: callComplete, key: key, args: []any{key, token, head, body, ttl.Milliseconds()}}
 }
 
 // encode splits rec into its head (the encoding without the body) and its

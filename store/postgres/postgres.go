@@ -34,6 +34,11 @@
 //     deleted or was taken over is never changed.
 //   - Inspect, Delete and List (in pages, by key) serve the admin API.
 //
+// The statements of Begin, Extend, Complete and Release from concurrent
+// requests go to the database together, pipelined on one connection and
+// committed once (batch.go): a round trip and a commit (with its fsync)
+// shared by the batch, not paid by each statement.
+//
 // Expired rows are deleted in the background (sweep.go) in batches of
 // sweepBatch rows, each its own short statement that skips rows another
 // statement holds, so the sweep never waits on a request nor makes one wait.
@@ -108,6 +113,8 @@ type Store struct {
 	timeout time.Duration
 	log     *slog.Logger
 	sql     statements
+	// batch sends Begin, Extend, Complete and Release (batch.go).
+	batch batcher
 
 	// prepared is set once the table is known to exist with the right
 	// shape; until then each operation checks it first (Prepare).
@@ -173,6 +180,7 @@ func New(opts Options) (*Store, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	s.batch.s = s
 	interval := opts.SweepInterval
 	if interval == 0 {
 		interval = defaultSweepInterval

@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// A statement the database refuses rolls its whole batch back; the
+// batch's other statements are then run alone and get their own answers,
+// and the refused one its refusal.
+func TestStatementRefusedInABatchLeavesTheOthersTheirAnswers(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "batched"})
+	owned := map[string]string{}
+	for _, key := range []string{"a-refused", "d-completed"} {
+		b, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
+		if err != nil || b.State != store.Acquired {
+			t.Fatalf("Begin(%s) = %v, %v", key, b.State, err)
+		}
+		owned[key] = b.Token
+	}
+	if _, err := srv.Conn(t).Exec(ctx, `ALTER TABLE batched ADD CONSTRAINT no_a CHECK (key <> 'a-refused' OR head IS NULL) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	rec := &store.Record{Status: 201, Body: []byte("ok")}
+	refused := completeCall("a-refused", owned["a-refused"], rec, time.Hour)
+	completed := completeCall("d-completed", owned["d-completed"], rec, time.Hour)
+	begun := []*call{s.beginCall("b-new", store.Lease{}, time.Minute), s.beginCall("c-new", store.Lease{}, time.Minute)}
+	batch := []*call{completed, begun[1], refused, begun[0]}
+	for _, c := range batch {
+		c.deadline = time.Now().Add(testTimeout)
+	}
+	s.batch.run(batch)
+
+	if err := s.translate("complete", refused.err); !errors.Is(err, store.ErrRefused) {
+		t.Errorf("the refused Complete = %v, want ErrRefused", err)
+	}
+	if completed.err != nil || completed.tag.RowsAffected() != 1 {
+		t.Errorf("the Complete beside it = %v, %d rows; want it recorded", completed.err, completed.tag.RowsAffected())
+	}
+	for _, c := range begun {
+		if res, err := c.beginResult(store.Fingerprint{}); err != nil || res.State != store.Acquired {
+			t.Errorf("Begin(%s) beside it = %v, %v; want acquired", c.key, res.State, err)
+		}
+	}
+	for key, want := range map[string]store.State{"a-refused": store.InFlight, "b-new": store.InFlight, "c-new": store.InFlight, "d-completed": store.Completed} {
+		if e, err := s.Inspect(ctx, key); err != nil || e.State != want {
+			t.Errorf("Inspect(%s) = %v, %v; want %v", key, e.State, err, want)
+		}
+	}
+}
+
+// Many Begins of a few keys at once, batched together, take each key's
+// lease exactly once; the others see it in flight.
+func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "concurrent_begins"})
+	const keys, each = 16, 4
+	var mu sync.Mutex
+	acquired := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range keys * each {
+		wg.Go(func() {
+			<-start
+			key := fmt.Sprintf("k%02d", i%keys)
+			res, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
+			if err != nil {
+				t.Errorf("Begin(%s): %v", key, err)
+				return
+			}
+			if res.State == store.Acquired {
+				mu.Lock()
+				acquired[key]++
+				mu.Unlock()
+			} else if res.State != store.InFlight {
+				t.Errorf("Begin(%s) = %v, want acquired or in flight", key, res.State)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range keys {
+		key := fmt.Sprintf("k%02d", i)
+		if acquired[key] != 1 {
+			t.Errorf("%s acquired %d times, want once", key, acquired[key])
+		}
+	}
+}
+
+// Every batch takes its row locks in key order, one key's statements in
+// the order they queued: two batches then never wait for each other in a
+// cycle.
+func TestBatchTakesItsRowLocksInKeyOrder(t *testing.T) {
+	var batch []*call
+	for i, key := range []string{"c", "a", "b", "a", "c"} {
+		batch = append(batch, &call{key: key, args: []any{i}})
+	}
+	inLockOrder(batch)
+	var got []string
+	for _, c := range batch {
+		got = append(got, fmt.Sprint(c.key, c.args[0]))
+	}
+	if want := []string{"a1", "a3", "b2", "c0", "c4"}; !slices.Equal(got, want) {
+		t.Errorf("order = %v, want %v", got, want)
+	}
+}
+
+// A Begin whose caller left before its batch answered does not leave its
+// key in flight until the lease expires: the lease it took is given back.
+// The batch is held on a row lock of another transaction until its
+// caller has left.
+func TestLeaseOfABeginWhoseCallerLeftIsGivenBack(t *testing.T) {
+	srv := pgtest.Start(t)
+	bg := context.Background()
+	s := newStore(t, srv, Options{Table: "callers_left"})
+	holder, err := srv.Conn(t).Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(bg)
+	if _, err := holder.Exec(bg, `INSERT INTO callers_left (key, token, fingerprint, expires_at) VALUES ('k', 'holder', '', now())`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "k", store.Lease{}, time.Hour)
+		errc <- err
+	}()
+	watcher := srv.Conn(t)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		var waiting int
+		if err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New("the Begin's batch is not waiting for the row lock yet")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin whose caller left = %v, want ErrUnavailable", err)
+	}
+	if err := holder.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		res, err := s.Begin(bg, "k", store.Lease{}, time.Hour)
+		if err != nil {
+			return err
+		}
+		if res.State != store.Acquired {
+			return fmt.Errorf("Begin = %v, want acquired: the lease of the caller that left is still there", res.State)
+		}
+		return nil
+	})
+}
