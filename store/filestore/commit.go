@@ -36,6 +36,8 @@ type txn struct {
 	used    int64 // the store's used bytes with this transaction's changes
 	records int64
 	evicted uint64
+	// changes are the keys written or deleted, in order, for recent.
+	changes []change
 }
 
 // write queues fn for the next commit and waits for its outcome. A caller
@@ -117,6 +119,9 @@ func (s *Store) commit(batch []*op, errs []error) []error {
 		}
 		return writeMeta(tx.Bucket(bucketMeta), meta{t.used, t.records})
 	})
+	// Before any op of the batch is answered: a Delete's caller then
+	// finds the record gone from memory too.
+	s.recent.apply(t.changes, err == nil)
 	if err != nil {
 		err = s.commitError(err)
 		for i := range errs {

@@ -107,6 +107,9 @@ type Store struct {
 	diskFull     atomic.Bool
 	reserveTried atomic.Int64 // Unix nanoseconds
 
+	// recent answers replays of the records it holds (recent.go).
+	recent recent
+
 	// mu guards closed against sends on ops racing with Close.
 	mu     sync.RWMutex
 	closed bool

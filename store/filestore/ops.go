@@ -14,15 +14,22 @@ import (
 )
 
 // Begin acquires a lease on key, described by l, or reports what is
-// there. A key that holds
-// a live entry is answered from a read transaction; only a key that needs
-// a lease waits for a commit.
+// there. A completed record this process holds in memory (recent.go) is
+// answered from there; another key that holds a live entry from a read
+// transaction; only a key that needs a lease waits for a commit.
 func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	if e, ok := s.recent.get(key, s.now().UnixNano()); ok {
+		return result(&e)
+	}
+	v := s.recent.version()
 	e, found, err := s.live("begin", key)
 	if err != nil {
 		return store.BeginResult{}, err
 	}
 	if found {
+		if e.isRecord() {
+			s.recent.fill(key, e, v)
+		}
 		return result(&e)
 	}
 	if !s.roomOnDisk() {
@@ -93,6 +100,7 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 				return err
 			}
 		}
+		t.changes = append(t.changes, change{key: key})
 		return t.keys.Put([]byte(key), e.marshal())
 	})
 }
@@ -200,6 +208,12 @@ func (t *txn) put(key string, e *entry) error {
 	if err := t.keys.Put([]byte(key), e.marshal()); err != nil {
 		return err
 	}
+	if e.isRecord() {
+		r := *e
+		t.changes = append(t.changes, change{key, &r})
+	} else {
+		t.changes = append(t.changes, change{key: key})
+	}
 	return t.expiry.Put(indexKey(e.indexed, key), nil)
 }
 
@@ -208,6 +222,7 @@ func (t *txn) remove(key string, e *entry) error {
 	if err := t.keys.Delete([]byte(key)); err != nil {
 		return err
 	}
+	t.changes = append(t.changes, change{key: key})
 	if err := t.expiry.Delete(indexKey(e.indexed, key)); err != nil {
 		return err
 	}

@@ -87,6 +87,7 @@ func (t *txn) settle(at int64, key []byte) error {
 		return err
 	}
 	e.indexed = e.expires
+	t.changes = append(t.changes, change{key: string(key)})
 	if err := t.keys.Put(key, e.marshal()); err != nil {
 		return err
 	}
