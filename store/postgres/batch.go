@@ -41,6 +41,9 @@ import (
 //     answer was lost (the connection, a timeout) is unavailable to each
 //     of its callers, as a single statement whose answer was lost is: it
 //     may have committed.
+//   - A statement is answered when its batch has committed: a replay that
+//     shares a batch with writes waits for their WAL flush, which alone
+//     it would not.
 //   - now(), which decides expiry, is the time the batch's transaction
 //     began, for every statement of the batch: a statement late in a batch
 //     judges expiry by a clock behind by the time the batch took before it
@@ -67,8 +70,10 @@ const (
 	// locks until its commit.
 	maxBatch = 64
 	// maxConcurrentBatches bounds the batches in flight, each holding one
-	// connection of the pool.
-	maxConcurrentBatches = 4
+	// connection of the pool. Two keep a batch filling while the other is
+	// answered; more make smaller batches, each a commit and a wake-up of
+	// the proxy and of a backend (docs/design-decisions.md has the runs).
+	maxConcurrentBatches = 2
 )
 
 // callKind is what a call's statement is.
