@@ -203,18 +203,21 @@ func (b *batcher) deliver(c *call) {
 // database refused is run again one statement at a time.
 func (b *batcher) run(batch []*call) {
 	// A statement whose caller's deadline passed while it queued is not
-	// sent: its caller has left or is leaving.
+	// sent: its caller has left or is leaving. batch itself keeps every
+	// call, for the flusher to deliver.
 	now := time.Now()
-	batch = slices.DeleteFunc(batch, func(c *call) bool {
-		if c.deadline.IsZero() || c.deadline.After(now) {
-			return false
+	live := make([]*call, 0, len(batch))
+	for _, c := range batch {
+		if !c.deadline.IsZero() && !c.deadline.After(now) {
+			c.err = context.DeadlineExceeded
+			continue
 		}
-		c.err = context.DeadlineExceeded
-		return true
-	})
-	if len(batch) == 0 {
+		live = append(live, c)
+	}
+	if len(live) == 0 {
 		return
 	}
+	batch = live
 	inLockOrder(batch)
 	ctx, cancel := b.context(batch)
 	defer cancel()

@@ -169,3 +169,32 @@ func TestLeaseOfABeginWhoseCallerLeftIsGivenBack(t *testing.T) {
 		return nil
 	})
 }
+
+// A statement whose caller's deadline passed while it queued is not sent,
+// and the others of its batch are, each answered to its caller.
+func TestStatementPastItsDeadlineIsNotSentAndTheOthersAre(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv, Options{Table: "late"})
+	late := s.beginCall("a-late", store.Lease{}, time.Minute)
+	late.deadline = time.Now().Add(-time.Millisecond)
+	onTime := s.beginCall("b-on-time", store.Lease{}, time.Minute)
+	onTime.deadline = time.Now().Add(testTimeout)
+	batch := []*call{late, onTime}
+	for _, c := range batch {
+		c.done = make(chan struct{})
+	}
+	s.batch.run(batch)
+	for _, c := range batch {
+		s.batch.deliver(c)
+		<-c.done
+	}
+	if !errors.Is(late.err, context.DeadlineExceeded) {
+		t.Errorf("the late Begin = %v, want its deadline exceeded", late.err)
+	}
+	if res, err := onTime.beginResult(store.Fingerprint{}); err != nil || res.State != store.Acquired {
+		t.Errorf("the Begin beside it = %v, %v; want acquired", res.State, err)
+	}
+	if _, err := s.Inspect(context.Background(), "a-late"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Inspect of the late key = %v, want not found: it was sent", err)
+	}
+}
