@@ -86,7 +86,9 @@ func fingerprint(r *http.Request, at readAs, host string, body []byte, headers [
 		hs.values(r.Header[name])
 	}
 	hs.length(len(body))
-	hs.flush(body)
+	hs.writePrefixed(hs.buf)
+	hs.h.Write(body)
+	hs.buf = hs.buf[:0]
 	hs.trailers(r.Trailer)
 	return hs.finish(nil)
 }
@@ -96,13 +98,6 @@ func (hs *hasher) values(values []string) {
 	for _, v := range values {
 		hs.field(v)
 	}
-}
-
-// flush hashes the buffered parts followed by tail, and empties the buffer.
-func (hs *hasher) flush(tail []byte) {
-	hs.h.Write(hs.buf)
-	hs.h.Write(tail)
-	hs.buf = hs.buf[:0]
 }
 
 // trailers adds the request trailers that carry a value, by name in sorted
