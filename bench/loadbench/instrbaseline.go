@@ -80,13 +80,65 @@ func (b instrBaseline) above(target string, scen scenario, n float64) bool {
 	return ok && n > base*(1+instrTolerance)
 }
 
+// maxHostDrift bounds the allowance hostDrift gives a cell: a fraction of
+// its reference's baseline.
+const maxHostDrift = 0.05
+
+// The host moves every cell by about the same number of instructions a
+// request: what a request costs in Go's scheduler between requests
+// (finding no work, polling the network, spinning before it sleeps)
+// depends on when the kernel hands the next bytes over, not on the
+// request. Two runs of one build on a shared host: the plain proxy's
+// no-key request 137.0K and 140.3K, the product's 143.2K and 146.8K; of
+// the 3.3K each rose, all was runtime.findRunnable, stealWork, netpoll and
+// the scheduler's locks, the same functions in both processes. The plain
+// proxy and the replay floor are the benchmark's own code, which no change
+// to the product moves, so what they rose above their baselines is the
+// host's, and a cell may rise as much on top of its tolerance: the plain
+// proxy's count of the same scenario for a forwarded request, the floor's
+// for a replay (one wait a request where a forwarded one has two).
+
+// referenceOf is the cell whose rise above its baseline is the host's
+// drift for target's count of scen; "" for the references themselves.
+func referenceOf(r instrReport, target string, scen scenario) string {
+	switch {
+	case target == "plain" || target == "floor":
+		return ""
+	case scen == hit && !r.forwardsAll[target]:
+		return "floor"
+	}
+	return "plain"
+}
+
+// hostDrift is how many instructions a request the reference of target's
+// scen cell rose above its baseline in r, at most maxHostDrift of that
+// baseline; 0 when it did not rise or was not counted.
+func (b instrBaseline) hostDrift(r instrReport, target string, scen scenario) float64 {
+	ref := referenceOf(r, target, scen)
+	if ref == "" {
+		return 0
+	}
+	s := scen
+	if ref == "floor" {
+		s = hit
+	}
+	now, ok := r.counts[ref][s]
+	base, okBase := b[ref][s]
+	if !ok || !okBase {
+		return 0
+	}
+	return min(max(0, now-base), base*maxHostDrift)
+}
+
 // check prints every counted cell against its baseline and returns an
-// error naming the cells more than instrTolerance above theirs. A cell
-// the baseline has no line for is shown, never failed.
+// error naming the cells more than instrTolerance above theirs, beyond the
+// host's drift (hostDrift). The plain proxy and the floor are shown, never
+// failed: the product does not move them. A cell the baseline has no line
+// for is shown, never failed.
 func (b instrBaseline) check(r instrReport, w io.Writer) error {
 	fmt.Fprintf(w, "\nagainst the baseline (a cell fails more than %.0f%% above it)\n", instrTolerance*100)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tscenario\tbaseline\tcounted\tchange\t\t")
+	fmt.Fprintln(tw, "target\tscenario\tbaseline\tcounted\tchange\thost drift\t\t")
 	var over []string
 	for _, t := range r.targets {
 		for _, s := range r.scens {
@@ -96,15 +148,18 @@ func (b instrBaseline) check(r instrReport, w io.Writer) error {
 			}
 			base, ok := b[t][s]
 			if !ok {
-				fmt.Fprintf(tw, "%s\t%s\t–\t%.1fK\t\tno baseline\t\n", t, s, n/1000)
+				fmt.Fprintf(tw, "%s\t%s\t–\t%.1fK\t\t\tno baseline\t\n", t, s, n/1000)
 				continue
 			}
-			verdict := ""
-			if b.above(t, s, n) {
+			verdict, drift := "", b.hostDrift(r, t, s)
+			switch {
+			case referenceOf(r, t, s) == "":
+				verdict = "reference"
+			case b.above(t, s, n-drift):
 				verdict = "ABOVE"
-				over = append(over, fmt.Sprintf("%s %s %+.1f%%", t, s, (n/base-1)*100))
+				over = append(over, fmt.Sprintf("%s %s %+.1f%% (host drift %.1fK)", t, s, (n/base-1)*100, drift/1000))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.1fK\t%.1fK\t%+.1f%%\t%s\t\n", t, s, base/1000, n/1000, (n/base-1)*100, verdict)
+			fmt.Fprintf(tw, "%s\t%s\t%.1fK\t%.1fK\t%+.1f%%\t%.1fK\t%s\t\n", t, s, base/1000, n/1000, (n/base-1)*100, drift/1000, verdict)
 		}
 	}
 	tw.Flush()

@@ -44,6 +44,60 @@ memory hit 50000
 	}
 }
 
+// A cell may rise as many instructions a request above its tolerance as
+// its reference (the plain proxy for a forwarded request, the floor for a
+// replay) rose above its own baseline, at most 5% of that baseline; the
+// references themselves are never failed, and a reference that fell gives
+// no allowance.
+func TestInstructionBaselineForgivesTheHostsDriftNotTheProducts(t *testing.T) {
+	base, err := readInstrBaseline(strings.NewReader(`plain no-key 100000
+plain hit 100000
+floor hit 50000
+memory no-key 100000
+memory hit 80000
+memory-shadow hit 200000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := instrReport{
+		targets:     []string{"plain", "memory", "memory-shadow", "floor"},
+		scens:       []scenario{noKey, hit},
+		forwardsAll: map[string]bool{"memory-shadow": true},
+		counts: map[string]map[scenario]float64{
+			"plain":         {noKey: 106_000, hit: 101_000}, // +6%: the host's, capped at 5K
+			"floor":         {hit: 51_000},                  // +1K
+			"memory":        {noKey: 107_900, hit: 83_300},  // 3K + 4.9K; 2.4K + 0.9K
+			"memory-shadow": {hit: 206_900},                 // 6K + 0.9K
+		},
+	}
+	var out bytes.Buffer
+	if err := base.check(r, &out); err != nil {
+		t.Errorf("every cell within its tolerance and its reference's drift: %v\n%s", err, out.String())
+	}
+	for _, c := range []struct {
+		target string
+		scen   scenario
+		n      float64
+	}{
+		{"memory", noKey, 108_100}, // the drift is capped at 5% of plain's 100K
+		{"memory", hit, 83_500},    // the floor's drift, not plain's
+		{"memory-shadow", hit, 207_100},
+	} {
+		prev := r.counts[c.target][c.scen]
+		r.counts[c.target][c.scen] = c.n
+		if err := base.check(r, &out); err == nil || !strings.Contains(err.Error(), c.target+" "+c.scen.String()) {
+			t.Errorf("%s %s at %.0f: check = %v; want it named", c.target, c.scen, c.n, err)
+		}
+		r.counts[c.target][c.scen] = prev
+	}
+	r.counts["plain"][noKey] = 95_000 // a reference that fell gives no allowance
+	r.counts["memory"][noKey] = 103_100
+	if err := base.check(r, &out); err == nil || !strings.Contains(err.Error(), "memory no-key") {
+		t.Errorf("plain fell, memory no-key +3.1%%: check = %v; want it named", err)
+	}
+}
+
 // What --write-baseline writes, --baseline reads back.
 func TestInstructionBaselineRoundTrips(t *testing.T) {
 	r := instrReport{

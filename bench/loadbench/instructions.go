@@ -206,9 +206,10 @@ func countInstructions(ctx context.Context, is instrSettings, stdout, stderr io.
 	if is.dumpDir != "" {
 		dumpDir = is.dumpDir
 	}
-	rep := instrReport{scens: is.scens, counts: map[string]map[scenario]float64{}}
+	rep := instrReport{scens: is.scens, counts: map[string]map[scenario]float64{}, forwardsAll: map[string]bool{}}
 	for _, t := range targets {
 		rep.targets = append(rep.targets, t.name)
+		rep.forwardsAll[t.name] = t.forwardsAll
 		rep.counts[t.name] = map[scenario]float64{}
 		for _, scen := range is.scens {
 			if !t.serves(scen) {
@@ -405,6 +406,9 @@ type instrReport struct {
 	targets []string
 	scens   []scenario
 	counts  map[string]map[scenario]float64 // target → scenario → instructions a request
+	// forwardsAll names the targets whose hits are forwarded, not
+	// replayed (memory-shadow).
+	forwardsAll map[string]bool
 }
 
 // write prints K instructions a request for every target and scenario,
