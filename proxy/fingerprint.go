@@ -80,13 +80,26 @@ func fingerprint(r *http.Request, at readAs, host string, body []byte, headers [
 		hs.field(host)
 	}
 	hs.field(at.path)
+	// open is where the first bytes start that may carry a secret (the
+	// query, a header value, the body): no hash state is kept of them.
+	open := -1
+	if r.URL.RawQuery != "" {
+		open = len(hs.buf) + 8
+	}
 	hs.field(r.URL.RawQuery)
 	for _, name := range headers {
 		hs.field(name)
-		hs.values(r.Header[name])
+		values := r.Header[name]
+		if open < 0 && len(values) > 0 {
+			open = len(hs.buf) + 16 // after the count and the first value's length
+		}
+		hs.values(values)
 	}
 	hs.length(len(body))
-	hs.writePrefixed(hs.buf)
+	if open < 0 {
+		open = len(hs.buf)
+	}
+	hs.writePrefixed(hs.buf, open)
 	hs.h.Write(body)
 	hs.buf = hs.buf[:0]
 	hs.trailers(r.Trailer)

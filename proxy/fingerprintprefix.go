@@ -10,7 +10,8 @@ import (
 
 // A fingerprint starts with the parts that rarely change from one request of
 // a route to the next: method, host, path, query and the fingerprint
-// headers, typically more than one SHA-256 block (64 bytes). prefixStates
+// headers, typically more than one SHA-256 block (64 bytes); the method,
+// host, path and the first header name often fill the first block. prefixStates
 // keeps the hash's state after such a first block together with the block
 // itself, so that a request whose first 64 bytes of input are the same bytes
 // starts from that state instead of hashing them again. The digest is the
@@ -44,10 +45,13 @@ type binaryState interface {
 }
 
 // writePrefixed writes in to the freshly reset hs.h, starting from a kept
-// state when in's first block has one.
-func (hs *hasher) writePrefixed(in []byte) {
+// state when in's first block has one. open is where in's first byte that
+// may carry a secret starts (a query, a header value, the body): a block
+// holding one is neither kept nor looked up, so the table holds methods,
+// hosts, paths and header names only.
+func (hs *hasher) writePrefixed(in []byte, open int) {
 	st, ok := hs.h.(binaryState)
-	if !ok || len(in) < sha256.BlockSize {
+	if !ok || len(in) < sha256.BlockSize || open < sha256.BlockSize {
 		hs.h.Write(in)
 		return
 	}

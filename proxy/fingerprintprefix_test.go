@@ -18,7 +18,9 @@ func fingerprintInput(at readAs, host, query string, headers map[string][]string
 		b = append(b, s...)
 	}
 	field(at.method)
-	field(host)
+	if host != "" {
+		field(host)
+	}
 	field(at.path)
 	field(query)
 	for _, name := range names {
@@ -75,6 +77,52 @@ func TestFingerprintFromAKeptStateIsTheSHA256OfTheRequest(t *testing.T) {
 	}
 	if got := fingerprint(r, readAs{http.MethodPut, at.path}, host, body, headers); got != otherSum {
 		t.Fatalf("the other request: fingerprint = %x, want %x", got, otherSum)
+	}
+}
+
+// TestFingerprintKeepsNoStateOfAQueryOrHeaderValue holds the kept states
+// to blocks of methods, hosts, paths and header names: a first block that
+// reaches into the query, a header value or the body is neither kept nor
+// looked up, and the fingerprint is the SHA-256 all the same.
+func TestFingerprintKeepsNoStateOfAQueryOrHeaderValue(t *testing.T) {
+	long := readAs{method: http.MethodPost, path: "/v1/charges/with/a/long/enough/path"}
+	short := readAs{method: http.MethodPost, path: "/v1/c"}
+	for _, c := range []struct {
+		name   string
+		at     readAs
+		query  string
+		header string
+		host   string
+		kept   bool
+	}{
+		{"the query after the first block", long, "token=s3cr3t", "Content-Type", "a.example", true},
+		{"a query in the first block", short, "token=s3cr3t", "Content-Type", "a.example", false},
+		{"a header value in the first block", short, "", "X", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clearPrefixStates(t)
+			target := "http://a.example" + c.at.path
+			if c.query != "" {
+				target += "?" + c.query
+			}
+			r := httptest.NewRequest(http.MethodPost, target, nil)
+			r.Header.Set(c.header, "s3cr3t")
+			body := []byte(`{"amount":2000,"currency":"eur","description":"long enough to pass a block"}`)
+			headers := []string{c.header}
+			want := sha256.Sum256(fingerprintInput(c.at, c.host, c.query, r.Header, headers, body))
+			if got := fingerprint(r, c.at, c.host, body, headers); got != want {
+				t.Fatalf("fingerprint = %x, want %x", got, want)
+			}
+			kept := 0
+			for i := range prefixStates {
+				if prefixStates[i].Load() != nil {
+					kept++
+				}
+			}
+			if got, want := kept, map[bool]int{true: 1, false: 0}[c.kept]; got != want {
+				t.Errorf("%d states kept, want %d", got, want)
+			}
+		})
 	}
 }
 
