@@ -1,0 +1,398 @@
+package graphqlop
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/url"
+
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
+)
+
+// Kind is the kind of operation a request runs.
+type Kind uint8
+
+const (
+	// None: the document holds no operation (the server refuses it).
+	None Kind = iota
+	Query
+	Mutation
+	Subscription
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Query:
+		return "query"
+	case Mutation:
+		return "mutation"
+	case Subscription:
+		return "subscription"
+	}
+	return "none"
+}
+
+var (
+	// ErrNotGraphQL means a body is not a GraphQL request this package
+	// reads: not JSON holding a "query" string nor an application/graphql
+	// document, or a document that does not parse.
+	ErrNotGraphQL = errors.New("not a GraphQL request")
+	// ErrAmbiguous means a GraphQL request can be read more than one way
+	// where one of the readings is a mutation. The error is an *Error.
+	ErrAmbiguous = errors.New("the GraphQL request can be read more than one way")
+	// ErrInvalidKey means a mutation's @idempotent directive has no key
+	// this package can read. The error is an *Error.
+	ErrInvalidKey = errors.New("the @idempotent directive has no readable key")
+)
+
+// Error is an ambiguous request or an unreadable directive key, with the
+// reason a client is told.
+type Error struct {
+	Err    error // ErrAmbiguous or ErrInvalidKey
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Reason }
+func (e *Error) Unwrap() error { return e.Err }
+
+func ambiguous(format string, args ...any) error {
+	return &Error{Err: ErrAmbiguous, Reason: fmt.Sprintf(format, args...)}
+}
+
+func invalidKey(format string, args ...any) error {
+	return &Error{Err: ErrInvalidKey, Reason: fmt.Sprintf(format, args...)}
+}
+
+// MaxTokens bounds the tokens of a document the parser reads; a longer
+// document is ErrNotGraphQL. The parser bounds nesting itself
+// (parser.MaxNestingDepth).
+const MaxTokens = 1 << 16
+
+// Request is what a GraphQL request asks.
+type Request struct {
+	// Kind is the kind of the operation the request runs; for a batch
+	// (which holds no mutation, or it is refused), Query.
+	Kind Kind
+	// Key is the key of the mutation's @idempotent directive, on the
+	// operation or on one of its top-level fields; HasKey says whether
+	// there is one.
+	Key    string
+	HasKey bool
+	// Document, OperationName and Variables are as sent; Variables is
+	// the raw JSON object (a slice of the body), nil when absent or null.
+	Document      string
+	OperationName string
+	Variables     []byte
+	// Batch is set for a JSON array of requests.
+	Batch bool
+}
+
+var (
+	ptrQuery         = mustPointer("/query")
+	ptrOperationName = mustPointer("/operationName")
+	ptrVariables     = mustPointer("/variables")
+)
+
+func mustPointer(s string) jsonread.Pointer {
+	p, err := jsonread.ParsePointer(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// ReadBody reads the body of a POST: an application/graphql document, or
+// (any other content type) a JSON object {query, variables,
+// operationName, extensions} or a batch, an array of them. A JSON member
+// name is matched case-insensitively, as names are unique that way
+// (jsonread) and a Go server matches them so.
+func ReadBody(contentType string, body []byte) (Request, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/graphql" {
+		return readDocument(string(body), "", nil)
+	}
+	switch first(body) {
+	case '{':
+		return readObject(body) // its first look-up checks the whole body
+	case '[':
+		if err := jsonread.Validate(body); err != nil {
+			return Request{}, notJSON(err)
+		}
+		return readBatch(body)
+	}
+	return Request{}, ErrNotGraphQL
+}
+
+// notJSON is the error of a body jsonread refuses: ambiguous when it
+// repeats a member name, else not GraphQL.
+func notJSON(err error) error {
+	if errors.Is(err, jsonread.ErrDuplicateName) {
+		return &Error{Err: ErrAmbiguous, Reason: "the JSON body can be read more than one way: " + err.Error()}
+	}
+	return ErrNotGraphQL
+}
+
+// first is the first byte of a JSON text, after a byte order mark and
+// whitespace.
+func first(body []byte) byte {
+	body = bytes.TrimLeft(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), " \t\r\n")
+	if len(body) == 0 {
+		return 0
+	}
+	return body[0]
+}
+
+// readObject reads one request object. Find checks the whole of obj
+// before it looks: the first look-up refuses what is not one JSON text
+// with unique member names.
+func readObject(obj []byte) (Request, error) {
+	q, err := ptrQuery.Find(obj)
+	switch {
+	case err == jsonread.ErrNotFound:
+		return Request{}, ErrNotGraphQL // no document: a persisted query, or not GraphQL
+	case err != nil:
+		return Request{}, notJSON(err)
+	case q[0] != '"':
+		return Request{}, ErrNotGraphQL
+	}
+	var name string
+	switch v, err := ptrOperationName.Find(obj); {
+	case err != nil, v[0] == 'n': // absent, null
+	case v[0] == '"':
+		name = jsonread.Unquote(v)
+	default:
+		return Request{}, ErrNotGraphQL
+	}
+	return readDocument(jsonread.Unquote(q), name, obj)
+}
+
+// variables returns the variables of a request object: a JSON object, nil
+// when absent or null (or when there is no object: application/graphql).
+func variables(obj []byte) ([]byte, error) {
+	if obj == nil {
+		return nil, nil
+	}
+	vars, err := ptrVariables.Find(obj)
+	switch {
+	case err != nil, vars[0] == 'n':
+		return nil, nil
+	case vars[0] != '{':
+		return nil, ErrNotGraphQL
+	}
+	return vars, nil
+}
+
+// readBatch reads a batch: an array of request objects, a valid JSON text.
+// A batch holding a mutation is refused: its executions, results and
+// their order are each server's own.
+func readBatch(body []byte) (Request, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(body, &elems); err != nil {
+		return Request{}, ErrNotGraphQL
+	}
+	for i, e := range elems {
+		if first(e) != '{' {
+			return Request{}, ErrNotGraphQL
+		}
+		r, err := readObject(e)
+		if err != nil {
+			return Request{}, err
+		}
+		if r.Kind == Mutation {
+			return Request{}, ambiguous("the batch holds a mutation (element %d): a batch's executions are the server's own, so one key cannot stand for it; send the mutation on its own", i)
+		}
+	}
+	return Request{Kind: Query, Batch: true}, nil
+}
+
+// readDocument parses doc and finds the operation name selects; obj is
+// the request object, whose variables only a mutation reads.
+func readDocument(doc, name string, obj []byte) (Request, error) {
+	d, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: doc}, MaxTokens)
+	if err != nil {
+		return Request{}, ErrNotGraphQL
+	}
+	r := Request{Document: doc, OperationName: name}
+	var op *ast.OperationDefinition
+	mutations := 0
+	for _, o := range d.Operations {
+		if o.Operation == ast.Mutation {
+			mutations++
+		}
+		if name != "" && o.Name == name {
+			if op != nil {
+				return Request{}, ambiguous("two operations are named %q", name)
+			}
+			op = o
+		}
+	}
+	switch {
+	case name != "" && op == nil:
+		return Request{}, ambiguous("the operationName %q names no operation in the document", name)
+	case len(d.Operations) > 1 && mutations > 0:
+		return Request{}, ambiguous("the document holds %d operations, %d of them mutations: send one operation per request", len(d.Operations), mutations)
+	case len(d.Operations) == 0:
+		return r, nil
+	case op == nil:
+		op = d.Operations[0]
+	}
+	switch op.Operation {
+	case ast.Mutation:
+		r.Kind = Mutation
+	case ast.Subscription:
+		r.Kind = Subscription
+		return r, nil
+	default:
+		r.Kind = Query
+		return r, nil
+	}
+	if r.Variables, err = variables(obj); err != nil {
+		return Request{}, err
+	}
+	k := keys{doc: d, op: op, vars: r.Variables}
+	k.directives(op.Directives)
+	k.selections(op.SelectionSet, 0)
+	if k.err != nil {
+		return Request{}, k.err
+	}
+	r.Key, r.HasKey = k.key, k.found
+	return r, nil
+}
+
+// keys collects the @idempotent keys of a mutation: on the operation, and
+// on its top-level fields (Shopify's form), through inline fragments and
+// fragment spreads.
+type keys struct {
+	doc   *ast.QueryDocument
+	op    *ast.OperationDefinition
+	vars  []byte
+	key   string
+	found bool
+	err   error
+}
+
+// DirectiveName is the directive whose key argument gives the key.
+const DirectiveName = "idempotent"
+
+func (k *keys) directives(ds ast.DirectiveList) {
+	for _, d := range ds {
+		if d.Name != DirectiveName || k.err != nil {
+			continue
+		}
+		n := 0
+		for _, a := range d.Arguments {
+			if a.Name != "key" {
+				continue
+			}
+			n++
+			k.add(k.value(a.Value))
+		}
+		if n == 0 && k.err == nil {
+			k.err = invalidKey("@%s has no key argument", DirectiveName)
+		}
+	}
+}
+
+func (k *keys) selections(set ast.SelectionSet, depth int) {
+	if depth > len(k.doc.Fragments) { // a fragment cycle; the server refuses it
+		return
+	}
+	for _, s := range set {
+		switch s := s.(type) {
+		case *ast.Field:
+			k.directives(s.Directives)
+		case *ast.InlineFragment:
+			k.selections(s.SelectionSet, depth)
+		case *ast.FragmentSpread:
+			if f := k.doc.Fragments.ForName(s.Name); f != nil {
+				k.selections(f.SelectionSet, depth+1)
+			}
+		}
+	}
+}
+
+// value is the key a directive's argument gives: a string, or a variable
+// holding one (its value, else its default).
+func (k *keys) value(v *ast.Value) (string, error) {
+	switch {
+	case v == nil:
+		return "", invalidKey("@%s has no key value", DirectiveName)
+	case v.Kind == ast.StringValue || v.Kind == ast.BlockValue:
+		return v.Raw, nil
+	case v.Kind != ast.Variable:
+		return "", invalidKey("@%s(key:) is not a string", DirectiveName)
+	}
+	if k.vars != nil {
+		// A variable's name is a GraphQL name: no "~" or "/" to escape.
+		p, err := jsonread.ParsePointer("/" + v.Raw)
+		if err == nil {
+			switch j, err := p.Find(k.vars); {
+			case err == nil && j[0] == '"':
+				return jsonread.Unquote(j), nil
+			case err == nil && j[0] != 'n':
+				return "", invalidKey("@%s(key: $%s): the variable is not a string", DirectiveName, v.Raw)
+			}
+		}
+	}
+	if def := k.op.VariableDefinitions.ForName(v.Raw); def != nil && def.DefaultValue != nil && def.DefaultValue.Kind == ast.StringValue {
+		return def.DefaultValue.Raw, nil
+	}
+	return "", invalidKey("@%s(key: $%s): the variable has no value", DirectiveName, v.Raw)
+}
+
+func (k *keys) add(key string, err error) {
+	switch {
+	case k.err != nil:
+	case err != nil:
+		k.err = err
+	case !k.found:
+		k.key, k.found = key, true
+	case key != k.key:
+		k.err = ambiguous("the mutation names two @%s keys", DirectiveName)
+	}
+}
+
+// MutationInQuery reports whether a GET request's query string carries a
+// mutation in any of its query parameters. GraphQL over HTTP forbids
+// mutations over GET, but a server that executes one anyway would run it
+// unprotected.
+func MutationInQuery(rawQuery string) bool {
+	if rawQuery == "" {
+		return false
+	}
+	// Whole, not looked for: a parameter's name may be percent-encoded.
+	vals, _ := url.ParseQuery(rawQuery) // what parses; a server reads no more
+	for _, doc := range vals["query"] {
+		d, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: doc}, MaxTokens)
+		if err != nil {
+			continue
+		}
+		for _, o := range d.Operations {
+			if o.Operation == ast.Mutation {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// AppendCanonical appends what a mutation's fingerprint hashes: the
+// document and the operation name as sent, each length-prefixed, then the
+// variables in jsonread's canonical form (absent and null as {}). It fails
+// only for variables jsonread refuses, which ReadBody never returns.
+func (r *Request) AppendCanonical(dst []byte) ([]byte, error) {
+	dst = append(dst, "graphql\n"...)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Document)))
+	dst = append(dst, r.Document...)
+	dst = binary.AppendUvarint(dst, uint64(len(r.OperationName)))
+	dst = append(dst, r.OperationName...)
+	if r.Variables == nil {
+		return append(dst, "{}"...), nil
+	}
+	return jsonread.AppendCanonical(dst, r.Variables, nil)
+}
