@@ -60,8 +60,8 @@ func TestExampleFile(t *testing.T) {
 	if got.Upstream.URL.String() != "http://127.0.0.1:3000" {
 		t.Errorf("upstream.url = %s", got.Upstream.URL)
 	}
-	if n := len(got.Routes); n != 3 {
-		t.Fatalf("%d routes, want the 3 examples", n)
+	if n := len(got.Routes); n != 4 {
+		t.Fatalf("%d routes, want the 4 examples", n)
 	}
 	// Every key the example shows must be the built-in default.
 	want := Default()
@@ -80,9 +80,12 @@ func TestExampleFile(t *testing.T) {
 	charges.Reconcile.Request, charges.Reconcile.Resend = "GET /v1/charges?idempotency_key={key}", true
 	comments := clonePolicy(want.Defaults)
 	comments.TTL, comments.OnStoreError = time.Hour, proxy.FailOpen
+	graphql := clonePolicy(want.Defaults)
+	graphql.GraphQL = true
 	wantRoutes := []Route{
 		{Match: "POST /v1/charges", Enabled: true, Policy: charges},
 		{Match: "/v1/comments/", Enabled: true, Policy: comments},
+		{Match: "POST /graphql", Enabled: true, Policy: graphql},
 		{Match: "/internal/", Enabled: false, Policy: clonePolicy(want.Defaults)},
 	}
 	if !reflect.DeepEqual(routes, wantRoutes) {

@@ -42,6 +42,8 @@ const (
 	failInFlightSettling // in flight: its unknown outcome is being settled
 	failSettling         // the first caller's wait for a settlement ran out
 	failSettledAbsent    // the lookup says it did not happen: the key is released
+	failAmbiguousGraphQL // a GraphQL request can be read two ways, one a mutation
+	failMutationOverGET  // a GraphQL mutation sent with GET
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -109,6 +111,10 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The connection to the upstream failed after the request was sent, and its outcome is being settled by asking the upstream. Retry with the same key to get the settled answer (409 in-flight until then); it is never executed twice.", OutcomeUpstreamError
 	case failSettledAbsent:
 		return probUpstreamError, "The connection to the upstream failed after the request was sent, and the upstream says it did not take effect (or its outcome could not be settled and the route releases such keys): the key is released, and a retry with it executes the request.", OutcomeUpstreamError
+	case failAmbiguousGraphQL:
+		return probAmbiguousBody, "The GraphQL request can be read more than one way: " + err.Error() + ". Send one mutation per request, named by its operationName if named.", OutcomeAmbiguous
+	case failMutationOverGET:
+		return probAmbiguousMethod, "A GraphQL mutation was sent with GET, which GraphQL over HTTP forbids: a server that runs it anyway would run it without idempotency protection. Send it with POST.", OutcomeAmbiguous
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
 	}
@@ -127,6 +133,10 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 	b := p.Body(detail)
 	if p == probInFlight && !q.heldSince.IsZero() {
 		b.StartedAt = q.heldSince.UTC().Format(startedAtFormat)
+	}
+	if q.graphql != graphqlNone {
+		q.status = problemjson.WriteGraphQL(w, q.in.Header.Get("Accept"), b, p.RetryAfter)
+		return
 	}
 	problemjson.Write(w, b, p.RetryAfter)
 }
@@ -210,5 +220,11 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	p, detail, _ := failureProblem(f, err)
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
+	if c, ok := w.(*capture); ok && c.route.policy.GraphQL {
+		// An executed request on a GraphQL route: its client, and the
+		// retries its record answers under keep, read GraphQL.
+		problemjson.WriteGraphQL(w, r.Header.Get("Accept"), p.Body(detail), p.RetryAfter)
+		return
+	}
 	writeProblem(w, p, detail)
 }

@@ -224,6 +224,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A real protocol upgrade (WebSocket) hands the connection over: there
 	// is no response to record. Any other upgrade offer is dropped.
 	if !q.route.protectsTarget(&q.target) || isUpgrade(r) && q.target.method == http.MethodGet {
+		if q.route.policy.GraphQL && h.graphqlOverGET(w, q) {
+			return
+		}
 		h.passThrough(w, q, r)
 		return
 	}
@@ -242,7 +245,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	r, pol := q.in, &q.route.policy
 	haveBody := false
-	key, from, err := requestKeyFrom(r, q.route.sources, nil, false)
+	var form []byte // a GraphQL mutation's canonical form, which the fingerprint hashes
+	var key string  // a GraphQL mutation's @idempotent key
+	if pol.GraphQL {
+		// Only a mutation is protected, and it may carry its own key.
+		var ok bool
+		if form, key, ok = h.readGraphQL(w, q); !ok {
+			return false
+		}
+		haveBody = true
+	}
+	var from KeySourceKind
+	var err error
+	if key == "" {
+		key, from, err = requestKeyFrom(r, q.route.sources, q.body, haveBody)
+	}
 	if err == errNeedBody {
 		// A source reads the body: read it once, bounded, and look again.
 		// The sources read it in place, and the fingerprint hashes it.
@@ -282,7 +299,7 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	if !haveBody && !h.readBody(w, q) {
 		return false
 	}
-	if err := h.fingerprint(q); err != nil {
+	if err := h.fingerprint(q, form); err != nil {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return false
 	}
@@ -322,15 +339,18 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 
 // fingerprint computes q's fingerprint and storage key. The body was read
 // to its end, so the trailers are known. It fails, before anything is
-// locked, for a JSON body the fingerprint cannot read one way.
-func (h *Handler) fingerprint(q *request) error {
+// locked, for a JSON body the fingerprint cannot read one way. A GraphQL
+// mutation's form (graphql.go) is hashed in place of its body.
+func (h *Handler) fingerprint(q *request, graphqlForm []byte) error {
 	r, pol := q.in, &q.route.policy
 	var host string // fingerprint_host: false leaves the host out
 	if pol.FingerprintHost {
 		host = normalHost(r.Host)
 	}
 	var err error
-	if q.fp, err = bodyFingerprint(r, fpReading(&q.target, q.route), host, q.body, pol); err != nil {
+	if graphqlForm != nil {
+		q.fp = fingerprint(r, fpReading(&q.target, q.route), host, graphqlForm, pol.FingerprintHeaders)
+	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, q.route), host, q.body, pol); err != nil {
 		return err
 	}
 	q.keyHash = storageKeyFrom(r, keyReading(&q.target, q.route), q.key, q.route.scope, q.keyFrom, host)

@@ -132,6 +132,12 @@ type Policy struct {
 	// taken, and runs its upstream call detached (async.go); off ignores
 	// the preference.
 	Async Async `config:"async"`
+	// GraphQL reads the route's protected requests as GraphQL requests:
+	// only mutations are protected, queries and subscriptions pass
+	// through, the key may come from a mutation's @idempotent(key: …)
+	// directive, and the proxy's answers are GraphQL responses
+	// (docs/request-handling.md, "GraphQL").
+	GraphQL bool `config:"graphql"`
 }
 
 // sources returns the key sources in force: KeySources, or the header

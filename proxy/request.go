@@ -61,6 +61,9 @@ type request struct {
 	// when first asked for (lookup.go), as churn and the record do.
 	scopeSum [16]byte
 	scoped   bool
+	// graphql is how a GraphQL route read the request (graphql.go); in
+	// the padding after scoped, so that it costs a request no bytes.
+	graphql graphqlReading
 	// What the store's answer to Begin says, for the refusals: expiredAt
 	// is when the key's record expired (410 key-expired), heldSince when
 	// the request holding the key in flight started, as its lease says

@@ -65,7 +65,7 @@ func shadowWould(f failure) (Would, bool) {
 		return WouldInvalidKey, true
 	case failBodyTooLarge:
 		return WouldTooLarge, true
-	case failAmbiguousBody, failAmbiguousPath, failAmbiguousMethod:
+	case failAmbiguousBody, failAmbiguousPath, failAmbiguousMethod, failAmbiguousGraphQL, failMutationOverGET:
 		return WouldAmbiguous, true
 	case failMismatch:
 		return WouldMismatch, true

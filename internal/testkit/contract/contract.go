@@ -65,6 +65,12 @@ type Contract struct {
 		Headers    []string `json:"headers"`
 		Client     string   `json:"client"`
 	} `json:"accepted_async"`
+	// GraphQL is how the proxy's answers read on a GraphQL route: the
+	// extensions.code of each problem type answered on the proxy listener.
+	GraphQL struct {
+		About string            `json:"about"`
+		Codes map[string]string `json:"codes"` // problem type → code
+	} `json:"graphql"`
 	NetworkError   string `json:"network_error"`
 	AttemptTimeout string `json:"attempt_timeout"`
 }

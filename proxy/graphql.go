@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/graphqlop"
+)
+
+// A route with graphql: true protects GraphQL mutations only
+// (docs/request-handling.md, "GraphQL"): identify reads the body of a
+// protected request as a GraphQL request (internal/graphqlop) before its
+// key.
+//
+//   - A query, a subscription, a batch of them, or a document with no
+//     operation passes through, unrecorded (outcome passthrough).
+//   - A mutation's key is its @idempotent(key: …) directive's, else the
+//     route's key sources'; its fingerprint hashes the document, the
+//     operation name and the variables in canonical JSON, beside the
+//     method, host, path, query and fingerprint_headers.
+//   - A request that can be read two ways (several operations holding a
+//     mutation, a batch holding one, an operationName naming no operation,
+//     two directive keys, a repeated JSON member name) is refused
+//     ambiguous-body; a mutation sent with GET, ambiguous-method.
+//   - A body that is not a GraphQL request the proxy reads (another
+//     content type, a document that does not parse, a persisted query sent
+//     without its document) is protected as any request on the route.
+//
+// The proxy's own answers on the route are GraphQL responses
+// (problemjson.WriteGraphQL).
+
+// graphqlReading is how a GraphQL route read a request: whether the
+// proxy answers it in GraphQL.
+type graphqlReading uint8
+
+const (
+	graphqlNone  graphqlReading = iota // not on a GraphQL route
+	graphqlRoute                       // on one: the proxy answers in GraphQL
+)
+
+// graphqlOverGET refuses a GET on a GraphQL route whose query string
+// carries a mutation. GraphQL over HTTP forbids it, so a server that
+// follows it refuses it too; one that does not would run it unprotected.
+// It reports whether it answered.
+func (h *Handler) graphqlOverGET(w http.ResponseWriter, q *request) bool {
+	if q.target.method != http.MethodGet || !graphqlop.MutationInQuery(q.in.URL.RawQuery) {
+		return false
+	}
+	q.graphql = graphqlRoute
+	h.refuse(w, q, failMutationOverGET, nil)
+	return true
+}
+
+// readGraphQL reads the body of a protected request on a GraphQL route
+// and answers what needs no key: a query passes through, an ambiguous
+// request or an unreadable directive key is refused; ok is false then.
+// Otherwise the request goes on as any request does, its body read; for a
+// mutation, form is its canonical form, which the fingerprint hashes
+// instead of the body, and key its directive's key ("" for none).
+func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, key string, ok bool) {
+	if h.graphqlOverGET(w, q) { // on a route that protects GET
+		return nil, "", false
+	}
+	q.graphql = graphqlRoute
+	if !h.readBody(w, q) {
+		return nil, "", false
+	}
+	op, err := graphqlop.ReadBody(q.in.Header.Get("Content-Type"), q.body)
+	switch {
+	case err == graphqlop.ErrNotGraphQL:
+		return nil, "", true
+	case errors.Is(err, graphqlop.ErrAmbiguous):
+		h.refuse(w, q, failAmbiguousGraphQL, err)
+		return nil, "", false
+	case err != nil:
+		h.refuse(w, q, failInvalidKey, err)
+		return nil, "", false
+	case op.Kind != graphqlop.Mutation:
+		setBody(q.in, q.body, nil)
+		h.passThrough(w, q, q.in)
+		return nil, "", false
+	}
+	if op.HasKey {
+		if err := checkKey(op.Key); err != nil {
+			h.refuse(w, q, failInvalidKey, &graphqlop.Error{Err: graphqlop.ErrInvalidKey, Reason: "@" + graphqlop.DirectiveName + "(key:): " + err.Error()})
+			return nil, "", false
+		}
+	}
+	form, err = op.AppendCanonical(make([]byte, 0, 64+len(op.Document)+len(op.Variables)))
+	if err != nil { // variables ReadBody accepted: cannot happen
+		h.refuse(w, q, failAmbiguousGraphQL, err)
+		return nil, "", false
+	}
+	return form, op.Key, true
+}

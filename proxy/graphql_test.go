@@ -1,0 +1,261 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/contract"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+)
+
+func onGraphQL(p *Policy) { p.GraphQL = true }
+
+// graphqlError is the one error of a GraphQL answer the proxy gives.
+func graphqlError(t *testing.T, r *response) (code, typ string) {
+	t.Helper()
+	var body struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []struct {
+			Message    string
+			Extensions struct{ Code, Type string }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil || len(body.Errors) != 1 || body.Data != nil {
+		t.Fatalf("not a GraphQL error answer (%v): %d %s", err, r.StatusCode, r.body)
+	}
+	if body.Errors[0].Message == "" {
+		t.Errorf("the error has no message: %s", r.body)
+	}
+	return body.Errors[0].Extensions.Code, body.Errors[0].Extensions.Type
+}
+
+func gql(query string) string {
+	b, _ := json.Marshal(map[string]string{"query": query})
+	return string(b)
+}
+
+func TestRetriedGraphQLMutationExecutesOnce(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	body := gql(`mutation { charge(amount: 7) { id } }`)
+	first := e.do(t, "POST", "/graphql", "m-1", body)
+	again := e.do(t, "POST", "/graphql", "m-1", body)
+	if got := e.up.calls.Load(); got != 1 || !again.replayed() || again.body != first.body {
+		t.Fatalf("executions = %d, replayed = %v; want one execution, replayed", got, again.replayed())
+	}
+}
+
+func TestGraphQLQueriesAreNeverStored(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	for _, body := range []string{
+		gql(`{ charges }`),
+		gql(`query Q { charges }`),
+		gql(`subscription { paid }`),
+		`[{"query":"{ a }"},{"query":"{ b }"}]`,
+	} {
+		before := e.up.calls.Load()
+		a := e.do(t, "POST", "/graphql", "same-key", body)
+		b := e.do(t, "POST", "/graphql", "same-key", body)
+		if got := e.up.calls.Load() - before; got != 2 || a.replayed() || b.replayed() {
+			t.Errorf("%s: executions = %d, replayed = %v/%v; want each to reach the upstream", body, got, a.replayed(), b.replayed())
+		}
+	}
+	if got := e.outcomes(defaultRoute, OutcomePassthrough); got != 8 {
+		t.Errorf("passthrough = %v, want 8", got)
+	}
+}
+
+func TestGraphQLDirectiveKeyProtectsAMutation(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	lit := gql(`mutation { refundCreate(id: 1) @idempotent(key: "r-1") { id } }`)
+	viaVar := `{"query":"mutation R($k: String!) { refundCreate(id: 1) @idempotent(key: $k) { id } }","variables":{"k":"r-2"}}`
+	for _, body := range []string{lit, lit, viaVar, viaVar} {
+		e.do(t, "POST", "/graphql", "", body) // no header: the directive is the key
+	}
+	if got := e.up.calls.Load(); got != 2 {
+		t.Fatalf("executions = %d, want one per directive key", got)
+	}
+	// The same directive key with other variables is another operation.
+	r := e.do(t, "POST", "/graphql", "", `{"query":"mutation R($k: String!) { refundCreate(id: 1) @idempotent(key: $k) { id } }","variables":{"k":"r-2","x":1}}`)
+	if code, _ := graphqlError(t, r); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("code = %s, want PAYLOAD_MISMATCH", code)
+	}
+}
+
+func TestGraphQLMutationVariablesAreFingerprintedCanonically(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	q := `mutation M($a: Int, $b: Int) { m(a: $a, b: $b) }`
+	e.do(t, "POST", "/graphql", "v-1", `{"query":"`+q+`","variables":{"a":1,"b":2}}`)
+	r := e.do(t, "POST", "/graphql", "v-1", `{"variables": {"b": 2, "a": 1}, "query":"`+q+`"}`)
+	if !r.replayed() || e.up.calls.Load() != 1 {
+		t.Fatalf("the same variables in another order: replayed = %v, executions = %d", r.replayed(), e.up.calls.Load())
+	}
+}
+
+func TestAmbiguousGraphQLRequestsAreRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	for name, body := range map[string]string{
+		"several operations, one a mutation": `{"query":"query A { a } mutation B { b }","operationName":"A"}`,
+		"a batch holding a mutation":         `[{"query":"{ a }"},{"query":"mutation { b }"}]`,
+		"an operationName naming none":       `{"query":"mutation M { a }","operationName":"N"}`,
+		"two directive keys":                 gql(`mutation { a @idempotent(key: "x") b @idempotent(key: "y") }`),
+	} {
+		r := e.do(t, "POST", "/graphql", "k", body)
+		if code, typ := graphqlError(t, r); code != "AMBIGUOUS_BODY" || typ != problemjson.Base+"ambiguous-body" {
+			t.Errorf("%s: code %s type %s, want AMBIGUOUS_BODY", name, code, typ)
+		}
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d, want 200 for an application/json client", name, r.StatusCode)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none", got)
+	}
+}
+
+func TestGraphQLRefusalStatusFollowsAccept(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.RequireKey = true, true }))
+	body := gql(`mutation { charge { id } }`)
+	for _, tc := range []struct {
+		accept, ctype string
+		status        int
+	}{
+		{"", problemjson.GraphQLJSONType, http.StatusOK},
+		{"application/json", problemjson.GraphQLJSONType, http.StatusOK},
+		{"application/graphql-response+json, application/json;q=0.9", problemjson.GraphQLResponseType, http.StatusBadRequest},
+		{"application/graphql-response+json;q=0, application/json", problemjson.GraphQLJSONType, http.StatusOK},
+	} {
+		r := e.do(t, "POST", "/graphql", "", body, "Accept", tc.accept)
+		if code, _ := graphqlError(t, r); code != "MISSING_KEY" {
+			t.Errorf("Accept %q: code %s, want MISSING_KEY", tc.accept, code)
+		}
+		if got := r.Header.Get("Content-Type"); !strings.HasPrefix(got, tc.ctype) || r.StatusCode != tc.status {
+			t.Errorf("Accept %q: %d %s, want %d %s", tc.accept, r.StatusCode, got, tc.status, tc.ctype)
+		}
+	}
+}
+
+func TestGraphQLMutationOverGETIsRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	r := e.do(t, "GET", "/graphql?query="+url.QueryEscape(`mutation { charge { id } }`), "", "")
+	if code, _ := graphqlError(t, r); code != "AMBIGUOUS_METHOD" {
+		t.Errorf("code %s, want AMBIGUOUS_METHOD", code)
+	}
+	e.do(t, "GET", "/graphql?query="+url.QueryEscape(`{ charges }`), "", "")
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want the query only", got)
+	}
+}
+
+func TestNonGraphQLBodyOnAGraphQLRouteIsProtectedAsAnyRequest(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	for range 2 {
+		e.do(t, "POST", "/graphql", "form-1", "query=mutation+%7B+a+%7D", "Content-Type", "application/x-www-form-urlencoded")
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want 1", got)
+	}
+}
+
+func TestGraphQLDirectiveKeyFollowsTheKeyRules(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	r := e.do(t, "POST", "/graphql", "", gql(`mutation { a @idempotent(key: "") }`))
+	if code, _ := graphqlError(t, r); code != "INVALID_KEY" {
+		t.Errorf("code %s, want INVALID_KEY", code)
+	}
+}
+
+// Every problem the proxy answers has its GraphQL code in
+// clients/contract.json, the one the GraphQL answer carries, and the
+// contract gives no code to a type the proxy never answers.
+func TestEveryProblemTypeHasAGraphQLCode(t *testing.T) {
+	c, err := contract.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := map[string]bool{}
+	for _, p := range problemTypes {
+		name := strings.TrimPrefix(p.Type, problemjson.Base)
+		answered[name] = true
+		code, ok := c.GraphQL.Codes[name]
+		switch {
+		case !ok:
+			t.Errorf("problem %s has no GraphQL code in %s", name, contract.Path)
+		case code != problemjson.GraphQLCode(p.Type):
+			t.Errorf("problem %s: %s says code %s, a GraphQL answer carries %s", name, contract.Path, code, problemjson.GraphQLCode(p.Type))
+		}
+	}
+	for name := range c.GraphQL.Codes {
+		if !answered[name] {
+			t.Errorf("%s gives problem %s a GraphQL code, but the proxy never answers it", contract.Path, name)
+		}
+	}
+}
+
+// An upstream that fails after a mutation was sent: the client gets the
+// 502 upstream-failed as a GraphQL error, and under on_upstream_error:
+// keep its retry is answered the same recorded error, never executed.
+func TestGraphQLUpstreamFailureIsAGraphQLErrorAndKept(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		panic(http.ErrAbortHandler) // the connection cut before an answer
+	}, withPolicy(func(p *Policy) { p.GraphQL, p.OnUpstreamError = true, UpstreamErrorKeep }))
+	body := gql(`mutation { charge { id } }`)
+	accept := []string{"Accept", "application/graphql-response+json"}
+	first := e.do(t, "POST", "/graphql", "cut-1", body, accept...)
+	if code, _ := graphqlError(t, first); code != "UPSTREAM_FAILED" || first.StatusCode != http.StatusBadGateway {
+		t.Fatalf("first: %d %s, want 502 UPSTREAM_FAILED", first.StatusCode, code)
+	}
+	var again *response
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		again = e.do(t, "POST", "/graphql", "cut-1", body, accept...)
+		if again.StatusCode == http.StatusConflict {
+			return fmt.Errorf("still in flight: %s", again.body)
+		}
+		return nil
+	})
+	if code, _ := graphqlError(t, again); code != "UPSTREAM_FAILED" || !again.replayed() {
+		t.Fatalf("retry: %d %s replayed %v, want the recorded UPSTREAM_FAILED", again.StatusCode, code, again.replayed())
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want 1", got)
+	}
+}
+
+func TestGraphQLMutationOverAProtectedGETIsRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.Methods = true, []string{"GET", "POST"} }))
+	r := e.do(t, "GET", "/graphql?query="+url.QueryEscape(`mutation { charge { id } }`), "k-get", "")
+	if code, _ := graphqlError(t, r); code != "AMBIGUOUS_METHOD" {
+		t.Errorf("code %s, want AMBIGUOUS_METHOD", code)
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none", got)
+	}
+}
+
+func TestGraphQLQueryNeedsNoKeyUnderRequireKey(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.RequireKey = true, true }))
+	if r := e.do(t, "POST", "/graphql", "", gql(`{ charges }`)); r.StatusCode != http.StatusCreated {
+		t.Fatalf("a query without a key: %d %s, want the upstream's answer", r.StatusCode, r.body)
+	}
+}
+
+// A shadow route forwards what a GraphQL route would refuse, body and
+// all, and counts it.
+func TestShadowGraphQLRouteForwardsWhatItWouldRefuse(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.Mode = true, ModeShadow }))
+	body := `[{"query":"{ a }"},{"query":"mutation { b }"}]`
+	r := e.do(t, "POST", "/graphql", "k", body)
+	if r.StatusCode != http.StatusCreated || !strings.Contains(r.body, `mutation { b }`) {
+		t.Fatalf("%d %s, want the upstream's answer to the whole batch", r.StatusCode, r.body)
+	}
+	if n := testutil.ToFloat64(e.handler.metrics.shadow.WithLabelValues(defaultRoute, string(WouldAmbiguous))); n != 1 {
+		t.Errorf("would ambiguous = %v, want 1", n)
+	}
+}
