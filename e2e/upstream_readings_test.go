@@ -106,7 +106,7 @@ func handlerFor(t *testing.T, r reply) string {
 // per lock file into the user's cache directory.
 func startExpress(t *testing.T) string {
 	node := testbin.Tool(t, "node", "")
-	modules := expressModules(t)
+	modules := nodeModules(t, "express")
 	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -148,17 +148,17 @@ func awaitListening(t *testing.T, addr string) {
 	})
 }
 
-// expressModules returns a node_modules directory holding the packages of
-// testdata/express/package-lock.json, running npm ci into the user's cache
+// nodeModules returns a node_modules directory holding the packages of
+// testdata/NAME/package-lock.json, running npm ci into the user's cache
 // directory the first time. Concurrent test binaries install into
 // directories of their own and rename the first one finished into place.
-func expressModules(t *testing.T) string {
+func nodeModules(t *testing.T, name string) string {
 	t.Helper()
 	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(root, "e2e/testdata/express")
+	src := filepath.Join(root, "e2e/testdata", name)
 	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -168,8 +168,10 @@ func expressModules(t *testing.T) string {
 		cache = os.TempDir()
 	}
 	sum := sha256.Sum256(lock)
-	dir := filepath.Join(cache, "idempotency-proxy-e2e", "express-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "express")); err == nil {
+	dir := filepath.Join(cache, "idempotency-proxy-e2e", name+"-"+hex.EncodeToString(sum[:6]))
+	// npm ci writes the hidden lockfile last.
+	installed := filepath.Join(dir, "node_modules", ".package-lock.json")
+	if _, err := os.Stat(installed); err == nil {
 		return filepath.Join(dir, "node_modules")
 	}
 	npm := testbin.Tool(t, "npm", "the Debian package npm")
@@ -198,8 +200,8 @@ func expressModules(t *testing.T) string {
 		t.Fatalf("npm ci in %s: %v\n%s", tmp, err, out)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) {
-		if _, statErr := os.Stat(filepath.Join(dir, "node_modules", "express")); statErr != nil {
-			t.Fatalf("install Express into %s: %v", dir, err)
+		if _, statErr := os.Stat(installed); statErr != nil {
+			t.Fatalf("install %s's packages into %s: %v", name, dir, err)
 		}
 	}
 	return filepath.Join(dir, "node_modules")
