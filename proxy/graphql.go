@@ -80,15 +80,16 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 		h.passThrough(w, q, q.in)
 		return nil, "", false
 	}
-	if op.HasKey {
-		if err := checkKey(op.Key); err != nil {
-			h.refuse(w, q, failInvalidKey, &graphqlop.Error{Err: graphqlop.ErrInvalidKey, Reason: "@" + graphqlop.DirectiveName + "(key:): " + err.Error()})
-			return nil, "", false
-		}
-	}
 	form, err = op.AppendCanonical(make([]byte, 0, 64+len(op.Document)+len(op.Variables)))
 	if err != nil { // variables ReadBody accepted: cannot happen
 		h.refuse(w, q, failAmbiguousGraphQL, err)
+		return nil, "", false
+	}
+	if !op.HasKey {
+		return form, "", true
+	}
+	if err := checkKey(op.Key); err != nil {
+		h.refuse(w, q, failInvalidKey, &graphqlop.Error{Err: graphqlop.ErrInvalidKey, Reason: "@" + graphqlop.DirectiveName + "(key:): " + err.Error()})
 		return nil, "", false
 	}
 	return form, op.Key, true
