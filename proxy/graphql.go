@@ -80,7 +80,7 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 		h.passThrough(w, q, q.in)
 		return nil, "", false
 	}
-	form, err = op.AppendCanonical(make([]byte, 0, 64+len(op.Document)+len(op.Variables)))
+	form, err = op.Canonical()
 	if err != nil { // variables ReadBody accepted: cannot happen
 		h.refuse(w, q, failAmbiguousGraphQL, err)
 		return nil, "", false

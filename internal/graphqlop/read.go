@@ -381,6 +381,12 @@ func MutationInQuery(rawQuery string) bool {
 	return false
 }
 
+// Canonical is AppendCanonical into a new slice of the size it needs.
+func (r *Request) Canonical() ([]byte, error) {
+	n := len("graphql\n") + 2*binary.MaxVarintLen64 + len(r.Document) + len(r.OperationName) + max(len(r.Variables), 2)
+	return r.AppendCanonical(make([]byte, 0, n))
+}
+
 // AppendCanonical appends what a mutation's fingerprint hashes: the
 // document and the operation name as sent, each length-prefixed, then the
 // variables in jsonread's canonical form (absent and null as {}). It fails
