@@ -42,6 +42,7 @@ const (
 	failInFlightSettling // in flight: its unknown outcome is being settled
 	failSettling         // the first caller's wait for a settlement ran out
 	failSettledAbsent    // the lookup says it did not happen: the key is released
+	failStreamingCall    // a streaming gRPC call on a route that requires a key
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -111,6 +112,8 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The connection to the upstream failed after the request was sent, and the upstream says it did not take effect (or its outcome could not be settled and the route releases such keys): the key is released, and a retry with it executes the request.", OutcomeUpstreamError
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
+	case failStreamingCall:
+		return probStreamingCall, "This route requires an idempotency key, and a streaming call has no one answer to record: only unary calls are protected. Make the call unary, or route it where no key is required.", OutcomeMissingKey
 	}
 	return probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown.", OutcomeUpstreamError
 }
@@ -124,6 +127,10 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 	}
 	p, detail, outcome := problemFor(q, f, err)
 	q.outcome, q.status = outcome, p.Status
+	if q.grpc {
+		writeGRPCProblem(w, p, detail)
+		return
+	}
 	b := p.Body(detail)
 	if p == probInFlight && !q.heldSince.IsZero() {
 		b.StartedAt = q.heldSince.UTC().Format(startedAtFormat)
@@ -210,5 +217,9 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	p, detail, _ := failureProblem(f, err)
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
+	if isGRPC(r) {
+		writeGRPCProblem(w, p, detail)
+		return
+	}
 	writeProblem(w, p, detail)
 }

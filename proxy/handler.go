@@ -105,7 +105,7 @@ func New(opts Options) (*Handler, error) {
 	h.inspector, _ = opts.Store.(inspector)
 	transport := opts.Transport
 	if transport == nil {
-		transport = NewTransport()
+		transport = NewTransportFor(opts.UpstreamProtocol)
 	}
 	h.upstream, h.transport = opts.Upstream, transport
 	h.owners.Init()
@@ -242,7 +242,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	r, pol := q.in, &q.route.policy
 	haveBody := false
-	key, from, err := requestKeyFrom(r, q.route.sources, nil, false)
+	if isGRPC(r) {
+		q.grpc, q.grpcWait = true, grpcWait(r)
+		msg, ok := h.readGRPC(w, q)
+		if !ok {
+			return false
+		}
+		q.body, haveBody = msg, true // a unary call's one message
+	}
+	key, from, err := requestKeyFrom(r, q.route.sources, q.body, haveBody)
 	if err == errNeedBody {
 		// A source reads the body: read it once, bounded, and look again.
 		// The sources read it in place, and the fingerprint hashes it.
@@ -500,6 +508,7 @@ func (h *Handler) finish(q *request) {
 func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
 	q.route.metrics.observe(outcome, d)
+	q.route.metrics.protocols[protocolOf(q.in)].Inc()
 	q.route.metrics.report.outcome(q.start, outcome, q.keyHash != "")
 	if h.observe != nil {
 		o := Observation{Outcome: outcome, KeyHash: q.keyHash}
