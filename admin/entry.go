@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -23,13 +24,17 @@ type entryJSON struct {
 	StartedAt string `json:"started_at,omitempty"`
 	// The proxy process holding a lease, and its request's trace id when
 	// tracing is on.
-	Instance    string              `json:"instance,omitempty"`
-	TraceID     string              `json:"trace_id,omitempty"`
-	CreatedAt   string              `json:"created_at,omitempty"`
-	Status      int                 `json:"status,omitempty"`
-	Headers     map[string][]string `json:"headers,omitempty"`
-	BodyBytes   *int                `json:"body_bytes,omitempty"`
-	BodyOmitted *bool               `json:"body_omitted,omitempty"`
+	Instance  string              `json:"instance,omitempty"`
+	TraceID   string              `json:"trace_id,omitempty"`
+	CreatedAt string              `json:"created_at,omitempty"`
+	Status    int                 `json:"status,omitempty"`
+	Headers   map[string][]string `json:"headers,omitempty"`
+	Trailers  map[string][]string `json:"trailers,omitempty"`
+	BodyBytes *int                `json:"body_bytes,omitempty"`
+	// GRPC names a recorded gRPC call: its protocol, its method (the
+	// request's path, /package.Service/Method) and its answer's status.
+	GRPC        *grpcJSON `json:"grpc,omitempty"`
+	BodyOmitted *bool     `json:"body_omitted,omitempty"`
 	// SealedBy is the id of the encryption key that sealed the record.
 	SealedBy string `json:"sealed_by,omitempty"`
 	// Unreadable is why a sealed record does not open (key_unknown,
@@ -42,6 +47,26 @@ type entryJSON struct {
 	// Settling is set for a key whose unknown outcome is being settled
 	// by lookups of the upstream (on_upstream_error: reconcile).
 	Settling *settlingJSON `json:"settling,omitempty"`
+}
+
+// grpcJSON is what the key API shows of a recorded gRPC call.
+type grpcJSON struct {
+	Method string `json:"method"`
+	Status string `json:"status,omitempty"`
+}
+
+// grpcCall describes rec when it answered a gRPC call (its Content-Type
+// says so), else nil.
+func grpcCall(rec *store.Record) *grpcJSON {
+	ct := rec.Header["Content-Type"]
+	if len(ct) != 1 || !grpcwire.IsGRPC(ct[0]) {
+		return nil
+	}
+	out := &grpcJSON{Method: rec.Request.Path}
+	if code, ok := grpcwire.Status(rec.Header, rec.Trailer); ok {
+		out.Status = code.String()
+	}
+	return out
 }
 
 // settlingJSON is what the key API shows of a key being settled: since
@@ -72,6 +97,10 @@ func newEntryJSON(e store.Entry) entryJSON {
 	out.CreatedAt = rfc3339(rec.CreatedAt)
 	out.Status = rec.Status
 	out.Headers = redacted(rec.Header)
+	if len(rec.Trailer) > 0 {
+		out.Trailers = redacted(rec.Trailer)
+	}
+	out.GRPC = grpcCall(rec)
 	out.BodyBytes, out.BodyOmitted = &n, &omitted
 	out.SealedBy = e.SealedBy
 	if !rec.Lookup.IsZero() {

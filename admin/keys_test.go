@@ -44,7 +44,17 @@ func TestGetKeyAnswersTheDocumentedShape(t *testing.T) {
 		Instance: "proxy-0/7", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 	}
 	e.st.entries["cc03"] = held
+	call := completedEntry("dd04")
+	call.Record.Header = map[string][]string{"Content-Type": {"application/grpc"}}
+	call.Record.Trailer = map[string][]string{"Grpc-Status": {"9"}, "Grpc-Message": {"declined"}}
+	call.Record.Request = store.Request{Method: "POST", Path: "/bank.Ledger/Charge"}
+	e.st.entries["dd04"] = call
 	for _, tc := range []struct{ key, want string }{
+		{"dd04", `{"key_hash":"dd04","state":"completed","expires_at":"2026-12-01T09:00:00.123Z",` +
+			`"method":"POST","path":"/bank.Ledger/Charge",` +
+			`"created_at":"2026-11-30T09:00:00.123Z","status":201,"headers":{"Content-Type":["application/grpc"]},` +
+			`"trailers":{"Grpc-Message":["declined"],"Grpc-Status":["9"]},` +
+			`"body_bytes":11,"grpc":{"method":"/bank.Ledger/Charge","status":"FAILED_PRECONDITION"},"body_omitted":false}`},
 		{"aa01", `{"key_hash":"aa01","state":"completed","expires_at":"2026-12-01T09:00:00.123Z",` +
 			`"created_at":"2026-11-30T09:00:00.123Z","status":201,"headers":{"Content-Type":["application/json"]},` +
 			`"body_bytes":11,"body_omitted":false}`},
@@ -58,8 +68,8 @@ func TestGetKeyAnswersTheDocumentedShape(t *testing.T) {
 			t.Errorf("GET %s = %d %s\nwant 200 %s", tc.key, rec.Code, rec.Body.String(), tc.want)
 		}
 	}
-	if got := e.ops(opGet, resultOK); got != 3 {
-		t.Errorf("get ok counted %v, want 3", got)
+	if got := e.ops(opGet, resultOK); got != 4 {
+		t.Errorf("get ok counted %v, want 4", got)
 	}
 }
 

@@ -35,6 +35,7 @@ const (
 	ProblemUpstreamTimeout     = problemBase + "upstream-timeout"     // 504: upstream still running; retries get 409, then its answer
 	ProblemStatusUnknown       = problemBase + "status-unknown"       // 404: no such status URL, or not this caller's, or expired
 	ProblemStatusMethod        = problemBase + "status-method"        // 405: a status URL answers GET and HEAD only
+	ProblemStreamingCall       = problemBase + "streaming-call"       // gRPC UNIMPLEMENTED: a stream on a route that requires a key
 )
 
 // maxProblemBody bounds how much of an error body is read to parse it.

@@ -38,6 +38,17 @@ var problemActions = map[string]action{
 	ProblemUpstreamTimeout:     retry,
 	ProblemStatusUnknown:       stop,
 	ProblemStatusMethod:        stop,
+	ProblemStreamingCall:       stop,
+}
+
+// ProblemRetried reports what a client does with an answer of the proxy's
+// problem type t (a URI, ProblemInFlight say): retry it with the same key
+// (true), or stop (false). known is false when t is none of the proxy's
+// problem types. The gRPC interceptor (client/grpcidem) decides by it, so
+// both read one list.
+func ProblemRetried(t string) (retried, known bool) {
+	a, ok := problemActions[t]
+	return a == retry, ok
 }
 
 // statusAction decides an answer that carries none of the proxy's problem

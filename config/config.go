@@ -109,6 +109,10 @@ type Upstream struct {
 	// client was let go: their count, and the memory they may hold.
 	MaxDetached      int   `config:"max_detached"`
 	MaxDetachedBytes int64 `config:"max_detached_bytes,size"`
+	// Protocol is the HTTP version spoken upstream: http1, h2c (HTTP/2
+	// without TLS, prior knowledge: a gRPC server) or auto (HTTP/2 over TLS
+	// where the upstream offers it).
+	Protocol proxy.UpstreamProtocol `config:"protocol"`
 }
 
 // Store kinds the code names; every kind is a field of Store.

@@ -65,8 +65,8 @@ var invalidFiles = []invalidCase{
 		`upstream.url: invalid URL "http://[::1": missing ']' in host`,
 	}},
 	{"invalid-access-log.yaml", []string{
-		`access_log_fields[2]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id; got "user_agnet" (did you mean user_agent?)`,
-		`access_log_fields[3]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id; got "client_adr" (did you mean client_addr?)`,
+		`access_log_fields[2]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id, protocol; got "user_agnet" (did you mean user_agent?)`,
+		`access_log_fields[3]: must be one of method, path, route, status, outcome, duration_seconds, bytes, key_hash, reconcile_probes, upstream_seconds, client_addr, user_agent, request_id, protocol; got "client_adr" (did you mean client_addr?)`,
 		`trusted_proxies[1]: invalid CIDR "10.0.0/8" (want a range such as 10.0.0.0/8 or fd00::/8, or one address)`,
 		`trusted_proxies[2]: invalid CIDR "fd00::/200" (want a range such as 10.0.0.0/8 or fd00::/8, or one address)`,
 	}},
@@ -182,6 +182,10 @@ var invalidFiles = []invalidCase{
 	}},
 	{"invalid-when-full.yaml", []string{
 		`store.memory.when_full: must be one of reject, evict_oldest; got "evict_newest" (did you mean evict_oldest?)`,
+	}},
+	{"invalid-grpc-words.yaml", []string{
+		`upstream.protocol: must be one of http1, h2c, auto; got "http2" (did you mean http1?)`,
+		`defaults.release_grpc_statuses[0]: must be one of OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS, UNAUTHENTICATED; got "UNAVAILIBLE" (did you mean UNAVAILABLE?)`,
 	}},
 	{"invalid-keys-file.yaml", []string{
 		`store.encryption.keys_file: testdata/keys-short.txt:2: key "2026-01" is 24 bytes after decoding, want 32 (openssl rand -base64 32)`,

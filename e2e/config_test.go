@@ -15,6 +15,8 @@ type proxyConfig struct {
 	UpstreamTimeout time.Duration
 	MaxExecution    time.Duration
 	ShutdownTimeout time.Duration
+	// UpstreamProtocol is upstream.protocol ("" leaves the default).
+	UpstreamProtocol string
 
 	// Memory selects the memory store, PostgresURL the Postgres store,
 	// FilePath the file store in that directory (with FileFsync);
@@ -61,6 +63,9 @@ func (c proxyConfig) yaml(listen, admin string) string {
 	}
 	if c.MaxExecution > 0 {
 		fmt.Fprintf(&b, "  max_execution: %s\n", c.MaxExecution)
+	}
+	if c.UpstreamProtocol != "" {
+		fmt.Fprintf(&b, "  protocol: %s\n", c.UpstreamProtocol)
 	}
 	switch {
 	case c.Memory:

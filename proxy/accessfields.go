@@ -31,10 +31,11 @@ const (
 	FieldClientAddr
 	FieldUserAgent
 	FieldRequestID
+	FieldProtocol
 )
 
 var accessFieldWords = enum.Words{"method", "path", "route", "status", "outcome", "duration_seconds", "bytes",
-	"key_hash", "reconcile_probes", "upstream_seconds", "client_addr", "user_agent", "request_id"}
+	"key_hash", "reconcile_probes", "upstream_seconds", "client_addr", "user_agent", "request_id", "protocol"}
 
 func (f AccessField) String() string               { return accessFieldWords.Name(int(f)) }
 func (f AccessField) MarshalText() ([]byte, error) { return []byte(f.String()), nil }

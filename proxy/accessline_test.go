@@ -40,6 +40,7 @@ func slogAccessLine(t testing.TB, f *accessFormat, now time.Time, q *request, ou
 	if id := requestID(q.in); id != "" {
 		add(FieldRequestID, slog.String("request_id", id))
 	}
+	add(FieldProtocol, slog.String("protocol", protocolOf(q.in).String()))
 	if err := slog.NewJSONHandler(&buf, nil).Handle(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}

@@ -141,6 +141,11 @@ func appendAccessLine(b []byte, f *accessFormat, now time.Time, q *request, outc
 		b = append(b, `,"request_id":`...)
 		b = appendJSONString(b, id)
 	}
+	if f.fields.has(FieldProtocol) {
+		b = append(b, `,"protocol":"`...)
+		b = append(b, protocolOf(q.in).String()...)
+		b = append(b, '"')
+	}
 	return append(b, "}\n"...)
 }
 

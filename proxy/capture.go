@@ -296,7 +296,7 @@ var recordHeaders = sync.Pool{New: func() any { return &recordHeader{h: make(htt
 // returns what they count toward max_response_body: their size on the wire,
 // "Name: value\r\n" per value. The reverse proxy has already removed
 // hop-by-hop fields; Content-Length is set again on replay, and trailers
-// are not recorded.
+// are recorded apart (trailers).
 func (c *capture) recordableHeader(h http.Header) (http.Header, int64) {
 	rh := recordHeaders.Get().(*recordHeader)
 	c.recHeader = rh
@@ -387,8 +387,13 @@ func (c *capture) trace() *httptrace.ClientTrace {
 // carries the Content-Length a replay sends (0 for an omitted body), so a
 // replay does not format it again.
 func (c *capture) record(fp store.Fingerprint) *store.Record {
+	trailer := c.trailers()
 	switch {
 	case !bodyAllowed(c.status):
+	case len(trailer) > 0 && c.declared < 0:
+		// Sent without a length so that the trailers could follow (a
+		// gRPC answer): replayed the same way.
+		delete(c.header, "Content-Length")
 	case c.head:
 		// The announced length is the answer to a HEAD: keep it as sent.
 		delete(c.header, "Content-Length")
@@ -402,6 +407,7 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		Status:      c.status,
 		Header:      c.header,
 		Body:        c.body,
+		Trailer:     trailer,
 		BodyOmitted: c.omitted,
 		Fingerprint: fp,
 		CreatedAt:   c.answered,

@@ -112,20 +112,20 @@ func (h *Handler) armDeadline(q *request, d time.Duration) {
 // upstream.max_execution does. When the lease's first renewal is due after
 // upstream.timeout, the renewals start here.
 func (h *Handler) timerFired(q *request) {
-	if every := execution.RenewEvery(q.route.policy.LockTTL); every > h.upstreamTimeout {
-		h.renewLease(q.detached, q, every-h.upstreamTimeout, false)
+	if every := execution.RenewEvery(q.route.policy.LockTTL); every > h.wait(q) {
+		h.renewLease(q.detached, q, every-h.wait(q), false)
 	}
-	if h.maxExecution > h.upstreamTimeout && !q.timedOut.Swap(true) {
+	if h.maxExecution > h.wait(q) && !q.timedOut.Swap(true) {
 		q.capture.mu.Lock()
 		if !q.deadlineStopped {
-			q.deadline.Reset(h.maxExecution - h.upstreamTimeout)
+			q.deadline.Reset(h.maxExecution - h.wait(q))
 		}
 		q.capture.mu.Unlock()
 		q.signal()
 		return
 	}
 	cause := stopMaxExecution
-	if h.maxExecution <= h.upstreamTimeout {
+	if h.maxExecution <= h.wait(q) {
 		cause = stopTimeout
 	}
 	q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(cause))

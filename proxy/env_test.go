@@ -113,10 +113,27 @@ func newEnv(t *testing.T, h http.HandlerFunc, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = httptest.NewServer(e.handler)
+	e.srv = httptest.NewUnstartedServer(e.handler)
+	if envOverH2C {
+		// The proxy listener's protocols, and a client speaking HTTP/2
+		// to it with prior knowledge.
+		e.srv.Config.Protocols = new(http.Protocols)
+		e.srv.Config.Protocols.SetHTTP1(true)
+		e.srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	e.srv.Start()
+	if envOverH2C {
+		tr := e.srv.Client().Transport.(*http.Transport)
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
 	t.Cleanup(e.srv.Close)
 	return e
 }
+
+// envOverH2C makes newEnv's client speak HTTP/2 without TLS to the
+// proxy (TestEverythingOverHTTP2); the upstream stays HTTP/1.1.
+var envOverH2C bool
 
 // do sends a request to the proxy; header pairs follow the body.
 // keyHash is the storage key of key on a POST to /x, as the key API
@@ -151,6 +168,9 @@ func (e *env) doCtx(t *testing.T, ctx context.Context, method, path, key, body s
 	res, err := e.srv.Client().Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if envOverH2C && res.ProtoMajor != 2 {
+		t.Fatalf("%s %s: answered over %s, want HTTP/2", method, path, res.Proto)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)

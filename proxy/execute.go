@@ -46,10 +46,10 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	q.wake = make(chan struct{}, 1)
 	q.detached = detached
 	q.lease.Start(q.began, q.route.policy.LockTTL)
-	if every := execution.RenewEvery(q.route.policy.LockTTL); every <= h.upstreamTimeout {
+	if every := execution.RenewEvery(q.route.policy.LockTTL); every <= h.wait(q) {
 		h.renewLease(detached, q, every, true)
 	} else {
-		h.armDeadline(q, h.upstreamTimeout) // it starts the renewals
+		h.armDeadline(q, h.wait(q)) // it starts the renewals
 	}
 
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
@@ -157,6 +157,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	case !c.recording:
 		// A release status: "not processed, try again".
 		outcome = OutcomeReleased
+	case q.grpc && grpcReleased(q, &outcome):
 	default:
 		outcome = OutcomeExecuted
 		rec = c.record(q.fp)
@@ -188,6 +189,9 @@ func (h *Handler) problemRecord(q *request, f failure) *store.Record {
 		f = failMaxExecution // cut while the response's body arrived
 	}
 	p, detail, _ := problemFor(q, f, c.upstreamErr)
+	if q.grpc {
+		return grpcProblemRecord(p, detail, q.fp)
+	}
 	return problemRecord(p, detail, q.fp)
 }
 

@@ -44,6 +44,7 @@ const (
 	failSettledAbsent    // the lookup says it did not happen: the key is released
 	failAmbiguousGraphQL // a GraphQL request can be read two ways, one a mutation
 	failMutationOverGET  // a GraphQL mutation sent with GET
+	failStreamingCall    // a streaming gRPC call on a route that requires a key
 )
 
 // problemFor maps a failure to the problem response the client gets and
@@ -117,6 +118,8 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probAmbiguousMethod, "A GraphQL mutation was sent with GET, which GraphQL over HTTP forbids: a server that runs it anyway would run it without idempotency protection. Send it with POST.", OutcomeAmbiguous
 	case failResponseCutShort:
 		return probUpstreamError, "The upstream response was cut short; the outcome of the request is unknown.", OutcomeUpstreamError
+	case failStreamingCall:
+		return probStreamingCall, "This route requires an idempotency key, and a streaming call has no one answer to record: only unary calls are protected. Make the call unary, or route it where no key is required.", OutcomeMissingKey
 	}
 	return probUpstreamError, "The connection to the upstream failed after the request was sent; its outcome is unknown.", OutcomeUpstreamError
 }
@@ -130,6 +133,10 @@ func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error
 	}
 	p, detail, outcome := problemFor(q, f, err)
 	q.outcome, q.status = outcome, p.Status
+	if q.grpc {
+		writeGRPCProblem(w, p, detail)
+		return
+	}
 	b := p.Body(detail)
 	if p == probInFlight && !q.heldSince.IsZero() {
 		b.StartedAt = q.heldSince.UTC().Format(startedAtFormat)
@@ -220,6 +227,10 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	p, detail, _ := failureProblem(f, err)
 	h.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "key_hash", keyHash, "request_sent", sent, "error", err)
+	if isGRPC(r) {
+		writeGRPCProblem(w, p, detail)
+		return
+	}
 	if c, ok := w.(*capture); ok && c.route.policy.GraphQL {
 		// An executed request on a GraphQL route: its client, and the
 		// retries its record answers under keep, read GraphQL.

@@ -105,7 +105,7 @@ func New(opts Options) (*Handler, error) {
 	h.inspector, _ = opts.Store.(inspector)
 	transport := opts.Transport
 	if transport == nil {
-		transport = NewTransport()
+		transport = NewTransportFor(opts.UpstreamProtocol)
 	}
 	h.upstream, h.transport = opts.Upstream, transport
 	h.owners.Init()
@@ -247,7 +247,14 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	haveBody := false
 	var form []byte // a GraphQL mutation's canonical form, which the fingerprint hashes
 	var key string  // a GraphQL mutation's @idempotent key
-	if pol.GraphQL {
+	if isGRPC(r) {
+		q.grpc, q.grpcWait = true, grpcWait(r)
+		msg, ok := h.readGRPC(w, q)
+		if !ok {
+			return false
+		}
+		q.body, haveBody = msg, true // a unary call's one message
+	} else if pol.GraphQL {
 		// Only a mutation is protected, and it may carry its own key.
 		var ok bool
 		if form, key, ok = h.readGraphQL(w, q); !ok {
@@ -520,6 +527,7 @@ func (h *Handler) finish(q *request) {
 func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
 	q.route.metrics.observe(outcome, d)
+	q.route.metrics.protocols[protocolOf(q.in)].Inc()
 	q.route.metrics.report.outcome(q.start, outcome, q.keyHash != "")
 	if h.observe != nil {
 		o := Observation{Outcome: outcome, KeyHash: q.keyHash}

@@ -26,10 +26,11 @@ func (q *request) Extend(ctx context.Context, ttl time.Duration) error {
 	return q.h.store.Extend(ctx, q.keyHash, q.token, ttl)
 }
 
-// FirstRenewal arms q's deadline, due upstream.timeout after the call
-// started, when the first renewal, due after first, fires before it.
+// FirstRenewal arms q's deadline, due when its client's wait (wait, grpc.go)
+// ends after the call started, when the first renewal, due after first,
+// fires before it.
 func (q *request) FirstRenewal(first time.Duration) {
-	q.h.armDeadline(q, q.h.upstreamTimeout-first)
+	q.h.armDeadline(q, q.h.wait(q)-first)
 }
 
 // Lost reports a renewal that found q's lease lost.

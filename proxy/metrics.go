@@ -145,6 +145,8 @@ type Metrics struct {
 	probes   *prometheus.CounterVec
 	shadow   *prometheus.CounterVec
 	keyChurn *prometheus.CounterVec
+	// protocols counts requests by route and protocol (http1, http2, grpc).
+	protocols *prometheus.CounterVec
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
@@ -179,6 +181,8 @@ type routeMetrics struct {
 	shadow map[Would]prometheus.Counter
 	churn  prometheus.Counter // idempotency_proxy_key_churn_total
 	report *reportCounts      // the adoption report's counts (report.go)
+	// protocols counts the route's requests by Protocol.
+	protocols [numProtocols]prometheus.Counter
 }
 
 // executedOutcomes are the outcomes an executed request ends in.
@@ -243,6 +247,10 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Name: "idempotency_proxy_key_churn_total",
 			Help: "Keyed requests whose fingerprint and scope were sent under another key within churn_window, by route: clients minting a new key per attempt.",
 		}, []string{"route"}),
+		protocols: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_requests_by_protocol_total",
+			Help: "Requests handled, by route and protocol: http1, http2 (h2c), grpc (over HTTP/2). A gRPC method is named by its route (match: POST /package.Service/Method).",
+		}, []string{"route", "protocol"}),
 	}
 	omitted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idempotency_proxy_records_body_omitted_total",
@@ -268,7 +276,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
-		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow, m.keyChurn)
+		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow, m.keyChurn, m.protocols)
 	m.ops = make(map[string]opMetrics, len(storeOps))
 	for _, op := range storeOps {
 		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
@@ -302,6 +310,9 @@ func (m *Metrics) route(label string) *routeMetrics {
 	}
 	for _, o := range executedOutcomes {
 		rm.detached[o] = m.detachedEnded.WithLabelValues(label, string(o))
+	}
+	for p := range numProtocols {
+		rm.protocols[p] = m.protocols.WithLabelValues(label, p.String())
 	}
 	durations := make(map[Result]prometheus.Observer, len(allResults))
 	for _, r := range allResults {

@@ -62,7 +62,11 @@ type Options struct {
 	// needs the same one, kept across restarts: a status URL is checked
 	// against it, not remembered. Empty turns respond-async off.
 	AsyncSecret []byte
-	// Transport carries upstream requests; nil means NewTransport().
+	// UpstreamProtocol is the HTTP version spoken upstream when Transport
+	// is nil; the zero value is HTTP/1.1.
+	UpstreamProtocol UpstreamProtocol
+	// Transport carries upstream requests; nil means
+	// NewTransportFor(UpstreamProtocol).
 	Transport http.RoundTripper
 	// Store keeps leases and records. Required.
 	Store Store

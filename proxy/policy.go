@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -71,6 +72,11 @@ type Policy struct {
 	// ReleaseStatuses are upstream statuses that mean "not processed": they
 	// are delivered but not recorded, and the key is released.
 	ReleaseStatuses []int `config:"release_statuses,status"`
+	// ReleaseGRPCStatuses are the gRPC statuses of a unary call's answer
+	// that mean "not processed", as ReleaseStatuses do for HTTP: delivered,
+	// not recorded, the key released. Every other status is an answer,
+	// recorded and replayed.
+	ReleaseGRPCStatuses []grpcwire.Code `config:"release_grpc_statuses"`
 	// MaxRequestBody is the largest request body accepted, in bytes.
 	MaxRequestBody int64 `config:"max_request_body,size"`
 	// MaxResponseBody is the largest response body recorded, in bytes;
@@ -162,6 +168,7 @@ func DefaultPolicy() Policy {
 		OnStoreError:          FailClosed,
 		OnUpstreamError:       UpstreamErrorRelease,
 		ReleaseStatuses:       []int{408, 425, 429, 503},
+		ReleaseGRPCStatuses:   []grpcwire.Code{grpcwire.Unavailable, grpcwire.ResourceExhausted, grpcwire.Aborted},
 		Reconcile:             DefaultReconcile(),
 		AmbiguousStatuses:     []int{},
 		MaxRequestBody:        10 << 20,

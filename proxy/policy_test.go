@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 )
 
 // The policy words parse back to themselves, and anything else is refused
@@ -65,6 +67,7 @@ func TestCheckNamesConfigurationKeys(t *testing.T) {
 		Concurrent:           7,
 		WaitTimeout:          -1,
 		ReleaseStatuses:      []int{99},
+		ReleaseGRPCStatuses:  []grpcwire.Code{grpcwire.Unavailable, grpcwire.OK},
 		MaxRequestBody:       0,
 		MaxResponseBody:      -1,
 		ScopeHeaders:         []ScopeHeader{{Cookie: "a b"}, {Header: "a b"}},
@@ -81,8 +84,8 @@ func TestCheckNamesConfigurationKeys(t *testing.T) {
 		keys[key] = true
 	}
 	problems := p.Check(nil)
-	if len(problems) != 15 {
-		t.Errorf("%d problems, want 15: %v", len(problems), problems)
+	if len(problems) != 16 {
+		t.Errorf("%d problems, want 16: %v", len(problems), problems)
 	}
 	for _, pr := range problems {
 		for _, k := range pr.Keys {

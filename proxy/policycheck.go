@@ -9,6 +9,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -77,6 +78,11 @@ func (p Policy) Check(from func(key string) string) []PolicyProblem {
 	for i, s := range p.ReleaseStatuses {
 		if s < 100 || s > 599 {
 			c.addAt("release_statuses", i, "invalid HTTP status %d (want 100..599)", s)
+		}
+	}
+	for i, code := range p.ReleaseGRPCStatuses {
+		if code == grpcwire.OK || code > grpcwire.Unauthenticated {
+			c.addAt("release_grpc_statuses", i, "%s cannot be released: OK is an answer, and only codes 1..16 exist", code)
 		}
 	}
 	if p.MaxRequestBody <= 0 {

@@ -41,6 +41,7 @@ var problemTypes = []problem{
 	probMissingKey, probInvalidKey, probBadBody, probAmbiguousBody, probTooLarge, probInFlight, probMismatch,
 	probStore, probStoreFull, probUnreadable, probUnreachable, probUpstreamError, probAmbiguousPath,
 	probAmbiguousMethod, probUpstreamTimeout, probKeyExpired, probStatusUnknown, probStatusMethod,
+	probStreamingCall,
 }
 
 // problemJSON is the application/problem+json body of p.

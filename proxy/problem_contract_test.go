@@ -67,3 +67,33 @@ func TestEveryProblemTypeHasAClientDecision(t *testing.T) {
 		}
 	}
 }
+
+// A gRPC call is told each problem as the status clients/contract.json's
+// gRPC column gives it: grpcCodes and the contract are one list.
+func TestEveryProblemHasTheContractsGRPCStatus(t *testing.T) {
+	c, err := contract.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problemTypes {
+		name := strings.TrimPrefix(p.Type, problemjson.Base)
+		row, ok := c.ByType(name)
+		if !ok {
+			continue // TestEveryProblemTypeHasAClientDecision says so
+		}
+		want, err := row.GRPCCode()
+		if err != nil {
+			t.Errorf("problem %s: %v", name, err)
+			continue
+		}
+		if got, ok := grpcCodes[p.Type]; !ok || got != want {
+			t.Errorf("problem %s: a gRPC call gets %v (listed: %v), %s says %v", name, got, ok, contract.Path, want)
+		}
+	}
+	if len(grpcCodes) != len(problemTypes) {
+		t.Errorf("grpcCodes has %d problems, problemTypes %d: one list", len(grpcCodes), len(problemTypes))
+	}
+	if c.GRPC.TypeIn != "grpc-message" || c.GRPC.Pushback != "grpc-retry-pushback-ms" || c.GRPC.Replayed != "idempotent-replayed" {
+		t.Errorf("contract's grpc fields %+v, want the fields writeGRPCProblem and replay use", c.GRPC)
+	}
+}

@@ -43,12 +43,22 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 		// Whatever length the upstream announced, none of it is sent.
 		dst["Idempotent-Body-Omitted"] = headerTrue
 		dst["Content-Length"] = headerZero
-	case len(rec.Header["Content-Length"]) == 0:
+	case len(rec.Header["Content-Length"]) == 0 && len(rec.Trailer) == 0:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
 	w.WriteHeader(rec.Status)
+	if len(rec.Trailer) > 0 {
+		// Trailers follow the body, as they came: the header goes out now,
+		// without a length the server would otherwise compute, so that the
+		// response is chunked over HTTP/1.1 (as the reverse proxy forces it)
+		// and the trailers after it.
+		http.NewResponseController(w).Flush()
+	}
 	if len(rec.Body) > 0 && r.Method != http.MethodHead && bodyAllowed(rec.Status) {
 		w.Write(rec.Body)
+	}
+	for k, v := range rec.Trailer {
+		dst[http.TrailerPrefix+k] = v[:len(v):len(v)]
 	}
 }
 

@@ -32,6 +32,10 @@ type identity struct {
 	// probeTarget is the route's lookup filled from this request
 	// (reconcile.go), on a route that reconciles.
 	probeTarget string
+	// grpc is set for a gRPC call on a protected route (grpc.go); grpcWait
+	// is its grpc-timeout, 0 when it sent none.
+	grpc     bool
+	grpcWait time.Duration
 }
 
 // request is one request on the proxy path, from route match to its log

@@ -59,7 +59,7 @@ var allWoulds = []Would{
 // is decided before on_store_error, in storeUnavailable.
 func shadowWould(f failure) (Would, bool) {
 	switch f {
-	case failMissingKey, failProbeHole:
+	case failMissingKey, failProbeHole, failStreamingCall:
 		return WouldMissingKey, true
 	case failInvalidKey:
 		return WouldInvalidKey, true

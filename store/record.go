@@ -8,9 +8,18 @@ import (
 	"time"
 )
 
-// recordVersion is the first byte of every encoded record. A new layout gets
+// The first byte of every encoded record is its version. A new layout gets
 // a new version; decoders reject versions they do not know.
-const recordVersion = 1
+const (
+	// recordVersion is the layout of a record without trailers, written
+	// byte for byte as before trailers were kept, so that a proxy of the
+	// previous release still reads it during a rolling upgrade.
+	recordVersion = 1
+	// recordVersionTrailers adds the trailer section. It is written only
+	// for a record that has trailers (in clear: a sealed record keeps them
+	// inside its sealed data).
+	recordVersionTrailers = 2
+)
 
 const (
 	flagBodyOmitted = 1 << iota
@@ -21,7 +30,7 @@ const (
 	knownFlags = flagBodyOmitted | flagCreatedAt | flagSealed | flagRequest | flagLookup
 )
 
-// Encoded layout, version 1 (uvarint = encoding/binary unsigned varint):
+// Encoded layout, versions 1 and 2 (uvarint = encoding/binary unsigned varint):
 //
 //	version   1 byte
 //	flags     1 byte   bit 0: body omitted, bit 1: created-at present, bit 2: sealed,
@@ -35,6 +44,8 @@ const (
 //	sealed    only when flag bit 2 is set: uvarint length + key id,
 //	          uvarint body size in clear, uvarint length + sealed data
 //	body      uvarint length + raw bytes (always 0 when omitted or sealed)
+//	trailers  version 2 only: nnames uvarint, nvalues uvarint, then per name
+//	          as the headers below
 //	nnames    uvarint  number of header names (0 when sealed)
 //	nvalues   uvarint  total number of header values (0 when sealed)
 //	per name: uvarint length + name, uvarint count, per value uvarint length + value
@@ -66,16 +77,23 @@ func EncodedSize(rec *Record) int {
 	}
 	body := encodedBody(rec)
 	n += uvarintLen(uint64(len(body))) + len(body)
-	header := encodedHeader(rec)
-	nvalues := 0
-	for name, vals := range header {
+	if t := encodedTrailer(rec); len(t) > 0 {
+		n += fieldsSize(t)
+	}
+	return n + fieldsSize(encodedHeader(rec))
+}
+
+// fieldsSize is the encoded size of a header or trailer section.
+func fieldsSize(h map[string][]string) int {
+	n, nvalues := 0, 0
+	for name, vals := range h {
 		nvalues += len(vals)
 		n += uvarintLen(uint64(len(name))) + len(name) + uvarintLen(uint64(len(vals)))
 		for _, v := range vals {
 			n += uvarintLen(uint64(len(v))) + len(v)
 		}
 	}
-	return n + uvarintLen(uint64(len(header))) + uvarintLen(uint64(nvalues))
+	return n + uvarintLen(uint64(len(h))) + uvarintLen(uint64(nvalues))
 }
 
 // AppendRecord appends the encoding of rec to dst. The result depends only
@@ -100,7 +118,12 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	if !rec.Lookup.IsZero() {
 		flags |= flagLookup
 	}
-	dst = append(dst, recordVersion, flags)
+	version := byte(recordVersion)
+	trailer := encodedTrailer(rec)
+	if len(trailer) > 0 {
+		version = recordVersionTrailers
+	}
+	dst = append(dst, version, flags)
 	dst = binary.AppendUvarint(dst, uint64(rec.Status))
 	dst = append(dst, rec.Fingerprint[:]...)
 	if !rec.CreatedAt.IsZero() {
@@ -126,16 +149,23 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 	body := encodedBody(rec)
 	dst = binary.AppendUvarint(dst, uint64(len(body)))
 	dst = append(dst, body...)
-	header := encodedHeader(rec)
+	if len(trailer) > 0 {
+		dst = appendFields(dst, trailer)
+	}
+	return appendFields(dst, encodedHeader(rec))
+}
+
+// appendFields appends a header or trailer section, names sorted.
+func appendFields(dst []byte, h map[string][]string) []byte {
 	nvalues := 0
-	for _, vals := range header {
+	for _, vals := range h {
 		nvalues += len(vals)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(header)))
+	dst = binary.AppendUvarint(dst, uint64(len(h)))
 	dst = binary.AppendUvarint(dst, uint64(nvalues))
 	var stack [sortedNamesOnStack]string
-	for _, name := range sortedNames(stack[:0], header) {
-		vals := header[name]
+	for _, name := range sortedNames(stack[:0], h) {
+		vals := h[name]
 		dst = appendString(dst, name)
 		dst = binary.AppendUvarint(dst, uint64(len(vals)))
 		for _, v := range vals {
@@ -151,8 +181,9 @@ func AppendRecord(dst []byte, rec *Record) []byte {
 // header values alias b: callers pass a buffer they never modify again.
 func DecodeRecord(b []byte) (*Record, error) {
 	d := decoder{b: b}
-	if v := d.byte(); v != recordVersion {
-		return nil, d.fail(fmt.Sprintf("unknown version %d", v))
+	version := d.byte()
+	if version != recordVersion && version != recordVersionTrailers {
+		return nil, d.fail(fmt.Sprintf("unknown version %d", version))
 	}
 	flags := d.byte()
 	if flags&^knownFlags != 0 {
@@ -185,6 +216,12 @@ func DecodeRecord(b []byte) (*Record, error) {
 			return nil, d.fail("body present on a record with body omitted or sealed")
 		}
 		rec.Body = body[:len(body):len(body)]
+	}
+	if version == recordVersionTrailers {
+		rec.Trailer = d.trailers()
+		if d.err == nil && (len(rec.Trailer) == 0 || sealed != nil) {
+			return nil, d.fail("trailer section empty or on a sealed record")
+		}
 	}
 	if sealed != nil {
 		return d.sealedEnd(&rec, sealed)
@@ -220,6 +257,15 @@ func encodedBody(rec *Record) []byte {
 		return nil
 	}
 	return rec.Body
+}
+
+// encodedTrailer is the trailer section of rec's encoding: none for a
+// sealed record, whose trailers are inside its sealed data.
+func encodedTrailer(rec *Record) map[string][]string {
+	if rec.Sealed != nil {
+		return nil
+	}
+	return rec.Trailer
 }
 
 func encodedHeader(rec *Record) map[string][]string {

@@ -142,6 +142,45 @@ func (d *decoder) sealedEnd(rec *Record, s *Sealed) (*Record, error) {
 	return &out, nil
 }
 
+// trailers reads a trailer section. A record has few trailers (a gRPC
+// answer's two or three): names and values are strings over d.b, as the
+// request section's are, in a map of their own.
+func (d *decoder) trailers() map[string][]string {
+	nnames, nvalues := d.length(), d.length()
+	if d.err != nil {
+		return nil
+	}
+	out := make(map[string][]string, nnames)
+	vals := make([]string, nvalues)
+	used := 0
+	for range nnames {
+		name := d.string()
+		count := d.length()
+		if d.err != nil {
+			return nil
+		}
+		if count > nvalues-used {
+			d.fail("more trailer values than announced")
+			return nil
+		}
+		if _, dup := out[name]; dup {
+			d.fail("duplicate trailer name")
+			return nil
+		}
+		list := vals[used : used+count : used+count]
+		for i := range list {
+			list[i] = d.string()
+		}
+		used += count
+		out[name] = list
+	}
+	if d.err == nil && used != nvalues {
+		d.fail("fewer trailer values than announced")
+		return nil
+	}
+	return out
+}
+
 // valuesWithRecord is how many header values share one allocation with
 // their record: enough for a typical API response's headers.
 const valuesWithRecord = 8

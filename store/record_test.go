@@ -48,7 +48,16 @@ func sampleRecords() map[string]*Record {
 			Sealed: &Sealed{KeyID: "k", BodyBytes: 2, Data: []byte{9}},
 		},
 		"request without start": {Status: 200, Request: Request{Method: "POST"}},
-		"lookup":                {Status: 201, Fingerprint: fp, Request: sampleRequest, Lookup: sampleLookup},
+		"trailers": {
+			Status: 200, Fingerprint: fp, Body: []byte{0, 0, 0, 0, 1, 0x08},
+			Header:  map[string][]string{"Content-Type": {"application/grpc"}},
+			Trailer: map[string][]string{"Grpc-Status": {"0"}, "Grpc-Message": {""}, "X-Sums": {"a", "b"}},
+		},
+		"trailers, body omitted": {
+			Status: 200, BodyOmitted: true, Request: sampleRequest,
+			Trailer: map[string][]string{"Grpc-Status": {"14"}},
+		},
+		"lookup": {Status: 201, Fingerprint: fp, Request: sampleRequest, Lookup: sampleLookup},
 		"lookup, sealed": {
 			Status: 201, Request: sampleRequest, Lookup: sampleLookup,
 			Sealed: &Sealed{KeyID: "k", BodyBytes: 2, Data: []byte{9}},
@@ -107,6 +116,29 @@ func TestRecordsWithoutRequestStillDecode(t *testing.T) {
 	}
 }
 
+// A record without trailers is written as version 1, as before trailers
+// were kept, so the previous release reads what this one writes; one with
+// trailers is version 2, which the previous release refuses as a format it
+// does not know (record-unreadable), never misreads.
+func TestTrailersAreVersion2AndEverythingElseVersion1(t *testing.T) {
+	for name, rec := range sampleRecords() {
+		want := byte(recordVersion)
+		if len(rec.Trailer) > 0 && rec.Sealed == nil {
+			want = recordVersionTrailers
+		}
+		if got := AppendRecord(nil, rec)[0]; got != want {
+			t.Errorf("%s: version %d, want %d", name, got, want)
+		}
+	}
+	// A trailer on a sealed record is inside its sealed data: the store's
+	// copy has none in clear.
+	sealed := &Record{Trailer: map[string][]string{"Grpc-Status": {"0"}}, Sealed: &Sealed{KeyID: "k", Data: []byte{1}}}
+	got, err := DecodeRecord(AppendRecord(nil, sealed))
+	if err != nil || got.Trailer != nil {
+		t.Fatalf("sealed record with a trailer decodes as %+v, %v; want no trailer in clear", got, err)
+	}
+}
+
 func TestRecordRoundTrip(t *testing.T) {
 	for name, rec := range sampleRecords() {
 		t.Run(name, func(t *testing.T) {
@@ -140,9 +172,11 @@ func TestDecodeRecordRejectsCorruption(t *testing.T) {
 	valid := AppendRecord(nil, sampleRecords()["binary body and repeated headers"])
 	tests := map[string][]byte{
 		"empty input":     {},
-		"unknown version": append([]byte{2}, valid[1:]...),
-		"unknown flag":    append([]byte{1, 0x80}, valid[2:]...),
-		"trailing bytes":  append(append([]byte{}, valid...), 0),
+		"unknown version": append([]byte{3}, valid[1:]...),
+		// Version 2 announces a trailer section, which must name one.
+		"version 2 without trailers": append([]byte{2}, AppendRecord(nil, &Record{Status: 200})[1:]...),
+		"unknown flag":               append([]byte{1, 0x80}, valid[2:]...),
+		"trailing bytes":             append(append([]byte{}, valid...), 0),
 	}
 	// A sealed record carrying a body or headers in clear besides.
 	// Ending in: body length 0, no header names, no values.
@@ -156,6 +190,25 @@ func TestDecodeRecordRejectsCorruption(t *testing.T) {
 	tests["omitted with body"] = withBody
 	for i := range valid {
 		tests[fmt.Sprintf("truncated at %d", i)] = valid[:i]
+	}
+	// Version 2 records with a trailer section of their own making: up to
+	// the body, the section, then no headers.
+	v2 := func(rec *Record, section ...byte) []byte {
+		enc := AppendRecord(nil, rec)
+		out := append([]byte{recordVersionTrailers}, enc[1:len(enc)-2]...)
+		return append(append(out, section...), 0, 0)
+	}
+	tests["trailer section empty"] = v2(&Record{Status: 200}, 0, 0)
+	tests["more trailer values than announced"] = v2(&Record{Status: 200}, 2, 2, 1, 'A', 2, 1, 'a', 1, 'b', 1, 'B', 1, 1, 'c')
+	tests["fewer trailer values than announced"] = v2(&Record{Status: 200}, 1, 2, 1, 'A', 1, 1, 'a')
+	tests["duplicate trailer name"] = v2(&Record{Status: 200}, 2, 2, 1, 'A', 1, 1, 'a', 1, 'A', 1, 1, 'b')
+	tests["sealed with trailers in clear"] = v2(&Record{Sealed: &Sealed{KeyID: "k", Data: []byte{1}}}, 1, 1, 1, 'A', 1, 1, 'a')
+	if rec, err := DecodeRecord(v2(&Record{Status: 200}, 1, 1, 1, 'A', 1, 1, 'a')); err != nil || rec.Trailer["A"][0] != "a" {
+		t.Fatalf("the sections the cases above spoil, whole: %+v, %v", rec, err)
+	}
+	withTrailers := AppendRecord(nil, sampleRecords()["trailers"])
+	for i := range withTrailers {
+		tests[fmt.Sprintf("trailers truncated at %d", i)] = withTrailers[:i]
 	}
 	for name, b := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -235,8 +288,15 @@ func recordsEqual(a, b *Record) bool {
 		!bytes.Equal(a.Sealed.Data, b.Sealed.Data)) {
 		return false
 	}
-	for k, av := range a.Header {
-		bv, ok := b.Header[k]
+	return fieldsEqual(a.Header, b.Header) && fieldsEqual(a.Trailer, b.Trailer)
+}
+
+func fieldsEqual(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, av := range a {
+		bv, ok := b[k]
 		if !ok || len(av) != len(bv) {
 			return false
 		}

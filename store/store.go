@@ -201,6 +201,10 @@ type Record struct {
 	Header map[string][]string
 	// Body is the response body; empty when BodyOmitted.
 	Body []byte
+	// Trailer holds the response's trailer fields in canonical form (a
+	// gRPC answer's grpc-status and grpc-message), nil when it had none.
+	// A record with trailers is encoded as version 2 (record.go).
+	Trailer map[string][]string
 	// BodyOmitted is true when the body was too large to record.
 	BodyOmitted bool
 	// Fingerprint is the fingerprint of the request that produced it.

@@ -11,6 +11,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
@@ -30,6 +31,10 @@ func (t *Tracer) Handler(next http.Handler) http.Handler {
 		attrs = append(attrs, semconv.URLPath(r.URL.Path), semconv.URLScheme(scheme),
 			semconv.NetworkProtocolVersion(protocolVersion(r)))
 		attrs = hostAttrs(r.Host, attrs)
+		if grpcCall(r) {
+			// A gRPC call: its method is its path (/package.Service/Method).
+			attrs = append(attrs, semconv.RPCSystemNameGRPC, semconv.RPCMethod(strings.TrimPrefix(r.URL.Path, "/")))
+		}
 		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 
 		sw := &statusWriter{rw: w}
@@ -40,6 +45,13 @@ func (t *Tracer) Handler(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		returned = true
 	})
+}
+
+// grpcCall reports whether r is a gRPC call: over HTTP/2, Content-Type
+// application/grpc.
+func grpcCall(r *http.Request) bool {
+	ct := r.Header["Content-Type"]
+	return r.ProtoMajor == 2 && len(ct) == 1 && grpcwire.IsGRPC(ct[0])
 }
 
 // protocolVersion is network.protocol.version: "1.1", "2" or "3".

@@ -29,6 +29,7 @@ export const PROBLEM_ACTIONS = Object.freeze({
   "upstream-unreachable": "retry",
   "upstream-failed": "retry",
   "upstream-timeout": "retry",
+  "streaming-call": "stop",
   "status-unknown": "stop",
   "status-method": "stop",
 });

@@ -99,6 +99,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
+		Protocols:         listenerProtocols(),
 	}
 	adminSrv := admin.NewServer(adminHandler, errorLog)
 	failed := make(chan error, 2)
@@ -121,6 +122,17 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	stop() // a second signal kills the process the default way
 	adminHandler.Drain()
 	return drain(srv, adminSrv, h, r.config().ShutdownTimeout, log)
+}
+
+// listenerProtocols is what the proxy listener speaks: HTTP/1.1, and HTTP/2
+// without TLS with prior knowledge (h2c, as gRPC clients send it), told
+// apart on each connection by its first bytes (the HTTP/2 preface). An
+// HTTP/1.1 request asking to upgrade to h2c is served over HTTP/1.1.
+func listenerProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 // drain stops accepting, and lets in-flight requests finish and be

@@ -52,7 +52,7 @@ func (t *tracer) wrap(opts *proxy.Options) {
 	}
 	tr := t.p.Tracer()
 	if opts.Transport == nil {
-		opts.Transport = proxy.NewTransport()
+		opts.Transport = proxy.NewTransportFor(opts.UpstreamProtocol)
 	}
 	opts.Transport = tr.Transport(opts.Transport)
 	opts.Store = tr.Store(opts.Store)

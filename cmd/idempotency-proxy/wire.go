@@ -49,6 +49,7 @@ func handlerOptions(cfg *config.Config, st proxy.Store, log *slog.Logger, m *pro
 		MaxExecution:     cfg.Upstream.MaxExecution,
 		MaxDetached:      cfg.Upstream.MaxDetached,
 		MaxDetachedBytes: int64(cfg.Upstream.MaxDetachedBytes),
+		UpstreamProtocol: cfg.Upstream.Protocol,
 		AsyncPath:        cfg.AsyncPath,
 		AsyncSecret:      []byte(cfg.AsyncSecret),
 		Store:            st,

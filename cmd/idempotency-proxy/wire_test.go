@@ -14,6 +14,7 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
@@ -134,6 +135,8 @@ func otherValue(t *testing.T, name string, v reflect.Value, option string) any {
 		return []string{"json:/id", "header:X-Delivery"}
 	case v.Type() == reflect.TypeFor[[]proxy.ScopeHeader]():
 		return []string{"X-Tenant", "Cookie:sid"}
+	case v.Type() == reflect.TypeFor[[]grpcwire.Code]():
+		return []string{"INTERNAL"}
 	case v.Type() == reflect.TypeFor[[]jsonread.Pointer]():
 		return []string{"/sent_at"}
 	}

@@ -25,7 +25,7 @@ const adPrefix = "idempotency-proxy sealed record 1\x00"
 // the readable fields of rec and its header and body in Sealed.
 func (kr *Keyring) seal(storageKey string, rec *store.Record) *store.Record {
 	k := kr.keys[0]
-	inner := store.Record{Header: rec.Header, Body: rec.Body, BodyOmitted: rec.BodyOmitted}
+	inner := store.Record{Header: rec.Header, Body: rec.Body, Trailer: rec.Trailer, BodyOmitted: rec.BodyOmitted}
 	size := 0
 	if !rec.BodyOmitted {
 		size = len(rec.Body)

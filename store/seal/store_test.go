@@ -28,6 +28,7 @@ func response() *store.Record {
 		Status:      201,
 		Header:      map[string][]string{"Content-Type": {"application/json"}, "X-Card": {marker}, "Set-Cookie": {"a=1", "b=2"}},
 		Body:        []byte(`{"card":"` + marker + `"}`),
+		Trailer:     map[string][]string{"Grpc-Status": {"0"}, "X-Card-Trailer": {marker}},
 		Fingerprint: store.Fingerprint{7, 31: 9},
 		CreatedAt:   time.UnixMilli(1_700_000_000_123).UTC(),
 	}
@@ -53,7 +54,7 @@ func begin(t *testing.T, s store.Store, key string) (store.BeginResult, error) {
 
 func assertSameResponse(t *testing.T, got, want *store.Record) {
 	t.Helper()
-	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || !reflect.DeepEqual(got.Header, want.Header) ||
+	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || !reflect.DeepEqual(got.Header, want.Header) || !reflect.DeepEqual(got.Trailer, want.Trailer) ||
 		got.Fingerprint != want.Fingerprint || !got.CreatedAt.Equal(want.CreatedAt) || got.BodyOmitted != want.BodyOmitted || got.Sealed != nil {
 		t.Fatalf("opened record %+v, want %+v", got, want)
 	}
@@ -72,10 +73,11 @@ func TestStoreHoldsNoHeaderOrBodyInClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := held.Record
-	if rec.Sealed == nil || rec.Header != nil || rec.Body != nil {
-		t.Fatalf("held record %+v, want it sealed with no header or body", rec)
+	if rec.Sealed == nil || rec.Header != nil || rec.Body != nil || rec.Trailer != nil {
+		t.Fatalf("held record %+v, want it sealed with no header, body or trailer", rec)
 	}
-	if bytes.Contains(store.AppendRecord(nil, rec), []byte(marker)) || bytes.Contains(rec.Sealed.Data, []byte("X-Card")) {
+	if bytes.Contains(store.AppendRecord(nil, rec), []byte(marker)) || bytes.Contains(rec.Sealed.Data, []byte("X-Card")) ||
+		bytes.Contains(rec.Sealed.Data, []byte("Grpc-Status")) {
 		t.Fatal("the store holds the marker or a header name in clear")
 	}
 	if rec.Status != 201 || held.BodyBytes != len(want.Body) || rec.Sealed.KeyID != "k1" || !rec.CreatedAt.Equal(want.CreatedAt) {

@@ -94,6 +94,14 @@ func records() map[string]*store.Record {
 			Request: store.Request{Method: "POST", Host: "billing.example", Path: "/v1/charges", Route: "POST /v1/charges", StartedAt: created.Add(-time.Second)},
 			Lookup:  store.Lookup{Key: store.LookupKey("order-42"), Scope: [16]byte{1, 15: 0xff}},
 		},
+		// A gRPC answer: its status is in its trailers, which a replay
+		// sends as they came (a version 2 record).
+		"with trailers": {
+			Status: 200, Header: map[string][]string{"Content-Type": {"application/grpc"}},
+			Body:        []byte{0, 0, 0, 0, 2, 0x08, 0x01},
+			Trailer:     map[string][]string{"Grpc-Status": {"0"}, "Grpc-Message": {""}, "X-Checksum": {"a", "b"}},
+			Fingerprint: fingerprint(9), CreatedAt: created,
+		},
 		"sealed": sealedRecord(),
 		"body omitted": {
 			Status: 200, BodyOmitted: true, Header: map[string][]string{"Content-Length": {"5000000"}},
@@ -274,6 +282,9 @@ func assertRecord(t *testing.T, got, want *store.Record) {
 	}
 	if !reflect.DeepEqual(got.Header, want.Header) {
 		t.Errorf("record header = %q, want %q", got.Header, want.Header)
+	}
+	if !reflect.DeepEqual(got.Trailer, want.Trailer) {
+		t.Errorf("record trailer = %q, want %q", got.Trailer, want.Trailer)
 	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		t.Errorf("record created = %v, want %v", got.CreatedAt, want.CreatedAt)

@@ -60,6 +60,7 @@ PROBLEM_ACTIONS: Mapping[str, str] = {
     "upstream-unreachable": "retry",
     "upstream-failed": "retry",
     "upstream-timeout": "retry",
+    "streaming-call": "stop",
     "status-unknown": "stop",
     "status-method": "stop",
 }

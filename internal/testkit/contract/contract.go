@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 )
 
 // Actions a client takes on an answer.
@@ -39,6 +41,16 @@ type Problem struct {
 	Listeners  []string `json:"listeners"`
 	Client     string   `json:"client"`          // Retry or Stop
 	Error      string   `json:"error,omitempty"` // the typed error clients raise, if any
+	// GRPC is the status code name a gRPC call gets for it (ABORTED);
+	// every problem of the proxy listener has one.
+	GRPC string `json:"grpc,omitempty"`
+}
+
+// GRPCCode is p's gRPC status code.
+func (p Problem) GRPCCode() (grpcwire.Code, error) {
+	var c grpcwire.Code
+	err := c.UnmarshalText([]byte(p.GRPC))
+	return c, err
 }
 
 // On reports whether p is answered on listener.
@@ -71,6 +83,17 @@ type Contract struct {
 		About string            `json:"about"`
 		Codes map[string]string `json:"codes"` // problem type → code
 	} `json:"graphql"`
+	// GRPC says how a gRPC call is told a problem: the metadata fields
+	// holding its type, its retry advice, and the replay mark.
+	GRPC struct {
+		About    string `json:"about"`
+		TypeIn   string `json:"type_in"`
+		Pushback string `json:"pushback"`
+		Replayed string `json:"replayed"`
+		// RetryCodes are the status codes a client retries when the
+		// status carries no proxy problem type.
+		RetryCodes []string `json:"retry_codes"`
+	} `json:"grpc"`
 	NetworkError   string `json:"network_error"`
 	AttemptTimeout string `json:"attempt_timeout"`
 }
@@ -136,6 +159,10 @@ func (c *Contract) check() error {
 			errs = append(errs, fmt.Errorf("problem %s: client %q, want %q or %q", p.Type, p.Client, Retry, Stop))
 		case len(p.Listeners) == 0:
 			errs = append(errs, fmt.Errorf("problem %s: no listeners", p.Type))
+		case p.On(ListenerProxy) || p.GRPC != "":
+			if _, err := p.GRPCCode(); err != nil {
+				errs = append(errs, fmt.Errorf("problem %s: grpc: %w", p.Type, err))
+			}
 		}
 		seen[p.Type] = true
 	}

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
+)
+
+// A gRPC call (docs/request-handling.md, "gRPC") is a POST to
+// /package.Service/Method over HTTP/2 with Content-Type application/grpc.
+// A unary call on a protected route is handled like any request: its key
+// from the route's key sources (the idempotency-key metadata is the
+// Idempotency-Key header), its fingerprint over the method path and the
+// message's bytes, its answer recorded with its trailers and replayed as
+// it came. What differs is said here: how a unary call is told from a
+// stream, the answers that release the key, the client's grpc-timeout,
+// and refusals as gRPC statuses (failure_grpc.go).
+
+// grpcEndWait is how long the proxy waits, after a call's first message,
+// for the end of its request stream, which a unary call sends with the
+// message: a call whose stream is still open then is a stream
+// (grpcwire.ReadFirst). Only a streaming call that waits for the server
+// after its first message waits this long, once.
+const grpcEndWait = 100 * time.Millisecond
+
+// isGRPC reports whether r is a gRPC call. gRPC runs over HTTP/2 only, so
+// an HTTP/1.1 request pays one comparison.
+func isGRPC(r *http.Request) bool {
+	if r.ProtoMajor != 2 {
+		return false
+	}
+	ct := r.Header["Content-Type"]
+	return len(ct) == 1 && grpcwire.IsGRPC(ct[0])
+}
+
+// grpcWait is a gRPC call's grpc-timeout, 0 when it sent none.
+func grpcWait(r *http.Request) time.Duration {
+	if d, ok := grpcwire.Timeout(headerValue(r.Header, grpcwire.TimeoutField)); ok && d > 0 {
+		return d
+	}
+	return 0
+}
+
+// readGRPC is the step of identify for a gRPC call on a protected route,
+// before its key is read: a call without a key on a route that does not
+// require one is forwarded as it comes; otherwise its first message is
+// read, bounded by max_request_body. A unary call goes on: readGRPC returns
+// its message and true. A stream is forwarded unprotected (counted as
+// passthrough), or refused UNIMPLEMENTED where the route requires a key.
+func (h *Handler) readGRPC(w http.ResponseWriter, q *request) ([]byte, bool) {
+	r, pol := q.in, &q.route.policy
+	if _, _, err := requestKeyFrom(r, q.route.sources, nil, false); err == errNoKey && !pol.RequireKey {
+		q.outcome = OutcomeNoKey
+		h.passThrough(q.unrecorded(w), q, r)
+		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
+		return nil, false
+	}
+	first, err := grpcwire.ReadFirst(r.Body, pol.MaxRequestBody, grpcEndWait)
+	if first.Body != nil {
+		r.Body = first.Body // forwarded as it came when not unary or refused in shadow mode
+	}
+	switch {
+	case errors.Is(err, grpcwire.ErrTooLarge):
+		h.refuse(w, q, failBodyTooLarge, tooLarge(pol.MaxRequestBody))
+		return nil, false
+	case err != nil:
+		h.refuse(w, q, failBodyUnreadable, err)
+		return nil, false
+	case !first.Unary && pol.RequireKey:
+		h.refuse(w, q, failStreamingCall, nil)
+		return nil, false
+	case !first.Unary:
+		// Forwarded as on a protected route without a key: the control
+		// header is the proxy's still.
+		q.outcome = OutcomePassthrough
+		h.passThrough(q.unrecorded(w), q, r)
+		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
+		return nil, false
+	}
+	// The client's deadline is its wait, not the call's: passed on, it
+	// would cut the call upstream when the client gives up, leaving an
+	// outcome nobody records. The call is bounded by upstream.max_execution,
+	// as every executed request is.
+	delete(r.Header, grpcwire.TimeoutField)
+	return first.Message, true
+}
+
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// wait is how long q's client waits for the upstream's answer:
+// upstream.timeout, or a gRPC client's own grpc-timeout when shorter.
+func (h *Handler) wait(q *request) time.Duration {
+	if q.grpcWait > 0 {
+		return min(q.grpcWait, h.upstreamTimeout)
+	}
+	return h.upstreamTimeout
+}
+
+// grpcReleased reports whether the answer to gRPC call q is not one to
+// record: a status in release_grpc_statuses ("not processed", as
+// release_statuses for HTTP), or more than one response message, which
+// only a server-streaming call sends — its request looked unary, but a
+// stream is not protected: it went to its client as it came, and its key
+// is released (counted as passthrough).
+// When it is, it sets *outcome.
+func grpcReleased(q *request, outcome *Outcome) bool {
+	c := &q.capture
+	if code, ok := grpcwire.Status(c.header, c.trailers()); ok && slices.Contains(q.route.policy.ReleaseGRPCStatuses, code) {
+		*outcome = OutcomeReleased
+		return true
+	}
+	if n, _ := grpcwire.Messages(c.body); n > 1 && !c.omitted {
+		*outcome = OutcomePassthrough
+		return true
+	}
+	return false
+}
+
+// trailers are the trailer fields the upstream sent after the body, as the
+// reverse proxy left them in the capture's header: those it announced
+// under the Trailer field, and those under http.TrailerPrefix. The
+// control header's were removed when the call ended (capture.end). nil
+// when there are none: only a flushed response can have any.
+func (c *capture) trailers() http.Header {
+	if !c.flushed {
+		return nil
+	}
+	var out http.Header
+	add := func(k string, v []string) {
+		if len(v) == 0 {
+			return
+		}
+		if out == nil {
+			out = make(http.Header)
+		}
+		out[http.CanonicalHeaderKey(k)] = v
+	}
+	for _, list := range c.hdr["Trailer"] {
+		for name := range strings.SplitSeq(list, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			add(name, c.hdr[name])
+		}
+	}
+	for k, v := range c.hdr {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			add(name, v)
+		}
+	}
+	return out
+}
