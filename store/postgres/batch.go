@@ -44,10 +44,11 @@ import (
 //   - A statement is answered when its batch has committed: a replay that
 //     shares a batch with writes waits for their WAL flush, which alone
 //     it would not.
-//   - now(), which decides expiry, is the time the batch's transaction
-//     began, for every statement of the batch: a statement late in a batch
-//     judges expiry by a clock behind by the time the batch took before it
-//     (well under a millisecond on a batch of small rows).
+//   - Expiry is judged by statement_timestamp(), the time each statement
+//     began, not now(), the time the batch's transaction began: a
+//     statement late in a batch, behind one that waited for a row lock
+//     another batch held, would otherwise see a row that expired while it
+//     waited as live.
 //
 // Each caller waits for its batch until its own deadline (the store's
 // timeout from its operation's start) or its context's end, then gets

@@ -198,3 +198,65 @@ func TestStatementPastItsDeadlineIsNotSentAndTheOthersAre(t *testing.T) {
 		t.Errorf("Inspect of the late key = %v, want not found: it was sent", err)
 	}
 }
+
+// A record that has expired by the database's clock is not replayed, even
+// by a Begin late in a batch whose transaction began before the expiry:
+// here the batch's first statement waits for a row lock past it.
+func TestExpiredRecordIsNotReplayedLateInABatch(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "late_in_batch"})
+	held, err := s.Begin(ctx, "a-held", store.Lease{}, time.Minute)
+	if err != nil || held.State != store.Acquired {
+		t.Fatalf("Begin(a-held) = %v, %v", held.State, err)
+	}
+	b, err := s.Begin(ctx, "b-expiring", store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin(b-expiring) = %v, %v", b.State, err)
+	}
+	if err := s.Complete(ctx, "b-expiring", b.Token, &store.Record{Status: 201}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := srv.Conn(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `SELECT FROM late_in_batch WHERE key = 'a-held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	extend := &call{kind: callExtend, key: "a-held", args: []any{"a-held", held.Token, time.Minute.Milliseconds()}}
+	replay := s.beginCall("b-expiring", store.Lease{}, time.Minute)
+	for _, c := range []*call{extend, replay} {
+		c.deadline = time.Now().Add(testTimeout)
+	}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		s.batch.run([]*call{extend, replay})
+	}()
+	watch := srv.Conn(t)
+	wait.SucceedsSoon(t, testTimeout, func() error {
+		var waiting, expired bool
+		err := watch.QueryRow(ctx, `SELECT
+				EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock'),
+				(SELECT expires_at <= now() FROM late_in_batch WHERE key = 'b-expiring')`).Scan(&waiting, &expired)
+		if err != nil {
+			return err
+		}
+		if !waiting || !expired {
+			return fmt.Errorf("batch waiting for its lock: %v; record expired: %v", waiting, expired)
+		}
+		return nil
+	})
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	if extend.err != nil || replay.err != nil {
+		t.Fatalf("batch: extend %v, begin %v", extend.err, replay.err)
+	}
+	if res, err := replay.beginResult(store.Fingerprint{}); err != nil || res.State != store.Acquired {
+		t.Errorf("Begin of a key whose record expired = %v, %v; want acquired", res.State, err)
+	}
+}

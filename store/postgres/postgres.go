@@ -23,7 +23,8 @@
 //
 // Every operation is one statement, sent with the extended protocol (its
 // parameters never spliced into the text), and every time is the
-// database's: now() decides expiry, so replicas with skewed clocks agree.
+// database's: now() (statement_timestamp() for the statements a batch
+// sends together) decides expiry, so replicas with skewed clocks agree.
 // A row whose expires_at has passed is absent to every statement at once.
 //
 //   - Begin reads the live row and, only when there is none, inserts its

@@ -54,7 +54,14 @@ type statements struct {
 // A lease or record duration travels as milliseconds ($n), and every
 // deadline is computed by the database from its own clock.
 func newStatements(t string) statements {
-	ms := func(n int) string { return fmt.Sprintf("now() + $%d * interval '1 millisecond'", n) }
+	// The statements a batch sends together judge expiry by their own
+	// start, statement_timestamp(), not the transaction's, now(): a
+	// statement late in a batch (one that waited for a row lock before
+	// it) would otherwise serve a row that expired while it waited. Alone
+	// in a transaction, the two are the same time.
+	ms := func(n int) string {
+		return fmt.Sprintf("statement_timestamp() + $%d * interval '1 millisecond'", n)
+	}
 	// An index lives in its table's schema: its name is never qualified.
 	index := strings.ReplaceAll(strings.Trim(t, `"`), `"."`, "_") + "_expires_at"
 	return statements{
@@ -86,24 +93,24 @@ func newStatements(t string) statements {
 		// the no-op update returns it: the statement answers in one round
 		// trip whatever it finds.
 		begin: `WITH cur AS (
-				SELECT token, fingerprint, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > now()
+				SELECT token, fingerprint, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > statement_timestamp()
 			), ins AS (
 				INSERT INTO ` + t + ` AS t (key, token, fingerprint, expires_at, lease)
 				SELECT $1, $2, $3, ` + ms(4) + `, $5 WHERE NOT EXISTS (SELECT FROM cur)
 				ON CONFLICT (key) DO UPDATE SET
-					token = CASE WHEN t.expires_at <= now() THEN excluded.token ELSE t.token END,
-					fingerprint = CASE WHEN t.expires_at <= now() THEN excluded.fingerprint ELSE t.fingerprint END,
-					head = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.head END,
-					body = CASE WHEN t.expires_at <= now() THEN NULL ELSE t.body END,
-					lease = CASE WHEN t.expires_at <= now() THEN excluded.lease ELSE t.lease END,
-					expires_at = CASE WHEN t.expires_at <= now() THEN excluded.expires_at ELSE t.expires_at END
+					token = CASE WHEN t.expires_at <= statement_timestamp() THEN excluded.token ELSE t.token END,
+					fingerprint = CASE WHEN t.expires_at <= statement_timestamp() THEN excluded.fingerprint ELSE t.fingerprint END,
+					head = CASE WHEN t.expires_at <= statement_timestamp() THEN NULL ELSE t.head END,
+					body = CASE WHEN t.expires_at <= statement_timestamp() THEN NULL ELSE t.body END,
+					lease = CASE WHEN t.expires_at <= statement_timestamp() THEN excluded.lease ELSE t.lease END,
+					expires_at = CASE WHEN t.expires_at <= statement_timestamp() THEN excluded.expires_at ELSE t.expires_at END
 				RETURNING t.token, t.fingerprint, t.head, t.body, t.lease
 			)
 			SELECT token, fingerprint, head, body, lease FROM ins
 			UNION ALL
 			SELECT token, fingerprint, head, body, lease FROM cur`,
 		extend: `UPDATE ` + t + ` SET expires_at = ` + ms(3) + `
-			WHERE key = $1 AND token = $2 AND head IS NULL AND expires_at > now()`,
+			WHERE key = $1 AND token = $2 AND head IS NULL AND expires_at > statement_timestamp()`,
 		// A row that already holds exactly this record is this owner's
 		// earlier, acknowledged-or-not completion: it succeeds again and
 		// changes nothing.
@@ -112,7 +119,7 @@ func newStatements(t string) statements {
 				head = CASE WHEN head IS NULL THEN $3 ELSE head END,
 				body = CASE WHEN head IS NULL THEN $4 ELSE body END,
 				expires_at = CASE WHEN head IS NULL THEN ` + ms(5) + ` ELSE expires_at END
-			WHERE key = $1 AND token = $2 AND expires_at > now() AND (head IS NULL OR (head = $3 AND body = $4))`,
+			WHERE key = $1 AND token = $2 AND expires_at > statement_timestamp() AND (head IS NULL OR (head = $3 AND body = $4))`,
 		release: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2 AND head IS NULL`,
 
 		inspect: `SELECT fingerprint, expires_at, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
