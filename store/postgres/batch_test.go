@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -258,5 +260,57 @@ func TestExpiredRecordIsNotReplayedLateInABatch(t *testing.T) {
 	}
 	if res, err := replay.beginResult(store.Fingerprint{}); err != nil || res.State != store.Acquired {
 		t.Errorf("Begin of a key whose record expired = %v, %v; want acquired", res.State, err)
+	}
+}
+
+// A batch whose commit the database refuses tells none of its callers
+// "ok": each statement is then run alone, and only the ones whose own
+// commit stands are answered as done.
+func TestBatchWhoseCommitFailsAcknowledgesNothingItDidNotCommit(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "commit_refused"})
+	owned := map[string]string{}
+	for _, key := range []string{"a-refused-at-commit", "b-completed"} {
+		b, err := s.Begin(ctx, key, store.Lease{}, time.Minute)
+		if err != nil || b.State != store.Acquired {
+			t.Fatalf("Begin(%s) = %v, %v", key, b.State, err)
+		}
+		owned[key] = b.Token
+	}
+	// A deferred constraint trigger: every statement succeeds, and the
+	// commit is refused.
+	if _, err := srv.Conn(t).Exec(ctx, `
+		CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.key = 'a-refused-at-commit' AND NEW.head IS NOT NULL THEN
+				RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'check_violation';
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER UPDATE ON commit_refused
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	rec := &store.Record{Status: 201, Body: []byte("ok")}
+	refused := completeCall("a-refused-at-commit", owned["a-refused-at-commit"], rec, time.Hour)
+	completed := completeCall("b-completed", owned["b-completed"], rec, time.Hour)
+	for _, batch := range [][]*call{{refused, completed}, {refused}} {
+		for _, c := range batch {
+			c.deadline = time.Now().Add(testTimeout)
+			c.err, c.tag = nil, pgconn.CommandTag{}
+		}
+		s.batch.run(batch)
+		if err := s.translate("complete", refused.err); !errors.Is(err, store.ErrRefused) {
+			t.Errorf("batch of %d: the Complete refused at commit = %v, want ErrRefused", len(batch), err)
+		}
+	}
+	if completed.err != nil || completed.tag.RowsAffected() != 1 {
+		t.Errorf("the Complete beside it = %v, %d rows; want it recorded", completed.err, completed.tag.RowsAffected())
+	}
+	for key, want := range map[string]store.State{"a-refused-at-commit": store.InFlight, "b-completed": store.Completed} {
+		if e, err := s.Inspect(ctx, key); err != nil || e.State != want {
+			t.Errorf("Inspect(%s) = %v, %v; want %v", key, e.State, err, want)
+		}
 	}
 }
