@@ -176,20 +176,30 @@ func (b *batcher) flush() {
 		}
 		b.mu.Unlock()
 		b.run(batch)
+		// Every caller is answered before any lease is given back: a
+		// release that waits must not hold back the others' answers.
+		left := batch[:0:0]
 		for _, c := range batch {
-			b.deliver(c)
+			if !b.deliver(c) {
+				left = append(left, c)
+			}
+		}
+		for _, c := range left {
+			b.giveBack(c)
 		}
 	}
 }
 
-// deliver hands c's answer to its caller, or, when the caller left, gives
-// back the lease its Begin took.
-func (b *batcher) deliver(c *call) {
-	if c.state.CompareAndSwap(callWaiting, callDelivered) {
-		close(c.done)
-		return
-	}
+// deliver hands c's answer to its caller, and reports false when the
+// caller left instead (giveBack).
+func (b *batcher) deliver(c *call) bool {
+	delivered := c.state.CompareAndSwap(callWaiting, callDelivered)
 	close(c.done)
+	return delivered
+}
+
+// giveBack releases the lease c's Begin took for a caller that left.
+func (b *batcher) giveBack(c *call) {
 	if c.kind == callBegin && c.err == nil && c.begun.owner == c.args[1] {
 		ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
 		defer cancel()

@@ -314,3 +314,65 @@ func TestBatchWhoseCommitFailsAcknowledgesNothingItDidNotCommit(t *testing.T) {
 		}
 	}
 }
+
+// The callers of a batch are answered before the leases of callers that
+// left are given back: a release that waits (here for a lock) delays no
+// caller's answer, which its deadline would otherwise turn into
+// "unavailable" for a statement that committed.
+func TestCallersAreAnsweredBeforeALeftLeaseIsGivenBack(t *testing.T) {
+	srv := pgtest.Start(t)
+	bg := context.Background()
+	s := newStore(t, srv, Options{Table: "answered_first"})
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(bg, `
+		CREATE FUNCTION wait_for_lock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(42); RETURN OLD; END $$;
+		CREATE TRIGGER wait_for_lock BEFORE DELETE ON answered_first
+			FOR EACH ROW EXECUTE FUNCTION wait_for_lock()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(bg, `SELECT pg_advisory_lock(42)`); err != nil {
+		t.Fatal(err)
+	}
+	left := s.beginCall("a-left", store.Lease{}, time.Hour)
+	waiting := s.beginCall("b-waiting", store.Lease{}, time.Hour)
+	for _, c := range []*call{left, waiting} {
+		c.deadline = time.Now().Add(testTimeout)
+		c.done = make(chan struct{})
+	}
+	left.state.Store(callAbandoned)
+	s.batch.mu.Lock()
+	s.batch.queue = []*call{left, waiting}
+	s.batch.inFlight++
+	s.batch.mu.Unlock()
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		s.batch.flush()
+	}()
+	wait.SucceedsSoon(t, testTimeout, func() error {
+		var n int
+		if err := admin.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("the release of the left lease is not waiting yet")
+		}
+		return nil
+	})
+	select {
+	case <-waiting.done:
+	default:
+		t.Error("a caller of the batch is not answered while the release of a left lease waits")
+	}
+	if _, err := admin.Exec(bg, `SELECT pg_advisory_unlock(42)`); err != nil {
+		t.Fatal(err)
+	}
+	<-flushed
+	if res, err := waiting.beginResult(store.Fingerprint{}); waiting.err != nil || err != nil || res.State != store.Acquired {
+		t.Errorf("Begin(b-waiting) = %v, %v, %v; want acquired", res.State, waiting.err, err)
+	}
+	if e, err := s.Inspect(bg, "a-left"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Inspect(a-left) = %v, %v; want its lease given back", e.State, err)
+	}
+}
