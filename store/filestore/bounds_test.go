@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/internal/testbin"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
-	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // TestUsedBytesCountsTheKeyTwice: an entry costs its key twice (the entry
@@ -32,7 +31,7 @@ func TestSweeperReclaimsOnItsOwn(t *testing.T) {
 	s, c := open(t, t.TempDir(), Options{SweepInterval: time.Millisecond})
 	mustAcquire(t, s, "abandoned", time.Minute)
 	c.Advance(2 * time.Minute)
-	testbin.SucceedsSoon(t, 10*time.Second, func() error {
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if st := s.Stats(); st.Bytes != 0 {
 			return fmt.Errorf("Stats = %+v after the lease expired, want empty", st)
 		}
@@ -200,7 +199,7 @@ func TestTheSweeperWorksThroughABacklogWithoutPausing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	testbin.SucceedsSoon(t, 30*time.Second, func() error {
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
 		if st := s.Stats(); st.Bytes != 0 {
 			return fmt.Errorf("Stats = %+v, want every expired lease swept", st)
 		}
@@ -243,7 +242,7 @@ func TestASweepAtAnEntrysExpiryReclaimsIt(t *testing.T) {
 // rather than grow past max_bytes.
 func TestEvictOldestWithOnlyLeasesIsFull(t *testing.T) {
 	max := 2 * entrySize("k0", 0)
-	s, _ := open(t, t.TempDir(), Options{MaxBytes: max, WhenFull: memory.EvictOldest})
+	s, _ := open(t, t.TempDir(), Options{MaxBytes: max, WhenFull: store.EvictOldest})
 	mustAcquire(t, s, "k0", time.Hour)
 	mustAcquire(t, s, "k1", time.Hour) // exactly max_bytes
 	if _, err := s.Begin(ctx, "k2", store.Lease{}, time.Hour); !errors.Is(err, store.ErrFull) {
@@ -257,7 +256,7 @@ func TestEvictOldestWithOnlyLeasesIsFull(t *testing.T) {
 // TestEvictionsCountTheRecordsEvicted: the evictions counter is the
 // number of records evict_oldest dropped.
 func TestEvictionsCountTheRecordsEvicted(t *testing.T) {
-	s, _ := open(t, t.TempDir(), Options{MaxBytes: 3000, WhenFull: memory.EvictOldest})
+	s, _ := open(t, t.TempDir(), Options{MaxBytes: 3000, WhenFull: store.EvictOldest})
 	for i := range 20 {
 		key := "r" + strconv.Itoa(i)
 		tok := mustAcquire(t, s, key, time.Minute)

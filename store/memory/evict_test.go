@@ -219,7 +219,7 @@ func TestEvictOldestMakesRoomForACompletion(t *testing.T) {
 	per := recordSize("k00", rec)
 	leaseBytes := int64(len("late")) + entryOverhead
 	max := leaseBytes + 3*per
-	s, c := newTestStore(t, Options{MaxBytes: max, WhenFull: EvictOldest, SweepInterval: -1})
+	s, c := newTestStore(t, Options{MaxBytes: max, WhenFull: store.EvictOldest, SweepInterval: -1})
 	ctx := context.Background()
 	late, err := s.Begin(ctx, "late", store.Lease{}, time.Hour)
 	if err != nil {

@@ -182,13 +182,13 @@ func TestHealthIsFullOnlyWhenANewKeyCannotGetRoom(t *testing.T) {
 	rec := &store.Record{Status: 200, Body: make([]byte, 300)}
 	for _, tt := range []struct {
 		name     string
-		whenFull WhenFull
+		whenFull store.WhenFull
 		complete bool
 		want     bool
 	}{
-		{"reject, records", Reject, true, true},
-		{"evict_oldest, records", EvictOldest, true, false},
-		{"evict_oldest, leases only", EvictOldest, false, true},
+		{"reject, records", store.Reject, true, true},
+		{"evict_oldest, records", store.EvictOldest, true, false},
+		{"evict_oldest, leases only", store.EvictOldest, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l := store.Lease{Instance: "proxy-1"}
