@@ -17,9 +17,7 @@ import (
 // work without changing what the product builds with.
 
 // outsideWorkspace are the modules go.work leaves out, each with why.
-var outsideWorkspace = map[string]string{
-	"tools/mutation": "the mutation tester's requirements raise versions the product builds with",
-}
+var outsideWorkspace = map[string]string{}
 
 // requirements reads the modules a go.mod requires, each with whether it
 // is marked indirect.

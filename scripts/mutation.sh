@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
-# Mutation testing of the request path and the stores with gremlins, whose
-# version tools/mutation/go.mod pins (a module of its own: none of its
-# requirements reach the product's go.mod). Gremlins changes one operator at
-# a time (a < into <=, a + into -, a condition negated...), runs the
-# package's own tests, and reports each mutant they let live.
+# Mutation testing of the request path and the stores with
+# `go run ./tools/mutate -sweep`: it changes one operator at a time (a <
+# into <=, a + into -, a condition negated...), the mutants the mutation
+# tester gremlins makes by default, and runs against each only the tests of
+# the package that run its line, found by running each test once alone
+# with a coverage profile. It reports each mutant they let live.
 #
-#   scripts/mutation.sh                 # full sweep of every package below
-#   scripts/mutation.sh proxy store     # full sweep of these package directories
+#   scripts/mutation.sh full            # full sweep of every package below
+#   scripts/mutation.sh full proxy store  # full sweep of these package directories
 #   scripts/mutation.sh --changed       # CI: the lines changed since each package's last sweep
 #
-# It sweeps the commit checked out (a scratch clone of it; uncommitted
-# changes are not swept) and fails when a mutant survives that
+# (scripts/mutation.sh with package directories and no word is a full sweep
+# of them too.) It sweeps the commit checked out (a scratch clone of it;
+# uncommitted changes are not swept) and fails when a mutant survives that
 # docs/mutation-survivors.md does not list with its reason. A full sweep
 # prints each package's mutation score for docs/guarantees.md, reports
 # listed survivors that no longer survive, and, for each package that came
 # out clean, records the commit in .ci/mutation-base: --changed then tests
-# only the mutants on lines changed since. --changed stops starting
-# packages once MUTATION_BUDGET seconds (540) have passed, and says which
-# it left for a sweep.
+# only the mutants on lines changed since. --changed starts no mutant once
+# MUTATION_BUDGET seconds (540) have passed, and says which packages it
+# left, whole or in part, for a sweep.
 #
-# MUTATION_WORKERS (1) mutants run at once; each test run may take
-# MUTATION_TIMEOUT_COEFFICIENT (5; 2 under --changed, where one mutant
-# that hangs must not spend the whole budget) times the package's coverage
-# run before the mutant counts as caught by a timeout. MUTATION_ONLY="capture.go
-# lease.go" sweeps only those files of the packages given: a part of a
-# package, whose score is of those files, and which reports no stale entry
-# and records no base.
+# Each mutant's tests may take MUTATION_TIMEOUT_COEFFICIENT (5; 2 under
+# --changed, where one mutant that hangs must not spend the whole budget)
+# times their unmutated build and run before the mutant counts as caught by
+# a timeout. MUTATION_ONLY="capture.go lease.go" sweeps only those files of
+# the packages given: a part of a package, whose score is of those files,
+# and which reports no stale entry and records no base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -35,28 +36,35 @@ export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 # on them: those whose tests run in seconds first, the real-server stores
 # last.
 all=(store store/seal proxy store/memory store/filestore store/postgres store/redisstore)
-workers=${MUTATION_WORKERS:-1}
 coefficient=${MUTATION_TIMEOUT_COEFFICIENT:-}
 budget=${MUTATION_BUDGET:-540}
 bases=.ci/mutation-base
 only=${MUTATION_ONLY:-}
 
 changed=false
-if [ "${1:-}" = --changed ]; then
+case "${1:-}" in
+--changed)
   changed=true
   coefficient=${coefficient:-2}
   shift
-fi
+  ;;
+full) shift ;;
+-*)
+  echo "usage: scripts/mutation.sh [full] [package-dir...] | --changed" >&2
+  exit 2
+  ;;
+esac
 coefficient=${coefficient:-5}
 [ $# -gt 0 ] || set -- "${all[@]}"
 
 head=$(git rev-parse HEAD)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-gremlins=$scratch/gremlins
-# Outside the workspace (go.work does not list tools/mutation: its
-# requirements would change the versions the product builds with there).
-GOWORK=off go -C tools/mutation build -o "$gremlins" github.com/go-gremlins/gremlins/cmd/gremlins
+src=$scratch/src
+git clone -q --no-checkout "$root" "$src"
+git -C "$src" checkout -q "$head"
+mutate=$scratch/mutate
+go -C "$src" build -o "$mutate" ./tools/mutate
 
 # base prints the commit of pkg's last full sweep.
 base() {
@@ -64,35 +72,23 @@ base() {
 }
 
 # sweep tests the mutants of package directory $1 (those on lines changed
-# since commit $2 when given) and writes the results to $scratch/$1.json.
+# since commit $2 when given; none started after $limit seconds when set)
+# and writes the results to $scratch/$1.json.
 sweep() {
-  local pkg=$1 since=${2:-} name dir
+  local pkg=$1 since=${2:-} name
   name=$(echo "$pkg" | tr / _)
-  dir=$scratch/src-$name
-  git clone -q --no-checkout "$root" "$dir"
-  git -C "$dir" checkout -q "$head"
-  # Gremlins covers a directory with its subdirectories: without their
-  # tests, coverage runs this package's alone, and -E '/' leaves their
-  # files out.
-  find "$dir/$pkg" -mindepth 2 -name '*_test.go' -delete
-  local args=(unleash "$dir/$pkg" --workers "$workers" --timeout-coefficient "$coefficient"
-    -E / -o "$scratch/$name.json")
-  [ -z "$since" ] || args+=(--diff "$since")
-  if [ -n "$only" ]; then
-    local f
-    for f in "$dir/$pkg"/*.go; do
-      f=$(basename "$f")
-      [[ " $only " == *" $f "* ]] || args+=(-E "^${f//./\\.}\$")
-    done
-  fi
-  # Gremlins reads changed lines from git diff run where it starts, and
-  # names files relative to the package: diff.relative makes git agree.
-  (cd "$dir/$pkg" && GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true \
-    ${limit:+timeout "$limit"} "$gremlins" "${args[@]}" >"$scratch/$name.log" 2>&1) || {
-    echo "mutation: gremlins failed on $pkg; its log:"
+  local args=(-sweep "$pkg" -o "$scratch/$name.json" -timeout-coefficient "$coefficient")
+  [ -z "$since" ] || args+=(-since "$since")
+  [ -z "$only" ] || args+=(-files "$only")
+  [ -z "$limit" ] || args+=(-budget "${limit}s")
+  # The budget bounds the mutants started; the hard bound, a mutant
+  # running past it or a test mapping that hangs.
+  (cd "$src" && ${limit:+timeout $((limit + 180))} "$mutate" "${args[@]}" >"$scratch/$name.log" 2>&1) || {
+    echo "mutation: the sweep of $pkg failed; its log:"
     tail -n 40 "$scratch/$name.log"
     return 1
   }
+  grep -h '^sweep ' "$scratch/$name.log"
   results+=("$pkg=$scratch/$name.json")
 }
 
@@ -120,10 +116,15 @@ if $changed; then
       continue
     fi
     echo "mutation: $pkg, lines changed since ${since:0:12}"
-    sweep "$pkg" "$since" || left+=("$pkg")
+    if ! sweep "$pkg" "$since"; then
+      left+=("$pkg")
+    elif grep -q '"NOT RUN"' "$scratch/$(echo "$pkg" | tr / _).json"; then
+      left+=("$pkg")
+      echo "mutation: $pkg: some of its changed lines' mutants were left unrun"
+    fi
   done
   if [ ${#left[@]} -gt 0 ]; then
-    echo "mutation: not swept within ${budget}s: ${left[*]}; run scripts/mutation.sh ${left[*]}"
+    echo "mutation: not swept within ${budget}s: ${left[*]}; run scripts/mutation.sh full ${left[*]}"
   fi
   if [ ${#results[@]} -eq 0 ]; then
     if [ ${#left[@]} -eq 0 ]; then
@@ -133,7 +134,7 @@ if $changed; then
     fi
     exit 0
   fi
-  go run ./tools/mutsurvivors "${results[@]}"
+  go -C "$src" run ./tools/mutsurvivors -list "$root/docs/mutation-survivors.md" "${results[@]}"
   exit
 fi
 
@@ -143,10 +144,10 @@ for pkg in "$@"; do
 done
 status=0
 if [ -n "$only" ]; then
-  go run ./tools/mutsurvivors "${results[@]}" || status=$?
+  go -C "$src" run ./tools/mutsurvivors -list "$root/docs/mutation-survivors.md" "${results[@]}" || status=$?
   exit $status
 fi
-go run ./tools/mutsurvivors -full "${results[@]}" | tee "$scratch/report" || status=$?
+go -C "$src" run ./tools/mutsurvivors -list "$root/docs/mutation-survivors.md" -full "${results[@]}" | tee "$scratch/report" || status=$?
 # A package whose mutants all died or are listed is swept as of this
 # commit.
 for r in "${results[@]}"; do

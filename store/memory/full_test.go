@@ -133,3 +133,106 @@ func TestCloseIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// TestUsedBytesCountsALeasesDescription: a lease's bytes are its key, its
+// description (the request, instance and trace that hold it) and the
+// entry's overhead, as max_bytes counts them.
+func TestUsedBytesCountsALeasesDescription(t *testing.T) {
+	s, _ := newTestStore(t, Options{SweepInterval: -1})
+	l := store.Lease{Request: store.Request{Method: "POST", Host: "api.example", Path: "/v1/charges"}, Instance: "proxy-1"}
+	if _, err := s.Begin(context.Background(), "k", l, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if got, want := s.UsedBytes(), int64(len("k")+store.EncodedLeaseSize(&l))+entryOverhead; got != want {
+		t.Fatalf("UsedBytes with a described lease = %d, want %d", got, want)
+	}
+}
+
+// TestALeaseAndARecordLapseAtTheirTTL: an entry lives until its TTL has
+// passed and not an instant more: at exactly lock_ttl the key is free to
+// take again, and at exactly the record's TTL it is gone.
+func TestALeaseAndARecordLapseAtTheirTTL(t *testing.T) {
+	s, c := newTestStore(t, Options{SweepInterval: -1})
+	ctx := context.Background()
+	if _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	c.Advance(time.Minute - time.Nanosecond)
+	if b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); err != nil || b.State != store.InFlight {
+		t.Fatalf("Begin just before the lease's end = %v, %v; want in flight", b.State, err)
+	}
+	c.Advance(time.Nanosecond)
+	b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin at exactly the lease's end = %v, %v; want acquired", b.State, err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 201}, time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	c.Advance(time.Hour)
+	if b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin at exactly the record's end = %v, %v; want acquired", b.State, err)
+	}
+}
+
+// TestHealthIsFullOnlyWhenANewKeyCannotGetRoom: a store at max_bytes
+// reports Full under reject, and under evict_oldest only when it holds no
+// record to evict.
+func TestHealthIsFullOnlyWhenANewKeyCannotGetRoom(t *testing.T) {
+	rec := &store.Record{Status: 200, Body: make([]byte, 300)}
+	for _, tt := range []struct {
+		name     string
+		whenFull store.WhenFull
+		complete bool
+		want     bool
+	}{
+		{"reject, records", store.Reject, true, true},
+		{"evict_oldest, records", store.EvictOldest, true, false},
+		{"evict_oldest, leases only", store.EvictOldest, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := store.Lease{Instance: "proxy-1"}
+			max := 2 * (int64(len("k0")+store.EncodedLeaseSize(&l)) + entryOverhead)
+			if tt.complete {
+				max = 2 * recordSize("k0", rec)
+			}
+			s, _ := newTestStore(t, Options{MaxBytes: max, WhenFull: tt.whenFull, SweepInterval: -1})
+			ctx := context.Background()
+			for i := range 2 {
+				key := fmt.Sprintf("k%d", i)
+				b, err := s.Begin(ctx, key, l, time.Hour)
+				if err != nil {
+					t.Fatalf("Begin %s: %v", key, err)
+				}
+				if tt.complete {
+					if err := s.Complete(ctx, key, b.Token, rec, time.Hour); err != nil {
+						t.Fatalf("Complete %s: %v", key, err)
+					}
+				}
+			}
+			h, err := s.Health(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Full != tt.want {
+				t.Errorf("Health().Full = %v with %d of %d bytes used, want %v", h.Full, s.UsedBytes(), max, tt.want)
+			}
+		})
+	}
+}
+
+// TestSweeperReclaimsAnEntryAtItsExpiry: the sweeper frees an entry's
+// bytes from the instant it expires, as a lookup counts it gone.
+func TestSweeperReclaimsAnEntryAtItsExpiry(t *testing.T) {
+	s, c := newTestStore(t, Options{SweepInterval: -1})
+	if _, err := s.Begin(context.Background(), "k", store.Lease{}, time.Second); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	c.Advance(time.Second)
+	for i := range shardCount {
+		s.sweepShard(i)
+	}
+	if n := s.UsedBytes(); n != 0 {
+		t.Fatalf("UsedBytes = %d after a sweep at the lease's expiry, want 0", n)
+	}
+}

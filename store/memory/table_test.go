@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -46,6 +47,72 @@ func TestTableKeepsKeysThatShareAHash(t *testing.T) {
 				t.Error("a key found under another hash")
 			}
 		})
+	}
+}
+
+// TestTableKeepsTheFirstSlotsKeyWhenItsChainsHeadGoes: a chain whose
+// next key is in slot 0 is still found after its head is removed.
+func TestTableKeepsTheFirstSlotsKeyWhenItsChainsHeadGoes(t *testing.T) {
+	tb := newTable()
+	tb.put(7, "a", entry{}, []byte("record of a")) // slot 0
+	tb.put(7, "b", entry{}, []byte("record of b")) // the chain's head, then a
+	tb.remove(tb.find(7, "b"))
+	i := tb.find(7, "a")
+	if i < 0 {
+		t.Fatal("a, in slot 0, lost when b, the head of its chain, was removed")
+	}
+	if e := tb.at(i); tb.key(e) != "a" || string(tb.enc(e)) != "record of a" {
+		t.Errorf("a: key %q, record %q", tb.key(e), tb.enc(e))
+	}
+}
+
+// TestTableMovesNoBytesWhileItIsDense: a removal compacts only slabs
+// that hold far more than their entries refer to; in a dense table every
+// other entry keeps its bytes where they are.
+func TestTableMovesNoBytesWhileItIsDense(t *testing.T) {
+	tb := newTable()
+	for _, k := range []string{"a", "b", "c"} {
+		tb.put(7, k, entry{}, []byte("record of "+k))
+	}
+	before := *tb.at(tb.find(7, "c"))
+	tb.remove(tb.find(7, "b"))
+	after := *tb.at(tb.find(7, "c"))
+	if after.slab != before.slab || after.off != before.off {
+		t.Errorf("c moved from slab %d offset %d to slab %d offset %d when b was removed from a dense table",
+			before.slab, before.off, after.slab, after.off)
+	}
+}
+
+// TestTableCountsTheBytesItsEntriesReferTo: the count compaction decides
+// by is exactly the keys and encodings of the entries present.
+func TestTableCountsTheBytesItsEntriesReferTo(t *testing.T) {
+	tb := newTable()
+	// Keys longer than their encodings, as a lease that describes
+	// nothing has.
+	tb.put(1, "a-long-key", entry{}, []byte("enc"))
+	tb.put(2, "another-long-key", entry{}, []byte("e"))
+	tb.put(1, "a-long-key", entry{}, []byte("replaced"))
+	tb.remove(tb.find(2, "another-long-key"))
+	if want := len("a-long-key") + len("replaced"); tb.live != want {
+		t.Errorf("live = %d bytes, want %d", tb.live, want)
+	}
+}
+
+// TestTableDropsAFilledSlabNothingRefersTo: when the slab being filled is
+// full and none of its entries is left, it is given back as the next slab
+// is made, the first slab of the table too.
+func TestTableDropsAFilledSlabNothingRefersTo(t *testing.T) {
+	tb := newTable()
+	rec := bytes.Repeat([]byte{1}, 1000)
+	for _, k := range []string{"a", "b", "c"} { // three fill most of the first slab
+		tb.put(uint64(k[0]), k, entry{}, rec)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		tb.remove(tb.find(uint64(k[0]), k))
+	}
+	i := tb.put(4, "d", entry{}, bytes.Repeat([]byte{2}, 2000)) // does not fit in what is left
+	if e := tb.at(i); tb.held != cap(tb.slabs[e.slab].b) {
+		t.Errorf("slabs hold %d bytes, want only d's slab of %d", tb.held, cap(tb.slabs[e.slab].b))
 	}
 }
 
@@ -221,5 +288,16 @@ func TestTableKeepsASlabAnEmptyItemRefersTo(t *testing.T) {
 		if e := *tb.at(i); !bytes.Equal(tb.enc(&e), want) {
 			t.Fatalf("%s holds another record", key)
 		}
+	}
+}
+
+// TestTableTakesItemsUpToItsOffsetsReach: a key and encoding fit while
+// together they are addressable with 32-bit offsets, and not a byte more.
+func TestTableTakesItemsUpToItsOffsetsReach(t *testing.T) {
+	if !fits(0, math.MaxUint32) || !fits(10, math.MaxUint32-10) {
+		t.Error("an item of exactly math.MaxUint32 bytes does not fit")
+	}
+	if fits(1, math.MaxUint32) || fits(11, math.MaxUint32-10) {
+		t.Error("an item of math.MaxUint32+1 bytes fits")
 	}
 }

@@ -6,6 +6,12 @@
 //
 //	go run ./tools/mutate                 # every mutation in e2e/mutations.txt
 //	go run ./tools/mutate -run fencing    # those whose id matches
+//
+// With -sweep it is a mutation tester instead: it makes every operator
+// mutant of one package and runs against each the tests that run its line
+// (sweep.go; scripts/mutation.sh runs it).
+//
+//	go run ./tools/mutate -sweep store/memory -o memory.json
 package main
 
 import (
@@ -32,8 +38,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("run", "", "run only the mutations whose id matches this regular expression")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one test run")
 	verbose := fs.Bool("v", false, "print the output of every test run")
+	sweepPkg := fs.String("sweep", "", "sweep this package directory with every operator mutant instead of running the list")
+	report := fs.String("o", "mutants.json", "-sweep: the report, in gremlins' JSON form")
+	files := fs.String("files", "", "-sweep: only these files of the package, separated by spaces")
+	since := fs.String("since", "", "-sweep: only the lines changed since this commit")
+	coefficient := fs.Float64("timeout-coefficient", 5, "-sweep: a mutant's run may take this many times its build and tests unmutated")
+	budget := fs.Duration("budget", 0, "-sweep: start no mutant after this long (0: no bound)")
+	dryRun := fs.Bool("n", false, "-sweep: list the mutants and the tests that run them, run none")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *sweepPkg != "" {
+		c := sweepConfig{pkg: strings.Trim(filepath.ToSlash(*sweepPkg), "./"), out: *report, since: *since,
+			coefficient: *coefficient, budget: *budget, dryRun: *dryRun, only: map[string]bool{}}
+		for _, f := range strings.Fields(*files) {
+			c.only[f] = true
+		}
+		return sweep(c, stdout, stderr)
 	}
 	root, err := moduleRoot()
 	if err != nil {

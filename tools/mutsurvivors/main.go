@@ -86,7 +86,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "mutsurvivors:", err)
 			return 2
 		}
-		fmt.Fprintf(stdout, "%-20s %s; %d not covered, %d not viable\n", pkg, t.score(), t["NOT COVERED"], t["NOT VIABLE"])
+		fmt.Fprintf(stdout, "%-20s %s; %d not covered, %d not viable", pkg, t.score(), t["NOT COVERED"], t["NOT VIABLE"])
+		if n := t["NOT RUN"]; n > 0 {
+			fmt.Fprintf(stdout, ", %d not run (past the budget)", n)
+		}
+		fmt.Fprintln(stdout)
 		for _, l := range lived {
 			seen[l.survivor] = true
 			if !listed[l.survivor] {
