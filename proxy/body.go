@@ -54,7 +54,8 @@ func setBody(r *http.Request, body []byte, rd *memoryBody) {
 	case len(body) == 0 && replayableMethod(r.Method):
 		r.ContentLength = -1
 	case len(body) == 0 && r.ContentLength == 0:
-		r.Body = http.NoBody
+		// Kept as rd, not http.NoBody: the reverse proxy drops a body of
+		// length 0 anyway, and unrewindable knows the request by it.
 	case replayableMethod(r.Method):
 	default:
 		r.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }

@@ -37,7 +37,7 @@ func NewTransport() *http.Transport {
 	}
 }
 
-func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError func(http.ResponseWriter, *http.Request, error), log *slog.Logger) *httputil.ReverseProxy {
+func newReverseProxy(upstream *url.URL, transport http.RoundTripper, http2 bool, onError func(http.ResponseWriter, *http.Request, error), log *slog.Logger) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -49,6 +49,9 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, onError fun
 			// The body is already in memory: no reason to wait for a 100.
 			delete(pr.Out.Header, "Expect")
 			forwardMemoryBody(pr)
+			if http2 {
+				unrewindable(pr)
+			}
 		},
 		Transport:    transport,
 		ErrorHandler: onError,
@@ -75,6 +78,41 @@ func hideIdempotencyKey(h http.Header) {
 			h[name[1]] = v
 		}
 	}
+}
+
+// unrewindable, called from the reverse proxy's Rewrite when the transport
+// may speak HTTP/2 upstream, keeps it from sending a request the proxy read
+// whole (a protected one) a second time. Go's HTTP/2 transport resends a
+// request whose stream was reset with PROTOCOL_ERROR — after the upstream
+// may have acted on it (golang/go#47635) — or refused, or left out by a
+// GOAWAY, whatever its method, when it can rewind the body (GetBody) or
+// the body is empty (nil or http.NoBody). So the outgoing request has no
+// GetBody, and an empty body is a reader of its own: the transport answers
+// such a reset with an error instead, and the proxy with a 502. Over
+// HTTP/1.1 GetBody stays: that transport resends a POST only when nothing
+// of it reached the connection.
+func unrewindable(pr *httputil.ProxyRequest) {
+	if _, ok := pr.In.Body.(*memoryBody); !ok {
+		return
+	}
+	pr.Out.GetBody = nil
+	if pr.Out.Body == nil || pr.Out.Body == http.NoBody {
+		pr.Out.Body = new(memoryBody)
+	}
+}
+
+// speaksHTTP2 reports whether the transport may speak HTTP/2 upstream:
+// upstream.protocol says so, or a transport given as it is was set up for
+// it.
+func speaksHTTP2(p UpstreamProtocol, transport http.RoundTripper) bool {
+	if p != UpstreamHTTP1 {
+		return true
+	}
+	t, ok := transport.(*http.Transport)
+	if !ok {
+		return false
+	}
+	return t.ForceAttemptHTTP2 || t.Protocols != nil && (t.Protocols.HTTP2() || t.Protocols.UnencryptedHTTP2())
 }
 
 func isDialError(err error) bool {

@@ -116,7 +116,7 @@ func New(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.bypassLog, h.refuseLog = lograte.New(lograte.Period), lograte.New(lograte.Period)
-	h.rp = newReverseProxy(opts.Upstream, transport, h.upstreamError, h.log)
+	h.rp = newReverseProxy(opts.Upstream, transport, speaksHTTP2(opts.UpstreamProtocol, transport), h.upstreamError, h.log)
 	def := opts.Default
 	if reflect.ValueOf(def).IsZero() {
 		// Only a policy nobody set: one that sets any field, however few,
