@@ -388,6 +388,12 @@ func (c *capture) trace() *httptrace.ClientTrace {
 // replay does not format it again.
 func (c *capture) record(fp store.Fingerprint) *store.Record {
 	trailer := c.trailers()
+	if len(trailer) > 0 && int64(len(c.body))+fieldsSize(trailer) > c.bodyLimit {
+		// Trailers count toward max_response_body as the body does: an
+		// answer whose trailers take it over is recorded without its body
+		// and trailers, as one whose body does.
+		c.omitted, c.body, trailer = true, nil, nil
+	}
 	switch {
 	case !bodyAllowed(c.status):
 	case len(trailer) > 0 && c.declared < 0:
@@ -413,6 +419,17 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		CreatedAt:   c.answered,
 	}
 	return &c.rec
+}
+
+// fieldsSize is the size recordableHeader counts for fields h.
+func fieldsSize(h http.Header) int64 {
+	var size int64
+	for k, vs := range h {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	return size
 }
 
 // lengthField is a Content-Length field of n: the upstream's own when it

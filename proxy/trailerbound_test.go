@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// An upstream's trailers count toward max_response_body as its body does:
+// over HTTP/2 an upstream may send megabytes of them (up to the transport's
+// 10 MiB header bound), and a record holding them would be that much over
+// the route's bound. Such an answer reaches its first caller whole and is
+// recorded as one whose body is too large: without its body and trailers.
+func TestTrailersCountTowardMaxResponseBody(t *testing.T) {
+	envOverH2C = true // the client reads trailers this large only over HTTP/2
+	t.Cleanup(func() { envOverH2C = false })
+	const limit, trailers = 4 << 10, 64
+	var runs atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("ok"))
+		for i := range trailers {
+			w.Header().Set(http.TrailerPrefix+fmt.Sprintf("X-Big-%d", i), strings.Repeat("a", 1<<10))
+		}
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(http.ResponseWriter, *http.Request) {},
+		withPolicy(func(p *Policy) { p.MaxResponseBody = limit }),
+		func(o *Options) { o.Upstream, o.UpstreamProtocol = u, UpstreamH2C })
+
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.StatusCode != http.StatusCreated || first.body != "ok" || len(first.Trailer) != trailers {
+		t.Fatalf("first: %d %q with %d trailers, want 201 ok with all %d", first.StatusCode, first.body, len(first.Trailer), trailers)
+	}
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if replay.StatusCode != http.StatusCreated || replay.Header.Get("Idempotent-Replayed") != "true" || runs.Load() != 1 {
+		t.Fatalf("replay: %d replayed=%q after %d runs, want a 201 replay after 1", replay.StatusCode, replay.Header.Get("Idempotent-Replayed"), runs.Load())
+	}
+	size := int64(len(replay.body)) + fieldsSize(replay.Trailer)
+	if size > limit {
+		t.Fatalf("replay carries %d bytes of body and trailers, over max_response_body %d", size, limit)
+	}
+}
