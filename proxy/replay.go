@@ -58,6 +58,9 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 		w.Write(rec.Body)
 	}
 	for k, v := range rec.Trailer {
+		if slices.Contains(exclude, k) {
+			continue // replay_exclude_headers holds after the body too
+		}
 		dst[http.TrailerPrefix+k] = v[:len(v):len(v)]
 	}
 }

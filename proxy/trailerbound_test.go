@@ -53,3 +53,26 @@ func TestTrailersCountTowardMaxResponseBody(t *testing.T) {
 		t.Fatalf("replay carries %d bytes of body and trailers, over max_response_body %d", size, limit)
 	}
 }
+
+// replay_exclude_headers holds for trailers too: a Set-Cookie the upstream
+// sent after the body (a session it issued to the first caller) is
+// recorded but never replayed to a retry, as in the header section.
+func TestReplayExcludeHeadersHoldForTrailers(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Set-Cookie, X-Checksum")
+		w.Write([]byte("ok"))
+		w.Header().Set("Set-Cookie", "session=first-caller")
+		w.Header().Set("X-Checksum", "c1")
+	})
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.Trailer.Get("Set-Cookie") != "session=first-caller" {
+		t.Fatalf("first caller's trailers %v, want its Set-Cookie", first.Trailer)
+	}
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if replay.Header.Get("Idempotent-Replayed") != "true" || replay.Trailer.Get("X-Checksum") != "c1" {
+		t.Fatalf("replay: replayed=%q trailers %v, want a replay with X-Checksum", replay.Header.Get("Idempotent-Replayed"), replay.Trailer)
+	}
+	if v, ok := replay.Trailer["Set-Cookie"]; ok {
+		t.Fatalf("replay carries the first caller's Set-Cookie %q in its trailers", v)
+	}
+}
