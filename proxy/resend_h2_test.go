@@ -3,9 +3,12 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -19,16 +22,20 @@ import (
 // says — a reset of its stream or a GOAWAY — and any later one 200.
 type h2Upstream struct {
 	ln    net.Listener
+	tls   bool
 	calls atomic.Int64
 }
 
-func newH2Upstream(t *testing.T, refuse func(fr *http2.Framer, stream uint32)) *h2Upstream {
+func newH2Upstream(t *testing.T, tlsConfig *tls.Config, refuse func(fr *http2.Framer, stream uint32)) *h2Upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &h2Upstream{ln: ln}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	u := &h2Upstream{ln: ln, tls: tlsConfig != nil}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -43,6 +50,9 @@ func newH2Upstream(t *testing.T, refuse func(fr *http2.Framer, stream uint32)) *
 }
 
 func (u *h2Upstream) url(t *testing.T) *url.URL {
+	if u.tls {
+		return &url.URL{Scheme: "https", Host: u.ln.Addr().String()}
+	}
 	return &url.URL{Scheme: "http", Host: u.ln.Addr().String()}
 }
 
@@ -106,22 +116,37 @@ func TestKeyedRequestIsNeverResentOverHTTP2(t *testing.T) {
 			fr.WriteGoAway(0, http2.ErrCodeNo, nil)
 		},
 	}
-	for name, refuse := range refusals {
-		for _, body := range []string{`{"amount":1}`, ""} {
-			t.Run(name+"/body "+body, func(t *testing.T) {
-				up := newH2Upstream(t, refuse)
-				e := newEnv(t, func(http.ResponseWriter, *http.Request) {}, func(o *Options) {
-					o.Upstream = up.url(t)
-					o.UpstreamProtocol = UpstreamH2C
+	// A certificate for the TLS upstream, and a transport that trusts it.
+	cert := httptest.NewUnstartedServer(nil)
+	cert.StartTLS()
+	serverTLS := &tls.Config{Certificates: cert.TLS.Certificates, NextProtos: []string{"h2"}}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert.Certificate())
+	cert.Close()
+	for _, p := range []UpstreamProtocol{UpstreamH2C, UpstreamAuto} {
+		for name, refuse := range refusals {
+			for _, body := range []string{`{"amount":1}`, ""} {
+				t.Run(p.String()+"/"+name+"/body "+body, func(t *testing.T) {
+					var up *h2Upstream
+					tr := NewTransportFor(p)
+					if p == UpstreamAuto {
+						up = newH2Upstream(t, serverTLS, refuse)
+						tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+					} else {
+						up = newH2Upstream(t, nil, refuse)
+					}
+					e := newEnv(t, func(http.ResponseWriter, *http.Request) {}, func(o *Options) {
+						o.Upstream, o.UpstreamProtocol, o.Transport = up.url(t), p, tr
+					})
+					r := e.do(t, http.MethodPost, "/x", "k", body)
+					if got := up.calls.Load(); got != 1 {
+						t.Fatalf("upstream received the keyed request %d times, want 1: the transport resent it", got)
+					}
+					if r.StatusCode != http.StatusBadGateway {
+						t.Fatalf("got %d %s, want 502", r.StatusCode, r.body)
+					}
 				})
-				r := e.do(t, http.MethodPost, "/x", "k", body)
-				if got := up.calls.Load(); got != 1 {
-					t.Fatalf("upstream received the keyed request %d times, want 1: the transport resent it", got)
-				}
-				if r.StatusCode != http.StatusBadGateway {
-					t.Fatalf("got %d %s, want 502", r.StatusCode, r.body)
-				}
-			})
+			}
 		}
 	}
 }
