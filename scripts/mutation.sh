@@ -19,7 +19,9 @@
 # out clean, records the commit in .ci/mutation-base: --changed then tests
 # only the mutants on lines changed since. --changed starts no mutant once
 # MUTATION_BUDGET seconds (540) have passed, and says which packages it
-# left, whole or in part, for a sweep.
+# left, whole or in part, for a sweep; a package left in part shows the
+# survivors found so far but is judged only by a full sweep (which of its
+# mutants fit in the budget depends on the machine).
 #
 # Each mutant's tests may take MUTATION_TIMEOUT_COEFFICIENT (5; 2 under
 # --changed, where one mutant that hangs must not spend the whole budget)
@@ -95,7 +97,7 @@ sweep() {
 results=() limit=
 if $changed; then
   start=$(date +%s)
-  left=()
+  left=() partial=()
   for pkg in "$@"; do
     since=$(base "$pkg")
     if [ -n "$since" ] && ! git cat-file -e "$since^{commit}" 2>/dev/null &&
@@ -119,10 +121,20 @@ if $changed; then
     if ! sweep "$pkg" "$since"; then
       left+=("$pkg")
     elif grep -q '"NOT RUN"' "$scratch/$(echo "$pkg" | tr / _).json"; then
+      # A package the budget cut short is not judged: which of its mutants
+      # ran depends on how fast this machine is, so judging them would make
+      # CI's verdict depend on the machine. Its survivors so far are shown,
+      # and the package is named for a full sweep, as one never started is.
       left+=("$pkg")
-      echo "mutation: $pkg: some of its changed lines' mutants were left unrun"
+      partial+=("${results[-1]}")
+      unset 'results[-1]'
+      echo "mutation: $pkg: some of its changed lines' mutants were left unrun; not judged"
     fi
   done
+  if [ ${#partial[@]} -gt 0 ]; then
+    echo "mutation: what the unfinished packages' sweeps found so far (not judged):"
+    go -C "$src" run ./tools/mutsurvivors -list "$root/docs/mutation-survivors.md" "${partial[@]}" || true
+  fi
   if [ ${#left[@]} -gt 0 ]; then
     echo "mutation: not swept within ${budget}s: ${left[*]}; run scripts/mutation.sh full ${left[*]}"
   fi
