@@ -27,6 +27,7 @@ func TestClientAddrBelievesForwardedForOnlyFromTrustedProxies(t *testing.T) {
 		{"every hop trusted: the leftmost", "10.0.0.1:4000", []string{"10.1.1.1,10.2.2.2"}, trusted, "10.1.1.1"},
 		{"an entry that is no address: the last trusted hop", "10.0.0.1:4000", []string{"evil, 10.3.3.3"}, trusted, "10.3.3.3"},
 		{"empty entries are skipped", "10.0.0.1:4000", []string{" 198.51.100.4 , ,"}, trusted, "198.51.100.4"},
+		{"an empty entry before the first comma is skipped too", "10.0.0.1:4000", []string{",198.51.100.4"}, trusted, "198.51.100.4"},
 		{"IPv6 peer and hops", "[fd00::1]:4000", []string{"2001:db8::5, fd00::2"}, trusted, "2001:db8::5"},
 		{"an IPv4-mapped peer is its IPv4 address", "[::ffff:10.0.0.1]:4000", []string{"198.51.100.4"}, trusted, "198.51.100.4"},
 		{"a peer without a port", "10.0.0.1", []string{"198.51.100.4"}, trusted, "198.51.100.4"},
@@ -52,6 +53,12 @@ func TestRequestIDIsTheClientsBounded(t *testing.T) {
 	r.Header.Set("X-Request-Id", "f81d4fae-7dec")
 	if got := requestID(r); got != "f81d4fae-7dec" {
 		t.Errorf("request id %q, want the header's", got)
+	}
+	// Bytes that are all continuation bytes start no character: nothing of
+	// them is kept, and the cut never reads before the value.
+	r.Header.Set("X-Request-Id", strings.Repeat("\x80", 2*maxRequestID))
+	if got := requestID(r); got != "" {
+		t.Errorf("request id of continuation bytes only: %q, want none", got)
 	}
 	long := "a" + strings.Repeat("日", 100) // 301 bytes; byte 128 is inside a character
 	r.Header.Set("X-Request-Id", long)

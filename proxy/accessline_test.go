@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -184,6 +185,43 @@ func TestAccessLineAddsNoAllocation(t *testing.T) {
 	for name, on := range map[string]float64{"default fields": allocs(accessLogged), "every field": allocs(accessLogged, everyField)} {
 		if on != off {
 			t.Errorf("a replay allocates %.0f times with the access log on (%s), %.0f with it off: the line allocates", on, name, off)
+		}
+	}
+}
+
+// appendJSONFloat switches between plain and exponent notation exactly
+// where encoding/json does, which slog's JSON handler calls: 1e-6 is still
+// plain, 1e21 already an exponent.
+func TestJSONFloatChangesNotationWhereEncodingJSONDoes(t *testing.T) {
+	for _, f := range []float64{0, 1e-6, -1e-6, math.Nextafter(1e-6, 0), 1e-7, 1e21, -1e21, math.Nextafter(1e21, 0), 1.5e300, 5e-324} {
+		want, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONFloat(nil, f); !bytes.Equal(got, want) {
+			t.Errorf("%g: %s, want %s", f, got, want)
+		}
+	}
+}
+
+// Every single byte is written as slog's JSON handler writes it: the
+// printable ASCII ones as they are, the others escaped or, past ASCII and
+// alone, as U+FFFD.
+func TestAccessLineStringIsTheJSONHandlersForEveryByte(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey) {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	for c := range 256 {
+		buf.Reset()
+		s := string([]byte{byte(c)})
+		log.Info("", "s", s)
+		want := strings.TrimSuffix(strings.TrimPrefix(buf.String(), `{"s":`), "}\n")
+		if got := appendJSONString(nil, s); string(got) != want {
+			t.Errorf("byte %#x: %s, want %s", c, got, want)
 		}
 	}
 }
