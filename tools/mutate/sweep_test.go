@@ -44,9 +44,6 @@ func sweptModule(t *testing.T) string {
 }
 
 func TestSweepRunsOnlyTheTestsThatRunAMutantsLine(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the module once for each mutant")
-	}
 	dir := sweptModule(t)
 	report := filepath.Join(t.TempDir(), "report.json")
 	var out strings.Builder
@@ -86,9 +83,6 @@ func TestSweepRunsOnlyTheTestsThatRunAMutantsLine(t *testing.T) {
 }
 
 func TestSweepLeavesOutATestThatFailsUnmutated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the module once for each mutant")
-	}
 	dir := sweptModule(t)
 	// TestAdd now fails whatever the mutant: it must not be counted as
 	// catching Add's.
