@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,15 +24,7 @@ const walkThroughBase = "http://localhost:8080"
 // of that URL gets 202 while the upstream runs, then the recorded answer.
 func TestLongOperationsWalkThroughRuns(t *testing.T) {
 	testbin.Tool(t, "curl", "Debian package curl")
-	root, err := testbin.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "request-handling.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := shellCommands(t, markdownSection(t, string(doc), "Long operations: `Prefer: respond-async`"))
+	cmds := requestHandlingCommands(t, "Long operations: `Prefer: respond-async`")
 	if len(cmds) != 2 || len(cmds[0]) != 1 || len(cmds[1]) != 1 || cmds[0][0][0] != "curl" || cmds[1][0][0] != "curl" {
 		t.Fatalf("the walk-through runs %q, want two curl commands: the request and a poll of its status URL", cmds)
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -183,15 +182,7 @@ func TestGraphQLMutationsExecuteOnceAndQueriesReachTheServer(t *testing.T) {
 // mutation is refused with 400 AMBIGUOUS_BODY.
 func TestGraphQLWalkThroughRuns(t *testing.T) {
 	testbin.Tool(t, "curl", "Debian package curl")
-	root, err := testbin.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "request-handling.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := shellCommands(t, markdownSection(t, string(doc), "GraphQL"))
+	cmds := requestHandlingCommands(t, "GraphQL")
 	if len(cmds) != 2 || len(cmds[0]) != 1 || len(cmds[1]) != 1 || cmds[0][0][0] != "curl" || cmds[1][0][0] != "curl" {
 		t.Fatalf("the walk-through runs %q, want two curl commands: a mutation and an ambiguous document", cmds)
 	}

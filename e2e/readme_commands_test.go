@@ -27,6 +27,21 @@ func readme(t *testing.T) string {
 	return string(data)
 }
 
+// requestHandlingCommands is the shell commands of a section of
+// docs/request-handling.md, as shellCommands splits them.
+func requestHandlingCommands(t *testing.T, section string) [][][]string {
+	t.Helper()
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "request-handling.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shellCommands(t, markdownSection(t, string(doc), section))
+}
+
 // markdownSection returns the text under the "## title" heading, up to the
 // next heading of that level; "" (with no heading) is what precedes the
 // first one.
