@@ -2,12 +2,11 @@ package admin
 
 import (
 	"encoding/json"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 // GET /admin/report asks the proxy for the window given (24h without
@@ -15,9 +14,9 @@ import (
 // says what it wants.
 func TestReportIsServedBehindTheTokenForTheWindowAsked(t *testing.T) {
 	var asked time.Duration
-	report := func(w time.Duration) proxy.Report {
+	report := func(w time.Duration) adoption.Report {
 		asked = w
-		return proxy.Report{Window: w.String(), Routes: []proxy.ReportRoute{{Route: "POST /v1/charges", Requests: 7}}}
+		return adoption.Report{Window: w.String(), Routes: []adoption.Route{{Route: "POST /v1/charges", Requests: 7}}}
 	}
 	e := newEnv(t, testToken, func(o *Options) { o.Report = report })
 	if rec := e.do(t, "GET", "/admin/report", "", ""); rec.Code != http.StatusUnauthorized {
@@ -28,7 +27,7 @@ func TestReportIsServedBehindTheTokenForTheWindowAsked(t *testing.T) {
 		want  time.Duration
 	}{{"", 24 * time.Hour}, {"?window=90m", 90 * time.Minute}} {
 		rec := e.do(t, "GET", "/admin/report"+tc.query, bearer, "")
-		var got proxy.Report
+		var got adoption.Report
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
 			t.Fatalf("GET /admin/report%s = %d %s, want 200 and a report", tc.query, rec.Code, rec.Body)
 		}

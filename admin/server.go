@@ -9,6 +9,7 @@ package admin
 
 import (
 	"context"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"log"
 	"log/slog"
 	"net/http"
@@ -18,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -85,7 +85,7 @@ type Options struct {
 	Config func() []byte
 	// Report serves GET /admin/report: the adoption report over the last
 	// window (proxy.Handler.Report).
-	Report func(window time.Duration) proxy.Report
+	Report func(window time.Duration) adoption.Report
 	// PProf serves /debug/pprof/, behind the token when one is set.
 	PProf bool
 	// ObservePing, when set, is told the duration and result of every

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"io"
 	"net/http"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 const reportToken = "report-token"
@@ -32,7 +31,7 @@ func reportCLI(t *testing.T, p *proxyProc, args ...string) string {
 }
 
 // getReport is GET /admin/report?window=window, decoded.
-func getReport(t *testing.T, p *proxyProc, window string) proxy.Report {
+func getReport(t *testing.T, p *proxyProc, window string) adoption.Report {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, p.AdminURL()+"/admin/report?window="+window, nil)
 	if err != nil {
@@ -45,7 +44,7 @@ func getReport(t *testing.T, p *proxyProc, window string) proxy.Report {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var r proxy.Report
+	var r adoption.Report
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil {
 		t.Fatalf("GET /admin/report: %d %s", resp.StatusCode, body)
 	}
@@ -125,7 +124,7 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 	held.Wait()
 
 	r := getReport(t, p, "1h")
-	byRoute := map[string]proxy.ReportRoute{}
+	byRoute := map[string]adoption.Route{}
 	for _, rt := range r.Routes {
 		byRoute[rt.Route] = rt
 	}
@@ -138,7 +137,7 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 		{"POST /v1/orders", "enforce", 2, 0, "2", "0"},
 	} {
 		got := byRoute[tc.route]
-		want := proxy.ReportRoute{
+		want := adoption.Route{
 			Route: tc.route, Mode: tc.mode, Requests: 12, Keyed: 10, KeyedShare: 10.0 / 12,
 			Duplicates: 2, ExecutionsSaved: tc.saved, ExecutionsWouldBe: tc.wouldSave,
 			Mismatches: 1, Conflicts: 1, MissingKeys: 2, Churn: 1,
@@ -161,7 +160,7 @@ func TestReportCountsWhatEachRouteDidOrWouldDo(t *testing.T) {
 		}
 	}
 
-	var fromCLI proxy.Report
+	var fromCLI adoption.Report
 	if err := json.Unmarshal([]byte(reportCLI(t, p, "--window", "1h", "--json")), &fromCLI); err != nil {
 		t.Fatalf("report --json: %v", err)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"encoding/hex"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -152,50 +153,6 @@ func (c *reportCounts) churned(t time.Time, scope [16]byte) {
 	c.scopes[scope]++
 }
 
-// ReportRoute is one route's line of the report.
-type ReportRoute struct {
-	Route string `json:"route"`
-	Mode  string `json:"mode"`
-	// Requests is every request the route answered; Keyed those with an
-	// idempotency key; KeyedShare is Keyed over Keyed plus MissingKeys,
-	// the requests of the methods the route protects.
-	Requests   uint64  `json:"requests"`
-	Keyed      uint64  `json:"keyed"`
-	KeyedShare float64 `json:"keyed_share"`
-	// Duplicates is Replayed plus WouldReplay: under enforce each saved
-	// an upstream execution, under shadow each would have.
-	Duplicates        uint64 `json:"duplicates"`
-	ExecutionsSaved   uint64 `json:"upstream_executions_saved"`
-	ExecutionsWouldBe uint64 `json:"upstream_executions_would_save"`
-	Mismatches        uint64 `json:"mismatches"`
-	Conflicts         uint64 `json:"conflicts"`
-	MissingKeys       uint64 `json:"missing_keys"`
-	Churn             uint64 `json:"key_churn"`
-	// TopChurnScopes are the scopes with the most churn since the process
-	// started, by their scope_hash as the key API shows it: never the values.
-	TopChurnScopes []ChurnScope `json:"top_churn_scopes"`
-}
-
-// ChurnScope is one scope's churn.
-type ChurnScope struct {
-	ScopeHash string `json:"scope_hash"`
-	Churn     uint64 `json:"key_churn"`
-}
-
-// Report is GET /admin/report's answer.
-type Report struct {
-	// Window is what was asked; Covered what the counts span, less when
-	// the process started later or the window is longer than ReportKept.
-	Window  string `json:"window"`
-	Covered string `json:"covered"`
-	// Since is when the covered span begins; Note says why Covered is
-	// short of Window, "" when it is not.
-	Since  time.Time     `json:"since"`
-	Note   string        `json:"note,omitempty"`
-	Scope  string        `json:"scope"`
-	Routes []ReportRoute `json:"routes"`
-}
-
 // reportScope is what every report says of itself.
 const reportScope = "this proxy process only, since it started; for a fleet, query Prometheus (docs/operating.md)"
 
@@ -214,9 +171,9 @@ func (c *reportCounts) sum(from, to int64) (out [reportFields]uint64) {
 }
 
 // line is the route's report over the minutes from..to.
-func (c *reportCounts) line(route, mode string, from, to int64) ReportRoute {
+func (c *reportCounts) line(route, mode string, from, to int64) adoption.Route {
 	n := c.sum(from, to)
-	r := ReportRoute{
+	r := adoption.Route{
 		Route: route, Mode: mode,
 		Requests: n[fieldRequests], Keyed: n[fieldKeyed],
 		Duplicates:      n[fieldReplayed] + n[fieldWouldReplay],
@@ -232,14 +189,14 @@ func (c *reportCounts) line(route, mode string, from, to int64) ReportRoute {
 }
 
 // topScopes are the reportTopScopes scopes with the most churn.
-func (c *reportCounts) topScopes() []ChurnScope {
+func (c *reportCounts) topScopes() []adoption.ChurnScope {
 	c.scopesMu.Lock()
-	out := make([]ChurnScope, 0, len(c.scopes))
+	out := make([]adoption.ChurnScope, 0, len(c.scopes))
 	for s, n := range c.scopes {
-		out = append(out, ChurnScope{ScopeHash: hex.EncodeToString(s[:]), Churn: n})
+		out = append(out, adoption.ChurnScope{ScopeHash: hex.EncodeToString(s[:]), Churn: n})
 	}
 	c.scopesMu.Unlock()
-	slices.SortFunc(out, func(a, b ChurnScope) int {
+	slices.SortFunc(out, func(a, b adoption.ChurnScope) int {
 		if c := cmp.Compare(b.Churn, a.Churn); c != 0 {
 			return c
 		}
@@ -251,22 +208,22 @@ func (c *reportCounts) topScopes() []ChurnScope {
 // Report is the adoption report over the last window, for every enabled
 // route of the live configuration; a window longer than what is kept is
 // answered with what is kept, and Note says so.
-func (h *Handler) Report(window time.Duration) Report {
+func (h *Handler) Report(window time.Duration) adoption.Report {
 	return h.reportAt(time.Now(), window)
 }
 
-func (h *Handler) reportAt(now time.Time, window time.Duration) Report {
+func (h *Handler) reportAt(now time.Time, window time.Duration) adoption.Report {
 	to := unixMinute(now)
 	asked := max(1, int64((window+ReportBucket-1)/ReportBucket))
 	kept := min(int64(reportSlots), to-unixMinute(h.metrics.reportsStart)+1)
 	covered := min(asked, kept)
 	from := to - covered + 1
-	out := Report{
+	out := adoption.Report{
 		Window:  window.String(),
 		Covered: (time.Duration(covered) * ReportBucket).String(),
 		Since:   time.Unix(from*int64(ReportBucket/time.Second), 0).UTC(),
 		Scope:   reportScope,
-		Routes:  []ReportRoute{},
+		Routes:  []adoption.Route{},
 	}
 	switch {
 	case covered == asked:
@@ -280,6 +237,6 @@ func (h *Handler) reportAt(now time.Time, window time.Duration) Report {
 			out.Routes = append(out.Routes, rt.metrics.report.line(rt.label, rt.policy.Mode.String(), from, to))
 		}
 	}
-	slices.SortFunc(out.Routes, func(a, b ReportRoute) int { return cmp.Compare(a.Route, b.Route) })
+	slices.SortFunc(out.Routes, func(a, b adoption.Route) int { return cmp.Compare(a.Route, b.Route) })
 	return out
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"reflect"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func TestReportLineAddsEnforceAndShadowAnswers(t *testing.T) {
 	c.churned(reportT0, [16]byte{1})
 	m := unixMinute(reportT0)
 	got := c.line("POST /v1/charges", "enforce", m, m)
-	want := ReportRoute{
+	want := adoption.Route{
 		Route: "POST /v1/charges", Mode: "enforce",
 		Requests: 16, Keyed: 12, KeyedShare: 12.0 / 15,
 		Duplicates: 5, ExecutionsSaved: 2, ExecutionsWouldBe: 3,

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"io"
 	"net/http"
 	"net/url"
 	"text/tabwriter"
 	"time"
-
-	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 const reportUsage = `Usage: idempotency-proxy report [--window 24h] [--json] [--admin URL] [--token-file FILE]
@@ -57,7 +56,7 @@ func printReport(c *keysCmd, asJSON bool, stdout, stderr io.Writer) int {
 		stdout.Write(append(bytes.TrimSpace(out.Bytes()), '\n'))
 		return exitOK
 	}
-	var r proxy.Report
+	var r adoption.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		fmt.Fprintf(stderr, "%s: reading the answer: %v\n", c.name, err)
 		return exitFailure
@@ -68,7 +67,7 @@ func printReport(c *keysCmd, asJSON bool, stdout, stderr io.Writer) int {
 
 // writeReportTable prints r for people: what it covers, a line a route,
 // then each route's most churning scopes.
-func writeReportTable(w io.Writer, r proxy.Report) {
+func writeReportTable(w io.Writer, r adoption.Report) {
 	fmt.Fprintf(w, "Adoption report: %s.\n", r.Scope)
 	fmt.Fprintf(w, "Window %s: covers %s since %s.\n", r.Window, r.Covered, r.Since.Format(time.RFC3339))
 	if r.Note != "" {
