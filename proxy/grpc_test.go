@@ -35,6 +35,13 @@ type grpcEnv struct {
 
 func newGRPCEnv(t *testing.T, opts ...envOption) *grpcEnv {
 	t.Helper()
+	return newGRPCEnvServer(t, nil, opts...)
+}
+
+// newGRPCEnvServer is newGRPCEnv with the proxy's listener tuned by tune
+// before it starts.
+func newGRPCEnvServer(t *testing.T, tune func(*http.Server), opts ...envOption) *grpcEnv {
+	t.Helper()
 	l := &grpctest.Ledger{}
 	addr := grpctest.Serve(t, l)
 	o := Options{
@@ -56,6 +63,9 @@ func newGRPCEnv(t *testing.T, opts ...envOption) *grpcEnv {
 	ps.Config.Protocols = new(http.Protocols)
 	ps.Config.Protocols.SetHTTP1(true)
 	ps.Config.Protocols.SetUnencryptedHTTP2(true)
+	if tune != nil {
+		tune(ps.Config)
+	}
 	ps.Start()
 	t.Cleanup(ps.Close)
 	cc, err := grpc.NewClient(strings.TrimPrefix(ps.URL, "http://"),

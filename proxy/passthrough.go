@@ -3,6 +3,9 @@ package proxy
 import (
 	"log/slog"
 	"net/http"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 )
 
 // passThrough forwards a request the proxy does not protect with its body
@@ -15,12 +18,23 @@ import (
 // it upstream: the transport fails and drops the upstream connection in
 // the middle of the response, which is cut off (golang/go#40747). HTTP/2
 // is always full duplex.
+//
+// A gRPC call over HTTP/2 is freed of the listener's read timeout, which
+// bounds a slow request body: HTTP/2 runs it per stream from the stream's
+// start, so it would end the request stream of every gRPC stream that
+// lasts longer, as if its client had hung up.
 func (h *Handler) passThrough(w http.ResponseWriter, q *request, r *http.Request) {
-	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+	switch {
+	case r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody:
 		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 			// A ResponseWriter wrapper without Unwrap hides the server's:
 			// the request is still forwarded, with net/http's default.
 			h.log.LogAttrs(r.Context(), slog.LevelDebug, "full duplex unavailable for a streamed pass-through request",
+				slog.String("error", err.Error()))
+		}
+	case r.ProtoMajor == 2 && grpcwire.IsGRPC(r.Header.Get("Content-Type")):
+		if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil {
+			h.log.LogAttrs(r.Context(), slog.LevelDebug, "the read timeout stays on a passed-through gRPC call",
 				slog.String("error", err.Error()))
 		}
 	}
