@@ -64,7 +64,12 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*call
 	inFlight int
+	closed   bool           // set by close: nothing more is queued
+	flushers sync.WaitGroup // the flushers running, for close
 }
+
+// errClosed is the answer of an operation called after Close.
+var errClosed = errors.New("store closed")
 
 const (
 	// maxBatch bounds the statements of one batch: a batch holds its row
@@ -136,10 +141,15 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 	c.done = make(chan struct{})
 	c.deadline, _ = ctx.Deadline()
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errClosed
+	}
 	b.queue = append(b.queue, c)
 	lead := b.inFlight < maxConcurrentBatches
 	if lead {
 		b.inFlight++
+		b.flushers.Add(1)
 	}
 	b.mu.Unlock()
 	if lead {
@@ -157,8 +167,19 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 	}
 }
 
+// close refuses new statements and waits until the flushers have sent
+// what was queued, answered its callers and given back the leases of
+// those that left: the pool they use closes next.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.flushers.Wait()
+}
+
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
+	defer b.flushers.Done()
 	runtime.Gosched()
 	for {
 		b.mu.Lock()

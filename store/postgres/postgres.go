@@ -283,11 +283,14 @@ func (s *Store) checkWrites(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the sweeper and closes the pool.
+// Close stops the sweeper, waits for the batches in flight (batch.go) and
+// closes the pool. Operations called after it fail with
+// store.ErrUnavailable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.batch.close()
 		s.pool.Close()
 	})
 	return nil
