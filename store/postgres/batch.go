@@ -121,6 +121,14 @@ type beginRow struct {
 	owner                   string
 	fingerprint, head, body []byte
 	lease                   []byte
+	// left is a live record's time left by the database's clock, in
+	// milliseconds, when the statement ran; 0 for a row it wrote.
+	left int64
+}
+
+// scan reads the begin statement's row into r.
+func (r *beginRow) scan(row pgx.Row) error {
+	return row.Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease, &r.left)
 }
 
 func (s *Store) sqlOf(k callKind) string {
@@ -316,8 +324,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) error {
 	for _, c := range batch {
 		var err error
 		if c.kind == callBegin {
-			r := &c.begun
-			err = br.QueryRow().Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease)
+			err = c.begun.scan(br.QueryRow())
 		} else {
 			c.tag, err = br.Exec()
 		}
