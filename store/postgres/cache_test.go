@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +257,66 @@ func TestEarlierVersionWorksBesideTheCacheTables(t *testing.T) {
 	completeOn(t, again, "k", time.Hour)
 	if tag, err := admin.Exec(ctx, s.sql.delete, "k"); err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("an earlier version's delete = %v, %v", tag, err)
+	}
+}
+
+// A role that may not create the tables beside its own is told what the
+// database's owner runs (docs/operating.md's statements), and works once
+// they ran: its cache registers and its deletions are logged.
+func TestRoleThatMayNotCreateTheCacheTablesIsToldWhatToRun(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	conn := srv.Conn(t)
+	replicaStore(t, srv, "", Options{Table: "granted", SweepInterval: -1}) // the owner makes the table
+	for _, q := range []string{
+		`DROP TABLE granted_deletions, granted_replicas`,
+		`CREATE ROLE limited LOGIN PASSWORD 'limited'`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON granted TO limited`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("limited", "limited")
+	s, err := New(Options{URL: u.String(), Table: "granted", Timeout: testTimeout, SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Prepare(ctx)
+	if err == nil || errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), `CREATE TABLE IF NOT EXISTS "granted_deletions"`) {
+		t.Fatalf("Prepare without the right to create tables = %v, want a refusal naming the statements", err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE granted_deletions (seq bigserial PRIMARY KEY, key text NOT NULL, at timestamptz NOT NULL DEFAULT now())`,
+		`CREATE TABLE granted_replicas (id text PRIMARY KEY, acked bigint NOT NULL, expires_at timestamptz NOT NULL)`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON granted_deletions, granted_replicas TO limited`,
+		`GRANT USAGE ON SEQUENCE granted_deletions_seq_seq TO limited`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatalf("Prepare once the owner made the tables: %v", err)
+	}
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if _, ok := s.cache.readVersion(); !ok {
+			return errors.New("the cache is not registered yet")
+		}
+		return nil
+	})
+	completeOn(t, s, "k", time.Hour)
+	replayed(t, s, "k")
+	if err := s.Delete(ctx, "k"); err != nil {
+		t.Fatalf("Delete by the role: %v", err)
+	}
+	var logged int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM granted_deletions WHERE key = 'k'`).Scan(&logged); err != nil || logged != 1 {
+		t.Fatalf("deletions logged = %d, %v; want 1", logged, err)
 	}
 }
