@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,5 +320,64 @@ func TestRoleThatMayNotCreateTheCacheTablesIsToldWhatToRun(t *testing.T) {
 	var logged int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM granted_deletions WHERE key = 'k'`).Scan(&logged); err != nil || logged != 1 {
 		t.Fatalf("deletions logged = %d, %v; want 1", logged, err)
+	}
+}
+
+// Replays racing a Delete on another replica never outlive it: no Begin
+// started after the Delete returned is answered with the record, whether
+// the replica read it from its cache or filled its cache while the
+// deletion was being applied.
+func TestReplaysRacingADeleteNeverOutliveIt(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	a := replicaStore(t, srv, "", Options{Table: "racing", SweepInterval: -1})
+	b := replicaStore(t, srv, "", Options{Table: "racing", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	for i := range 5 {
+		key := fmt.Sprintf("k%d", i)
+		completeOn(t, a, key, time.Hour)
+		var deleted atomic.Int64 // UnixNano once Delete returned
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					start := time.Now().UnixNano()
+					got, err := b.Begin(ctx, key, store.Lease{}, time.Minute)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d := deleted.Load(); d != 0 && start > d && got.State == store.Completed {
+						t.Errorf("Begin(%q) started after its Delete returned replayed the record", key)
+						return
+					}
+				}
+			}()
+		}
+		replayed(t, b, key)
+		if err := a.Delete(ctx, key); err != nil {
+			t.Fatalf("Delete(%q): %v", key, err)
+		}
+		deleted.Store(time.Now().UnixNano())
+		// Long enough for each replayer to begin again after the Delete.
+		wait.SucceedsSoon(t, 10*time.Second, func() error {
+			if _, ok := b.cache.get(key, time.Now()); ok {
+				return errors.New("the replica's cache still holds the key")
+			}
+			got, err := b.Begin(ctx, key, store.Lease{}, time.Minute)
+			if err != nil || got.State == store.Completed {
+				return fmt.Errorf("Begin = %v, %v", got.State, err)
+			}
+			return nil
+		})
+		close(stop)
+		wg.Wait()
 	}
 }
