@@ -40,6 +40,12 @@
 // committed once (batch.go): a round trip and a commit (with its fsync)
 // shared by the batch, not paid by each statement.
 //
+// A replay of a record this replica read recently is answered from its
+// cache (cache.go), bounded by Options.CacheBytes, without a statement.
+// Two tables beside the proxy's, <table>_deletions and <table>_replicas,
+// keep every cache from replaying a record once its Delete returned on
+// any replica (replica.go).
+//
 // Expired rows are deleted in the background (sweep.go) in batches of
 // sweepBatch rows, each its own short statement that skips rows another
 // statement holds, so the sweep never waits on a request nor makes one wait.
