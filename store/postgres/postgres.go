@@ -157,7 +157,11 @@ type Store struct {
 	// cacheLease and cachePoll pace the replicas' protocol (replica.go),
 	// which every replica's Delete takes part in, cache or not.
 	cacheLease, cachePoll time.Duration
-	// replicaID is this replica's registration, nil while it has none.
+	// rep is this replica's registration, which the poller keeps
+	// (replica.go); guarded by repMu.
+	rep   replica
+	repMu sync.Mutex
+	// replicaID is rep's id for Delete, nil while it has none.
 	replicaID atomic.Pointer[string]
 	// logLock is the advisory lock deletions are logged under.
 	logLock int64

@@ -208,7 +208,7 @@ func (s *Store) awaitAcks(ctx context.Context, seq int64) error {
 	}
 }
 
-// replica is the poller's registration.
+// replica is this replica's registration (Store.rep).
 type replica struct {
 	id        string // "" while not registered
 	acked     int64
@@ -221,25 +221,30 @@ func (s *Store) pollLoop() {
 	defer s.bg.Done()
 	t := time.NewTicker(s.cachePoll)
 	defer t.Stop()
-	var r replica
 	for {
 		if s.prepared.Load() {
-			s.pollOnce(&r)
+			s.poll()
 		}
 		select {
 		case <-s.stop:
-			if r.id != "" {
-				s.deregister(r.id)
+			s.repMu.Lock()
+			if s.rep.id != "" {
+				s.deregister(s.rep.id)
 			}
+			s.repMu.Unlock()
 			return
 		case <-t.C:
 		}
 	}
 }
 
-// pollOnce registers, or reads the deletions, applies and acknowledges
-// them and renews the lease when it is due.
-func (s *Store) pollOnce(r *replica) {
+// poll registers, or reads the deletions, applies and acknowledges them
+// and renews the lease when it is due. Prepare calls it too, so that a
+// replica serves from its cache from its first request.
+func (s *Store) poll() {
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	r := &s.rep
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if r.id == "" {

@@ -144,7 +144,8 @@ func newStatements(t string, log logStatements) statements {
 // shape of an existing one. A database that does not answer is an error
 // wrapping store.ErrUnavailable: the proxy starts anyway and every
 // operation prepares first until it succeeds. A table of another shape is
-// ErrTableShape, naming the table and what differs.
+// ErrTableShape, naming the table and what differs. With a cache, Prepare
+// registers it (replica.go), so that it serves from the first request.
 //
 // Until Prepare is called, Ping creates nothing (--check only looks); each
 // operation prepares the table first until that succeeded once.
@@ -159,7 +160,13 @@ func (s *Store) Prepare(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, prepareTimeout)
 		defer cancel()
 	}
-	return s.ready(ctx)
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.cache != nil {
+		s.poll() // registers: the cache serves from the first request
+	}
+	return nil
 }
 
 // prepareTimeout bounds Prepare when its caller sets no deadline.
