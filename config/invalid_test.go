@@ -114,6 +114,7 @@ var invalidFiles = []invalidCase{
 		"store.postgres.url: invalid URL",
 	}},
 	{"invalid-postgres-option.yaml", []string{
+		`store.postgres.cache_bytes: invalid size "-1" (want bytes, or a KiB, MiB or GiB suffix)`,
 		"store.postgres.url: invalid URL: sslmode is invalid",
 		"store.postgres.max_conns: must be >= 1, not 0",
 	}},

@@ -64,7 +64,12 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*call
 	inFlight int
+	closed   bool           // set by close: nothing more is queued
+	flushers sync.WaitGroup // the flushers running, for close
 }
+
+// errClosed is the answer of an operation called after Close.
+var errClosed = errors.New("store closed")
 
 const (
 	// maxBatch bounds the statements of one batch: a batch holds its row
@@ -116,6 +121,14 @@ type beginRow struct {
 	owner                   string
 	fingerprint, head, body []byte
 	lease                   []byte
+	// left is a live record's time left by the database's clock, in
+	// milliseconds, when the statement ran; 0 for a row it wrote.
+	left int64
+}
+
+// scan reads the begin statement's row into r.
+func (r *beginRow) scan(row pgx.Row) error {
+	return row.Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease, &r.left)
 }
 
 func (s *Store) sqlOf(k callKind) string {
@@ -136,10 +149,15 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 	c.done = make(chan struct{})
 	c.deadline, _ = ctx.Deadline()
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errClosed
+	}
 	b.queue = append(b.queue, c)
 	lead := b.inFlight < maxConcurrentBatches
 	if lead {
 		b.inFlight++
+		b.flushers.Add(1)
 	}
 	b.mu.Unlock()
 	if lead {
@@ -157,8 +175,19 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 	}
 }
 
+// close refuses new statements and waits until the flushers have sent
+// what was queued, answered its callers and given back the leases of
+// those that left: the pool they use closes next.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.flushers.Wait()
+}
+
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
+	defer b.flushers.Done()
 	runtime.Gosched()
 	for {
 		b.mu.Lock()
@@ -295,8 +324,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) error {
 	for _, c := range batch {
 		var err error
 		if c.kind == callBegin {
-			r := &c.begun
-			err = br.QueryRow().Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease)
+			err = c.begun.scan(br.QueryRow())
 		} else {
 			c.tag, err = br.Exec()
 		}

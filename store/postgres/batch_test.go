@@ -344,6 +344,7 @@ func TestCallersAreAnsweredBeforeALeftLeaseIsGivenBack(t *testing.T) {
 	s.batch.mu.Lock()
 	s.batch.queue = []*call{left, waiting}
 	s.batch.inFlight++
+	s.batch.flushers.Add(1)
 	s.batch.mu.Unlock()
 	flushed := make(chan struct{})
 	go func() {
@@ -374,5 +375,62 @@ func TestCallersAreAnsweredBeforeALeftLeaseIsGivenBack(t *testing.T) {
 	}
 	if e, err := s.Inspect(bg, "a-left"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Inspect(a-left) = %v, %v; want its lease given back", e.State, err)
+	}
+}
+
+// Close waits for the batches in flight: a lease taken for a caller that
+// left is given back before the pool closes.
+func TestCloseWaitsForTheBatchesInFlight(t *testing.T) {
+	srv := pgtest.Start(t)
+	bg := context.Background()
+	s := newStore(t, srv, Options{Table: "closing"})
+	holder, err := srv.Conn(t).Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(bg)
+	if _, err := holder.Exec(bg, `INSERT INTO closing (key, token, fingerprint, expires_at) VALUES ('k', 'holder', '', now())`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "k", store.Lease{}, time.Hour)
+		errc <- err
+	}()
+	watcher := srv.Conn(t)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		var waiting int
+		if err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New("the Begin's batch is not waiting for the row lock yet")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin whose caller left = %v, want ErrUnavailable", err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	if err := holder.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	var rows int
+	if err := watcher.QueryRow(bg, `SELECT count(*) FROM closing WHERE key = 'k'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatal("Close returned before its batch gave back the lease of the caller that left")
+	}
+	if _, err := s.Begin(bg, "k2", store.Lease{}, time.Hour); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin after Close = %v, want ErrUnavailable", err)
 	}
 }

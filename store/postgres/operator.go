@@ -34,20 +34,33 @@ func (s *Store) Inspect(ctx context.Context, key string) (store.Entry, error) {
 // Delete removes the lease or record under key, or returns
 // store.ErrNotFound. The owner of a deleted lease then gets
 // store.ErrLockLost from Extend and Complete: its token is gone with the row.
+//
+// A record's deletion is logged in the same transaction, and Delete
+// returns once every replica whose cache may hold it dropped it, or its
+// cache's lease ended (replica.go): about a read of the deletions, at
+// most the lease. Should that wait end first (ctx, the database), the
+// record is deleted and the error, wrapping store.ErrUnavailable, says
+// that caches may replay it until their leases end.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	ctx, cancel, err := s.op(ctx, "delete")
+	octx, cancel, err := s.op(ctx, "delete")
 	if err != nil {
 		return err
 	}
-	defer cancel()
-	tag, err := s.pool.Exec(ctx, s.sql.delete, key)
+	seq, found, err := s.deleteLogged(octx, key)
+	cancel()
 	if err != nil {
 		return s.translate("delete", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		return fmt.Errorf("postgres delete: %w", store.ErrNotFound)
 	}
-	return nil
+	if seq == 0 {
+		return nil // a lease, which no cache holds
+	}
+	if s.cache != nil {
+		s.cache.invalidate(key)
+	}
+	return s.awaitAcks(ctx, seq)
 }
 
 // List returns up to limit entries in state (0 for all) in key order after

@@ -30,24 +30,63 @@ func (s *Store) op(ctx context.Context, name string) (context.Context, context.C
 
 // Begin takes a lease on key, described by l, or reports what is there, in
 // one statement.
+//
+// A completed record the cache holds (cache.go) is answered from there;
+// one the statement finds is added to it.
 func (s *Store) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	if s.cache != nil {
+		if e, ok := s.cache.get(key, time.Now()); ok {
+			return e.result()
+		}
+	}
 	ctx, cancel, err := s.op(ctx, "begin")
 	if err != nil {
 		return store.BeginResult{}, err
 	}
 	defer cancel()
+	var version uint64
+	var fillable bool
+	if s.cache != nil {
+		version, fillable = s.cache.readVersion()
+	}
+	sent := time.Now()
 	c := s.beginCall(key, l, ttl)
 	err = s.batch.do(ctx, c)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The statement always returns the row it found or made; a second
 		// try, alone, covers what no interleaving should produce.
-		r := &c.begun
-		err = s.pool.QueryRow(ctx, s.sql.begin, c.args...).Scan(&r.owner, &r.fingerprint, &r.head, &r.body, &r.lease)
+		err = c.begun.scan(s.pool.QueryRow(ctx, s.sql.begin, c.args...))
 	}
 	if err != nil {
 		return store.BeginResult{}, s.translate("begin", err)
 	}
-	return c.beginResult(l.Fingerprint)
+	res, err := c.beginResult(l.Fingerprint)
+	if err == nil && res.State == store.Completed && fillable {
+		s.cache.fill(key, c.begun.cached(sent), version)
+	}
+	return res, err
+}
+
+// cached is r, a completed record read by a statement sent at sent, as
+// the cache keeps it: until sent plus its time left by the database's
+// clock, less cacheExpiryMargin, and at most cacheMaxAge.
+func (r *beginRow) cached(sent time.Time) cached {
+	left := min(time.Duration(r.left)*time.Millisecond-cacheExpiryMargin, cacheMaxAge)
+	return cached{fingerprint: r.fingerprint, head: r.head, body: r.body, expires: sent.Add(left)}
+}
+
+// result is the answer of Begin on e's key.
+func (e *cached) result() (store.BeginResult, error) {
+	res := store.BeginResult{State: store.Completed}
+	if err := setFingerprint(&res.Fingerprint, e.fingerprint); err != nil {
+		return store.BeginResult{}, err
+	}
+	rec, err := decode(e.head, e.body)
+	if err != nil {
+		return store.BeginResult{}, err
+	}
+	res.Record = rec
+	return res, nil
 }
 
 // beginCall is Begin's statement for key, with a new token.

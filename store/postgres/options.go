@@ -10,8 +10,8 @@ import (
 
 var _ store.Options = Options{}
 
-// Defaults returns o with the default table, timeout and pool size where
-// unset.
+// Defaults returns o with the default table, timeout, pool size and cache
+// size where unset.
 func (o Options) Defaults() store.Options {
 	if o.Table == "" {
 		o.Table = DefaultTable
@@ -21,6 +21,9 @@ func (o Options) Defaults() store.Options {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
 	}
 	return o
 }
@@ -45,6 +48,9 @@ func (o Options) Check(string) []store.Problem {
 	}
 	if o.MaxConns < 1 {
 		add("max_conns", "must be >= 1, not %d", o.MaxConns)
+	}
+	if o.CacheBytes < 0 {
+		add("cache_bytes", "must be >= 0 (0 turns the cache off), not %d", o.CacheBytes)
 	}
 	return out
 }

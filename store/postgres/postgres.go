@@ -40,6 +40,12 @@
 // committed once (batch.go): a round trip and a commit (with its fsync)
 // shared by the batch, not paid by each statement.
 //
+// A replay of a record this replica read recently is answered from its
+// cache (cache.go), bounded by Options.CacheBytes, without a statement.
+// Two tables beside the proxy's, <table>_deletions and <table>_replicas,
+// keep every cache from replaying a record once its Delete returned on
+// any replica (replica.go).
+//
 // Expired rows are deleted in the background (sweep.go) in batches of
 // sweepBatch rows, each its own short statement that skips rows another
 // statement holds, so the sweep never waits on a request nor makes one wait.
@@ -56,6 +62,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -105,6 +112,16 @@ type Options struct {
 	// SweepInterval is the pause between two sweeps of expired rows; 0
 	// means defaultSweepInterval, a negative value disables the sweeper.
 	SweepInterval time.Duration
+	// CacheBytes bounds the completed records held in memory to answer
+	// replays without a statement (cache.go); 0 turns the cache off.
+	// Defaults sets DefaultCacheBytes.
+	CacheBytes int64 `config:"cache_bytes,size"`
+	// CacheLease is the lease of the cache's registration (replica.go);
+	// 0 means defaultCacheLease.
+	CacheLease time.Duration
+	// CachePoll is the pause between two reads of the deletions; 0 means
+	// defaultCachePoll.
+	CachePoll time.Duration
 }
 
 // Store is the Postgres store. It is safe for concurrent use.
@@ -135,8 +152,22 @@ type Store struct {
 	// readiness (checkWrites).
 	refused atomic.Bool
 
+	// cache answers replays (cache.go); nil when Options.CacheBytes is 0.
+	cache *cache
+	// cacheLease and cachePoll pace the replicas' protocol (replica.go),
+	// which every replica's Delete takes part in, cache or not.
+	cacheLease, cachePoll time.Duration
+	// rep is this replica's registration, which the poller keeps
+	// (replica.go); guarded by repMu.
+	rep   replica
+	repMu sync.Mutex
+	// replicaID is rep's id for Delete, nil while it has none.
+	replicaID atomic.Pointer[string]
+	// logLock is the advisory lock deletions are logged under.
+	logLock int64
+
 	stop      chan struct{}
-	done      chan struct{}
+	bg        sync.WaitGroup // the sweeper and the poller
 	closeOnce sync.Once
 }
 
@@ -173,24 +204,27 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
 	s := &Store{
-		pool:    pool,
-		table:   opts.Table,
-		timeout: opts.Timeout,
-		log:     log,
-		sql:     newStatements(quoteTable(opts.Table)),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		pool:       pool,
+		table:      opts.Table,
+		timeout:    opts.Timeout,
+		log:        log,
+		sql:        newStatements(quoteTable(opts.Table), newLogStatements(opts.Table)),
+		cacheLease: cmp.Or(opts.CacheLease, defaultCacheLease),
+		cachePoll:  cmp.Or(opts.CachePoll, defaultCachePoll),
+		logLock:    logLockKey(opts.Table),
+		stop:       make(chan struct{}),
 	}
 	s.batch.s = s
-	interval := opts.SweepInterval
-	if interval == 0 {
-		interval = defaultSweepInterval
+	if opts.CacheBytes > 0 {
+		s.cache = newCache(opts.CacheBytes)
+		s.bg.Add(1)
+		go s.pollLoop()
 	}
-	if interval < 0 {
-		close(s.done)
-		return s, nil
+	interval := cmp.Or(opts.SweepInterval, defaultSweepInterval)
+	if interval > 0 {
+		s.bg.Add(1)
+		go s.sweepLoop(interval)
 	}
-	go s.sweepLoop(interval)
 	return s, nil
 }
 
@@ -283,11 +317,14 @@ func (s *Store) checkWrites(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the sweeper and closes the pool.
+// Close stops the sweeper and the poller, withdraws the cache's
+// registration, waits for the batches in flight (batch.go) and closes the
+// pool. Operations called after it fail with store.ErrUnavailable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
-		<-s.done
+		s.bg.Wait()
+		s.batch.close()
 		s.pool.Close()
 	})
 	return nil

@@ -46,16 +46,30 @@ func newStore(t *testing.T, srv *pgtest.Server, opts Options) *Store {
 func TestConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	// The sweeper is off: an expired row must be absent by itself, not
-	// because it happened to be deleted (the sweep has its own test).
-	s := newStore(t, srv, Options{Table: "conformance", SweepInterval: -1})
+	// because it happened to be deleted (the sweep has its own test). The
+	// cache is on, as by default: a replay it answers keeps the contract.
+	s := newStore(t, srv, Options{Table: "conformance", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		return storetest.Harness{Store: s, Lease: conformanceLease}
 	})
 }
 
+// BenchmarkStore measures the store as configured by default, its cache
+// on; BenchmarkStoreWithoutCache with cache_bytes: 0.
 func BenchmarkStore(b *testing.B) {
+	benchmarkStore(b, Options{}.Defaults().(Options))
+}
+
+func BenchmarkStoreWithoutCache(b *testing.B) {
+	opts := Options{}.Defaults().(Options)
+	opts.CacheBytes = 0
+	benchmarkStore(b, opts)
+}
+
+func benchmarkStore(b *testing.B, opts Options) {
 	srv := pgtest.Start(b)
-	s, err := New(Options{URL: srv.URL()})
+	opts.URL = srv.URL()
+	s, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}

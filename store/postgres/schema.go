@@ -49,11 +49,12 @@ type statements struct {
 	create, index, shape, unique, addLease        string
 	begin, extend, complete, release              string
 	inspect, delete, list, sweep, exists, version string
+	log                                           logStatements
 }
 
 // A lease or record duration travels as milliseconds ($n), and every
 // deadline is computed by the database from its own clock.
-func newStatements(t string) statements {
+func newStatements(t string, log logStatements) statements {
 	// The statements a batch sends together judge expiry by their own
 	// start, statement_timestamp(), not the transaction's, now(): a
 	// statement late in a batch (one that waited for a row lock before
@@ -62,6 +63,9 @@ func newStatements(t string) statements {
 	ms := func(n int) string {
 		return fmt.Sprintf("statement_timestamp() + $%d * interval '1 millisecond'", n)
 	}
+	// A record's time left, in milliseconds of the database's clock, for
+	// the cache (cache.go): never its own clock against expires_at.
+	msLeft := `(extract(epoch FROM expires_at - statement_timestamp()) * 1000)::bigint`
 	// An index lives in its table's schema: its name is never qualified.
 	index := strings.ReplaceAll(strings.Trim(t, `"`), `"."`, "_") + "_expires_at"
 	return statements{
@@ -86,6 +90,7 @@ func newStatements(t string) statements {
 			WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1 AND a.attname = 'key')`,
 		exists:  `SELECT to_regclass($1) IS NOT NULL`,
 		version: `SELECT current_setting('server_version')`,
+		log:     log,
 
 		// The live row, if any, is read first; the insert runs only when
 		// there is none. Under a race with another Begin that committed
@@ -93,7 +98,7 @@ func newStatements(t string) statements {
 		// the no-op update returns it: the statement answers in one round
 		// trip whatever it finds.
 		begin: `WITH cur AS (
-				SELECT token, fingerprint, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > statement_timestamp()
+				SELECT token, fingerprint, head, body, lease, expires_at FROM ` + t + ` WHERE key = $1 AND expires_at > statement_timestamp()
 			), ins AS (
 				INSERT INTO ` + t + ` AS t (key, token, fingerprint, expires_at, lease)
 				SELECT $1, $2, $3, ` + ms(4) + `, $5 WHERE NOT EXISTS (SELECT FROM cur)
@@ -106,9 +111,9 @@ func newStatements(t string) statements {
 					expires_at = CASE WHEN t.expires_at <= statement_timestamp() THEN excluded.expires_at ELSE t.expires_at END
 				RETURNING t.token, t.fingerprint, t.head, t.body, t.lease
 			)
-			SELECT token, fingerprint, head, body, lease FROM ins
+			SELECT token, fingerprint, head, body, lease, 0::bigint FROM ins
 			UNION ALL
-			SELECT token, fingerprint, head, body, lease FROM cur`,
+			SELECT token, fingerprint, head, body, lease, ` + msLeft + ` FROM cur`,
 		extend: `UPDATE ` + t + ` SET expires_at = ` + ms(3) + `
 			WHERE key = $1 AND token = $2 AND head IS NULL AND expires_at > statement_timestamp()`,
 		// A row that already holds exactly this record is this owner's
@@ -139,7 +144,8 @@ func newStatements(t string) statements {
 // shape of an existing one. A database that does not answer is an error
 // wrapping store.ErrUnavailable: the proxy starts anyway and every
 // operation prepares first until it succeeds. A table of another shape is
-// ErrTableShape, naming the table and what differs.
+// ErrTableShape, naming the table and what differs. With a cache, Prepare
+// registers it (replica.go), so that it serves from the first request.
 //
 // Until Prepare is called, Ping creates nothing (--check only looks); each
 // operation prepares the table first until that succeeded once.
@@ -154,7 +160,13 @@ func (s *Store) Prepare(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, prepareTimeout)
 		defer cancel()
 	}
-	return s.ready(ctx)
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.cache != nil {
+		s.poll() // registers: the cache serves from the first request
+	}
+	return nil
 }
 
 // prepareTimeout bounds Prepare when its caller sets no deadline.
@@ -178,6 +190,9 @@ func (s *Store) ready(ctx context.Context) error {
 			return err
 		}
 	} else if err != nil {
+		return err
+	}
+	if err := s.createLog(ctx); err != nil {
 		return err
 	}
 	s.prepared.Store(true)

@@ -20,7 +20,7 @@ const (
 )
 
 func (s *Store) sweepLoop(interval time.Duration) {
-	defer close(s.done)
+	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -29,6 +29,9 @@ func (s *Store) sweepLoop(interval time.Duration) {
 			return
 		case <-t.C:
 			s.sweep()
+			if s.prepared.Load() {
+				s.trimLog()
+			}
 		}
 	}
 }
