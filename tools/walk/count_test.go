@@ -55,3 +55,36 @@ func TestCountOfNoStepIsEmpty(t *testing.T) {
 		t.Errorf("count = %+v, want nothing", w)
 	}
 }
+
+// walkrun prints an exit as the runtime names the function returned to;
+// parse reads it as the module's file, and a file it does not count as
+// outside the walk.
+func TestParseReadsExitsAsTheModulesFiles(t *testing.T) {
+	out := "request\tmiss\t201\n" +
+		"enter\t7\tproxy/handler.go\t(*Handler).ServeHTTP\n" +
+		"enter\t7\tproxy/request.go\tnewRequest\n" +
+		"exit\t7\texample.com/m/proxy/handler.go\texample.com/m/proxy.(*Handler).ServeHTTP\n" +
+		"exit\t7\tnet/http/server.go\tnet/http.HandlerFunc.ServeHTTP\n" +
+		"request\thit\t201\n" +
+		"enter\t7\tproxy/handler.go\t(*Handler).ServeHTTP\n"
+	counted := map[string]bool{"proxy/handler.go": true, "proxy/request.go": true}
+	got, err := parse([]byte(out), "example.com/m", counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].name != "miss" || got[0].status != 201 || got[1].name != "hit" {
+		t.Fatalf("requests = %+v", got)
+	}
+	if w := got[0].walk; len(w.stays) != 3 || w.files != 2 || w.returnCount() != 1 {
+		t.Errorf("miss: %d stays, %d files, %d returns; want 3, 2, 1: %+v", len(w.stays), w.files, w.returnCount(), w.stays)
+	}
+	if s := got[0].walk.stays[2]; s.file != "proxy/handler.go" || s.fn != "(*Handler).ServeHTTP" || s.goroutine != 7 {
+		t.Errorf("the return to ServeHTTP reads as %+v", s)
+	}
+	if len(got[1].walk.stays) != 1 {
+		t.Errorf("hit: %+v", got[1].walk.stays)
+	}
+	if _, err := parse([]byte("garbage\n"), "example.com/m", counted); err == nil {
+		t.Error("parse took a line walkrun does not print")
+	}
+}

@@ -42,10 +42,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "print each request's walk, a line per stay")
 	keep := fs.Bool("keep", false, "keep the instrumented copy, and print where it is")
+	only := fs.String("only", "", "count only the files under these folders, separated by commas (proxy): the others are passed through, as the standard library is")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	walks, err := measure(*keep, stderr)
+	walks, err := measure(*keep, strings.FieldsFunc(*only, func(r rune) bool { return r == ',' }), stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "walk:", err)
 		return 1
@@ -77,8 +78,9 @@ type request struct {
 }
 
 // measure instruments a copy of the module, runs walkrun against it and
-// counts its requests' walks.
-func measure(keep bool, stderr io.Writer) ([]request, error) {
+// counts its requests' walks, in the files under the folders only (all
+// instrumented files when empty).
+func measure(keep bool, only []string, stderr io.Writer) ([]request, error) {
 	root, err := goOutput("", "env", "GOMOD")
 	if err != nil {
 		return nil, err
@@ -113,6 +115,17 @@ func measure(keep bool, stderr io.Writer) ([]request, error) {
 			return nil, err
 		}
 	}
+	counted := instrumented
+	if len(only) > 0 {
+		counted = map[string]bool{}
+		for file := range instrumented {
+			for _, dir := range only {
+				if strings.HasPrefix(file, strings.Trim(dir, "./")+"/") {
+					counted[file] = true
+				}
+			}
+		}
+	}
 	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(work, "walkrun"), "./"+runner)
 	build.Dir, build.Env, build.Stderr = work, append(os.Environ(), "GOWORK=off"), stderr
 	if err := build.Run(); err != nil {
@@ -124,7 +137,7 @@ func measure(keep bool, stderr io.Writer) ([]request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walkrun: %w", err)
 	}
-	return parse(out, module, instrumented)
+	return parse(out, module, counted)
 }
 
 // instrumentedDir reports whether the functions of the package in dir are
@@ -178,9 +191,9 @@ func copyFile(src, dst string, edit func([]byte) ([]byte, error)) error {
 
 // parse reads walkrun's output: a "request" line per request, then its
 // events. An exit names the function returned to as the runtime does
-// (module/dir/file.go, module/dir.(*T).f); a file not instrumented is
-// outside the walk.
-func parse(out []byte, module string, instrumented map[string]bool) ([]request, error) {
+// (module/dir/file.go, module/dir.(*T).f); a file not counted is outside
+// the walk.
+func parse(out []byte, module string, counted map[string]bool) ([]request, error) {
 	var reqs []request
 	var steps []step
 	done := func() {
@@ -203,7 +216,7 @@ func parse(out []byte, module string, instrumented map[string]bool) ([]request, 
 			if f[0] == "exit" {
 				file, fn = strings.TrimPrefix(file, module+"/"), shortName(fn)
 			}
-			if !instrumented[file] {
+			if !counted[file] {
 				file = ""
 			}
 			steps = append(steps, step{goroutine: g, file: file, fn: fn})
