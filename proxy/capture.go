@@ -421,6 +421,39 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 	return &c.rec
 }
 
+// trailers are the trailer fields the upstream sent after the body, as the
+// reverse proxy left them in the capture's header: those it announced
+// under the Trailer field, and those under http.TrailerPrefix. The
+// control header's were removed when the call ended (capture.end). nil
+// when there are none: only a flushed response can have any.
+func (c *capture) trailers() http.Header {
+	if !c.flushed {
+		return nil
+	}
+	var out http.Header
+	add := func(k string, v []string) {
+		if len(v) == 0 {
+			return
+		}
+		if out == nil {
+			out = make(http.Header)
+		}
+		out[http.CanonicalHeaderKey(k)] = v
+	}
+	for _, list := range c.hdr["Trailer"] {
+		for name := range strings.SplitSeq(list, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			add(name, c.hdr[name])
+		}
+	}
+	for k, v := range c.hdr {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			add(name, v)
+		}
+	}
+	return out
+}
+
 // fieldsSize is the size recordableHeader counts for fields h.
 func fieldsSize(h http.Header) int64 {
 	var size int64

@@ -3,7 +3,6 @@ package proxy
 import (
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
@@ -153,15 +152,4 @@ func (h *Handler) detachedEnded(q *request) {
 	if q.reportLater {
 		h.report(q, q.ran.outcome, q.ran.status)
 	}
-}
-
-// headers recycles the response headers of executed requests: the reverse
-// proxy fills one (capture.hdr) while the client's own stays the handler's.
-var headers = sync.Pool{New: func() any { return make(http.Header) }}
-
-func newHeader() http.Header { return headers.Get().(http.Header) }
-
-func putHeader(h http.Header) {
-	clear(h)
-	headers.Put(h)
 }

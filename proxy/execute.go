@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
@@ -85,6 +86,17 @@ func (h *Handler) call(q *request) {
 	}
 	q.ended.Store(true)
 	q.signal()
+}
+
+// headers recycles the response headers of executed requests: the reverse
+// proxy fills one (capture.hdr) while the client's own stays the handler's.
+var headers = sync.Pool{New: func() any { return make(http.Header) }}
+
+func newHeader() http.Header { return headers.Get().(http.Header) }
+
+func putHeader(h http.Header) {
+	clear(h)
+	headers.Put(h)
 }
 
 // serveUpstream runs the reverse proxy and reports whether it panicked.

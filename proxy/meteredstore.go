@@ -64,3 +64,12 @@ func (s meteredStore) Release(ctx context.Context, key, token string) error {
 func failed(err error) bool {
 	return err != nil && !errors.Is(err, store.ErrLockLost) && !errors.Is(err, store.ErrUnreadable)
 }
+
+// observeStore counts one store operation: its duration, and its error.
+func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
+	om := m.ops[op]
+	om.duration.Observe(d.Seconds())
+	if failed {
+		om.errors.Inc()
+	}
+}

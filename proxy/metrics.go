@@ -349,14 +349,6 @@ func (rm *routeMetrics) observe(o Outcome, d time.Duration) {
 	om.duration.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
-	om := m.ops[op]
-	om.duration.Observe(d.Seconds())
-	if failed {
-		om.errors.Inc()
-	}
-}
-
 // ObservePing records a readiness ping of the store.
 func (m *Metrics) ObservePing(d time.Duration, err error) {
 	m.observeStore(opPing, d, err != nil)

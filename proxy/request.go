@@ -62,7 +62,7 @@ type request struct {
 	upstreamTook atomic.Int64
 
 	// scopeSum is the hash of the scope values once scoped: computed
-	// when first asked for (lookup.go), as churn and the record do.
+	// when first asked for (fingerprint.go), as churn and the record do.
 	scopeSum [16]byte
 	scoped   bool
 	// graphql is how a GraphQL route read the request (graphql.go); in

@@ -2,8 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"fmt"
-	"math"
 	"slices"
 	"time"
 )
@@ -175,68 +173,58 @@ func appendFields(dst []byte, h map[string][]string) []byte {
 	return dst
 }
 
-// DecodeRecord decodes an encoded record. Every length is checked against
-// the input, so corrupt input yields an error wrapping ErrCorrupt, never a
-// panic or an oversized allocation. The returned Body, header names and
-// header values alias b: callers pass a buffer they never modify again.
-func DecodeRecord(b []byte) (*Record, error) {
-	d := decoder{b: b}
-	version := d.byte()
-	if version != recordVersion && version != recordVersionTrailers {
-		return nil, d.fail(fmt.Sprintf("unknown version %d", version))
+// Encoded lease description, version 1, everything of a Lease but its
+// fingerprint (which each store keeps where it keeps a record's):
+//
+//	version   1 byte
+//	method, host, path, route   uvarint length + bytes each
+//	started   varint Unix milliseconds (0 when unknown)
+//	instance, trace id          uvarint length + bytes each
+//
+// A lease that describes nothing encodes to no bytes at all, as leases
+// stored before they were described read: stores append the description
+// after a lease's fixed fields, so a lease of either version reads.
+
+// leaseVersion is the first byte of an encoded lease description.
+const leaseVersion = 1
+
+// EncodedLeaseSize is the exact length of AppendLease's encoding of l.
+func EncodedLeaseSize(l *Lease) int {
+	if l.describesNothing() {
+		return 0
 	}
-	flags := d.byte()
-	if flags&^knownFlags != 0 {
-		return nil, d.fail(fmt.Sprintf("unknown flags %#x", flags))
+	q := &l.Request
+	return 1 + stringLen(q.Method) + stringLen(q.Host) + stringLen(q.Path) + stringLen(q.Route) +
+		varintLen(startedMillis(q.StartedAt)) + stringLen(l.Instance) + stringLen(l.TraceID)
+}
+
+// AppendLease appends the encoding of l's description (not its
+// fingerprint) to dst. With room for EncodedLeaseSize(l) it does not
+// allocate.
+func AppendLease(dst []byte, l *Lease) []byte {
+	if l.describesNothing() {
+		return dst
 	}
-	var rec Record
-	var sealed *Sealed
-	rec.BodyOmitted = flags&flagBodyOmitted != 0
-	status := d.uvarint()
-	if status > math.MaxInt32 {
-		return nil, d.fail("status out of range")
+	q := &l.Request
+	dst = append(dst, leaseVersion)
+	dst = appendString(dst, q.Method)
+	dst = appendString(dst, q.Host)
+	dst = appendString(dst, q.Path)
+	dst = appendString(dst, q.Route)
+	dst = binary.AppendVarint(dst, startedMillis(q.StartedAt))
+	dst = appendString(dst, l.Instance)
+	return appendString(dst, l.TraceID)
+}
+
+func (l *Lease) describesNothing() bool {
+	return l.Request.IsZero() && l.Instance == "" && l.TraceID == ""
+}
+
+func startedMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
 	}
-	rec.Status = int(status)
-	copy(rec.Fingerprint[:], d.bytes(len(rec.Fingerprint)))
-	if flags&flagCreatedAt != 0 {
-		rec.CreatedAt = time.UnixMilli(d.varint()).UTC()
-	}
-	if flags&flagRequest != 0 {
-		rec.Request = d.request()
-	}
-	if flags&flagLookup != 0 {
-		copy(rec.Lookup.Key[:], d.bytes(len(rec.Lookup.Key)))
-		copy(rec.Lookup.Scope[:], d.bytes(len(rec.Lookup.Scope)))
-	}
-	if flags&flagSealed != 0 {
-		sealed = d.sealed()
-	}
-	if body := d.bytes(d.length()); len(body) > 0 {
-		if rec.BodyOmitted || sealed != nil {
-			return nil, d.fail("body present on a record with body omitted or sealed")
-		}
-		rec.Body = body[:len(body):len(body)]
-	}
-	if version == recordVersionTrailers {
-		rec.Trailer = d.trailers()
-		if d.err == nil && (len(rec.Trailer) == 0 || sealed != nil) {
-			return nil, d.fail("trailer section empty or on a sealed record")
-		}
-	}
-	if sealed != nil {
-		return d.sealedEnd(&rec, sealed)
-	}
-	out, err := d.headers(&rec)
-	if err != nil {
-		return nil, err
-	}
-	if d.err == nil && d.off != len(d.b) {
-		return nil, d.fail("trailing bytes")
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return out, nil
+	return t.UnixMilli()
 }
 
 // sortedNamesOnStack covers the header count of nearly every response

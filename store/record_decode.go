@@ -8,6 +8,103 @@ import (
 	"unsafe"
 )
 
+// DecodeRecord decodes an encoded record. Every length is checked against
+// the input, so corrupt input yields an error wrapping ErrCorrupt, never a
+// panic or an oversized allocation. The returned Body, header names and
+// header values alias b: callers pass a buffer they never modify again.
+func DecodeRecord(b []byte) (*Record, error) {
+	d := decoder{b: b}
+	version := d.byte()
+	if version != recordVersion && version != recordVersionTrailers {
+		return nil, d.fail(fmt.Sprintf("unknown version %d", version))
+	}
+	flags := d.byte()
+	if flags&^knownFlags != 0 {
+		return nil, d.fail(fmt.Sprintf("unknown flags %#x", flags))
+	}
+	var rec Record
+	var sealed *Sealed
+	rec.BodyOmitted = flags&flagBodyOmitted != 0
+	status := d.uvarint()
+	if status > math.MaxInt32 {
+		return nil, d.fail("status out of range")
+	}
+	rec.Status = int(status)
+	copy(rec.Fingerprint[:], d.bytes(len(rec.Fingerprint)))
+	if flags&flagCreatedAt != 0 {
+		rec.CreatedAt = time.UnixMilli(d.varint()).UTC()
+	}
+	if flags&flagRequest != 0 {
+		rec.Request = d.request()
+	}
+	if flags&flagLookup != 0 {
+		copy(rec.Lookup.Key[:], d.bytes(len(rec.Lookup.Key)))
+		copy(rec.Lookup.Scope[:], d.bytes(len(rec.Lookup.Scope)))
+	}
+	if flags&flagSealed != 0 {
+		sealed = d.sealed()
+	}
+	if body := d.bytes(d.length()); len(body) > 0 {
+		if rec.BodyOmitted || sealed != nil {
+			return nil, d.fail("body present on a record with body omitted or sealed")
+		}
+		rec.Body = body[:len(body):len(body)]
+	}
+	if version == recordVersionTrailers {
+		rec.Trailer = d.trailers()
+		if d.err == nil && (len(rec.Trailer) == 0 || sealed != nil) {
+			return nil, d.fail("trailer section empty or on a sealed record")
+		}
+	}
+	if sealed != nil {
+		return d.sealedEnd(&rec, sealed)
+	}
+	out, err := d.headers(&rec)
+	if err != nil {
+		return nil, err
+	}
+	if d.err == nil && d.off != len(d.b) {
+		return nil, d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return out, nil
+}
+
+// DecodeLease decodes a lease description encoded by AppendLease, with
+// fingerprint fp. No bytes is a lease that describes nothing. The strings
+// are copied out of b, in one allocation. Corrupt input is an error
+// wrapping ErrCorrupt, never a panic.
+func DecodeLease(b []byte, fp Fingerprint) (Lease, error) {
+	l := Lease{Fingerprint: fp}
+	if len(b) == 0 {
+		return l, nil
+	}
+	if b[0] != leaseVersion {
+		return Lease{}, fmt.Errorf("%w: lease of unknown version %d", ErrCorrupt, b[0])
+	}
+	// One string holds every field: they are slices of it.
+	s := string(b)
+	d := decoder{b: unsafe.Slice(unsafe.StringData(s), len(s)), off: 1}
+	l.Request.Method = d.string()
+	l.Request.Host = d.string()
+	l.Request.Path = d.string()
+	l.Request.Route = d.string()
+	if ms := d.varint(); ms != 0 && d.err == nil {
+		l.Request.StartedAt = time.UnixMilli(ms).UTC()
+	}
+	l.Instance = d.string()
+	l.TraceID = d.string()
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return Lease{}, fmt.Errorf("lease: %w", d.err)
+	}
+	return l, nil
+}
+
 // decoder reads an encoded record. After the first error every read returns
 // a zero value, so callers check d.err once at the end of a section.
 type decoder struct {

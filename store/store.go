@@ -192,6 +192,23 @@ type BeginResult struct {
 	ExpiredAt time.Time
 }
 
+// Lease describes a lease on a key: the fingerprint of the request that
+// holds it, that request as operators see it, and the proxy process
+// running it. Begin stores it with the lease; Begin (for a key in flight),
+// Inspect and List return it. Like Request, it never holds a query or a
+// body.
+type Lease struct {
+	Fingerprint Fingerprint
+	// Request is the request holding the key.
+	Request Request
+	// Instance names the proxy process that holds the lease
+	// (docs/operating.md, "Instance").
+	Instance string
+	// TraceID is the trace of the request holding the key, in hex, when
+	// tracing is on; "" otherwise.
+	TraceID string
+}
+
 // Record is a recorded upstream response.
 type Record struct {
 	// Status is the HTTP status code.

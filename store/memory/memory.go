@@ -174,6 +174,50 @@ func found(e *entry, enc []byte) (store.BeginResult, error) {
 	return store.BeginResult{State: store.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 }
 
+// encodings recycles the buffers records are encoded into before they are
+// copied into a slab.
+var encodings = sync.Pool{New: func() any { return new([]byte) }}
+
+// encode returns rec encoded, in a buffer to give back with putEncoding.
+func encode(rec *store.Record) *[]byte {
+	buf := encodings.Get().(*[]byte)
+	*buf = store.AppendRecord((*buf)[:0], rec)
+	return buf
+}
+
+// encodeLease returns l's description encoded, in a buffer to give back
+// with putEncoding.
+func encodeLease(l *store.Lease) *[]byte {
+	buf := encodings.Get().(*[]byte)
+	*buf = store.AppendLease((*buf)[:0], l)
+	return buf
+}
+
+// putEncoding recycles buf, unless it grew too large to keep.
+func putEncoding(buf *[]byte) {
+	if cap(*buf) <= slabSize {
+		encodings.Put(buf)
+	}
+}
+
+// decodeLease decodes a stored lease description of a lease on fp.
+func decodeLease(enc []byte, fp store.Fingerprint) (store.Lease, error) {
+	l, err := store.DecodeLease(enc, fp)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("memory store: %w", err)
+	}
+	return l, nil
+}
+
+// decode decodes a stored record; the record's body aliases enc.
+func decode(enc []byte) (*store.Record, error) {
+	rec, err := store.DecodeRecord(enc)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	return rec, nil
+}
+
 // Extend renews the lease of token on key.
 func (s *Store) Extend(_ context.Context, key, token string, lease time.Duration) error {
 	h, sh := s.locate(key)
