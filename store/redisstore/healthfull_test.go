@@ -1,6 +1,12 @@
 package redisstore
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+)
 
 // TestMasterUsingAllItsMaxmemoryIsFull checks when a master's INFO makes
 // Health report the store full: under noeviction, from the moment it uses
@@ -32,5 +38,27 @@ func TestNodeErrorsNameTheClusterMaster(t *testing.T) {
 	}
 	if got, want := at(node{addr: "10.0.0.7:7000"}), "10.0.0.7:7000: "; got != want {
 		t.Errorf("at(a Cluster master) = %q, want %q", got, want)
+	}
+}
+
+// TestRefusedWriteShowsTheStoreFullForAWhile checks that Health reports
+// the store full for fullWindow after Redis refused a write for lack of
+// memory, though the master no longer uses all of its maxmemory, and not
+// after.
+func TestRefusedWriteShowsTheStoreFullForAWhile(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	s := newStore(t, Options{URL: srv.URL()})
+	for _, c := range []struct {
+		ago  time.Duration
+		want bool
+	}{
+		{fullWindow / 2, true},
+		{fullWindow + time.Second, false},
+	} {
+		s.lastFull.Store(time.Now().Add(-c.ago).UnixNano())
+		h, err := s.Health(context.Background())
+		if err != nil || h.Full != c.want {
+			t.Errorf("Health %v after a refused write = %+v, %v; want full %v", c.ago, h, err, c.want)
+		}
 	}
 }
