@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -51,5 +53,29 @@ func TestOneAddressWithoutAMasterNameIsASingleNode(t *testing.T) {
 	sentinels := Options{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, MasterName: "m"}
 	if _, ok := newStore(t, sentinels).c.(*redis.ClusterClient); ok {
 		t.Error("two Sentinel addresses with a MasterName: a Cluster client")
+	}
+}
+
+// TestDefaultsAreTheDocumentedOnes checks the defaults against the table
+// of docs/configuration.md, which operators read.
+func TestDefaultsAreTheDocumentedOnes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := func(key string) string {
+		m := regexp.MustCompile("(?m)^\\| `store\\.redis\\." + key + "` \\| `([^`]*)` \\|").FindSubmatch(doc)
+		if m == nil {
+			t.Fatalf("docs/configuration.md has no row for store.redis.%s", key)
+		}
+		return string(m[1])
+	}
+	if got, want := DefaultKeyPrefix, documented("key_prefix"); got != want {
+		t.Errorf("DefaultKeyPrefix = %q, documented %q", got, want)
+	}
+	for key, got := range map[string]time.Duration{"timeout": DefaultTimeout, "replica_ack_timeout": DefaultReplicaAckTimeout} {
+		if want, err := time.ParseDuration(documented(key)); err != nil || got != want {
+			t.Errorf("the default of %s is %v, documented %q", key, got, documented(key))
+		}
 	}
 }
