@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +71,29 @@ func TestMarkWrittenLongerThanHalfItsTTLAgoIsNotCompared(t *testing.T) {
 	setBack()
 	if lost := check(); len(lost) != 1 || lost[0].Cause != "rolled_back" {
 		t.Errorf("a mark written just before, found behind: %v; want it rolled back", lost)
+	}
+}
+
+// TestAcknowledgedMarkOutlivesAnUnacknowledgedAdvance checks that a check
+// whose advance no replica acknowledged leaves the last acknowledged mark
+// as what is compared: a Redis found below that mark on the next check
+// lost acknowledged writes, and it is reported.
+func TestAcknowledgedMarkOutlivesAnUnacknowledgedAdvance(t *testing.T) {
+	s, master, replica := patientlyReplicated(t)
+	ctx := context.Background()
+	forgot(t, s)
+	forgot(t, s) // acknowledged: mark 2
+	mark := s.markKey(s.markerKey("0"))
+	replica.Pause()
+	if got := forgot(t, s); len(got) != 0 { // mark 3, unacknowledged
+		replica.Resume()
+		t.Fatalf("a check with the replica paused: %q", got)
+	}
+	replica.Resume()
+	if err := master.Client(t).Set(ctx, mark, "1", markTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := forgot(t, s); len(got) != 1 || !strings.Contains(got[0], "older copy") {
+		t.Fatalf("Redis below the last acknowledged mark, after an unacknowledged advance: %q; want one loss naming the older copy", got)
 	}
 }
