@@ -277,16 +277,26 @@ func (s *Store) markerKeys(ctx context.Context) ([]string, error) {
 	}
 	var keys []string
 	for _, ranges := range owner {
-		for tag := 0; tag < 1<<20; tag++ {
-			slot := keySlot(strconv.Itoa(tag))
-			if slices.ContainsFunc(ranges, func(r [2]int) bool { return slot >= r[0] && slot <= r[1] }) {
-				keys = append(keys, s.markerKey(strconv.Itoa(tag)))
-				break
-			}
+		if tag, ok := firstTag(ranges); ok {
+			keys = append(keys, s.markerKey(tag))
 		}
 	}
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// firstTag is the first tag, "0", "1", …, whose hash slot lies in one of
+// ranges (each from its first slot to its last, both included). Every slot
+// is the slot of a tag below 1<<20.
+func firstTag(ranges [][2]int) (string, bool) {
+	for tag := 0; tag < 1<<20; tag++ {
+		t := strconv.Itoa(tag)
+		slot := keySlot(t)
+		if slices.ContainsFunc(ranges, func(r [2]int) bool { return slot >= r[0] && slot <= r[1] }) {
+			return t, true
+		}
+	}
+	return "", false
 }
 
 // addrOfKey names the Cluster master serving k, for the log line; "" when

@@ -86,10 +86,17 @@ func nodeHealth(ctx context.Context, n node) (nodeState, error) {
 	if st.policy == "" {
 		st.policy = "unknown"
 	}
+	st.full = full(st.policy, f)
+	return st, nil
+}
+
+// full reports a master under policy whose INFO fields f show it using all
+// of its maxmemory: it then refuses writes. Under an evicting policy, or
+// with no maxmemory, it makes room instead.
+func full(policy string, f map[string]string) bool {
 	used, _ := strconv.ParseInt(f["used_memory"], 10, 64)
 	limit, _ := strconv.ParseInt(f["maxmemory"], 10, 64)
-	st.full = st.policy == "noeviction" && limit > 0 && used >= limit
-	return st, nil
+	return policy == "noeviction" && limit > 0 && used >= limit
 }
 
 // isRedisError tells a reply Redis sent (a disabled or renamed CONFIG) from

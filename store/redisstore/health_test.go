@@ -105,6 +105,10 @@ func TestErrorsNameTheirCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t, Options{URL: tt.url, Timeout: time.Second})
+			// With replica_ack, each write is followed by a WAIT: in a batch,
+			// or on a connection of its own for a large record.
+			acked := newStore(t, Options{URL: tt.url, Timeout: time.Second, ReplicaAck: 1})
+			large := &store.Record{Status: 200, Body: make([]byte, maxPipelined+1)}
 			ctx := context.Background()
 			ops := map[string]func() error{
 				"ping":   func() error { return s.Ping(ctx) },
@@ -112,6 +116,13 @@ func TestErrorsNameTheirCause(t *testing.T) {
 				"begin":  func() error { _, err := s.Begin(ctx, "k", store.Lease{}, time.Minute); return err },
 				"extend": func() error { return s.Extend(ctx, "k", "t", time.Minute) },
 				"list":   func() error { _, _, err := s.List(ctx, 0, "", 10); return err },
+				"begin with replica_ack": func() error {
+					_, err := acked.Begin(ctx, "k", store.Lease{}, time.Minute)
+					return err
+				},
+				"complete of a large record with replica_ack": func() error {
+					return acked.Complete(ctx, "k", "t", large, time.Minute)
+				},
 			}
 			for op, fn := range ops {
 				err := fn()

@@ -54,10 +54,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// decodeEntry describes the value v of key, which expires in ttl.
+// decodeEntry describes the value v of key, which expires in ttl (PTTL's
+// answer: negative when the key has no expiry, 0 in its last millisecond).
 func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.Entry, error) {
 	e := store.Entry{Key: key}
-	if ttl > 0 {
+	if ttl >= 0 {
 		e.ExpiresAt = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
 	}
 	switch {

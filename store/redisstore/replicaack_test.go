@@ -120,6 +120,10 @@ func TestReplicaAckOffSendsNoWait(t *testing.T) {
 	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 200}, time.Hour); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
+	// The memory-loss markers' check and advance (epoch.go).
+	if _, err := s.Health(ctx); err != nil {
+		t.Fatalf("Health: %v", err)
+	}
 	info := master.Client(t).Info(ctx, "commandstats").Val()
 	if strings.Contains(info, "cmdstat_wait:") {
 		t.Errorf("replica_ack 0 sent WAIT:\n%s", info)
