@@ -209,6 +209,17 @@ func TestStatusURLAnswersGetAndHeadOnly(t *testing.T) {
 	}
 }
 
+// Without an async_secret respond-async is off and there are no status
+// URLs: a request under async_path is the upstream's, as any other path.
+func TestWithoutAnAsyncSecretTheStatusPathIsForwarded(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.do(t, "GET", DefaultAsyncPath+"x", "", "")
+	if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
+		t.Fatalf("GET %sx without an async_secret: %d %s, upstream saw %d requests; want the upstream's 201",
+			DefaultAsyncPath, r.StatusCode, r.body, e.up.calls.Load())
+	}
+}
+
 func TestUpstreamKeepsTheOtherPreferences(t *testing.T) {
 	h := http.Header{"Prefer": {"return=minimal, respond-async; x=1", "Respond-Async, wait=5"}}
 	dropRespondAsync(h)
