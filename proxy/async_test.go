@@ -197,6 +197,21 @@ func TestRespondAsyncWithoutRoomAmongDetachedCallsIsServedSynchronously(t *testi
 	}
 }
 
+// A respond-async call counts its request body and max_response_body
+// toward upstream.max_detached_bytes, as any detached call does.
+func TestRespondAsyncPastMaxDetachedBytesIsServedSynchronously(t *testing.T) {
+	e, arrived, release := asyncEnv(t, func(o *Options) { o.MaxDetachedBytes = o.Default.MaxResponseBody })
+	close(release)
+	r := e.do(t, "POST", "/x", "a", "{}", "Prefer", "respond-async") // "{}" does not fit beside max_response_body
+	<-arrived
+	if r.StatusCode != http.StatusCreated || r.Header.Get("Preference-Applied") != "" {
+		t.Fatalf("past max_detached_bytes: %d, want the upstream's 201 without Preference-Applied", r.StatusCode)
+	}
+	if n := testutil.ToFloat64(e.handler.metrics.detachRefused); n != 1 {
+		t.Errorf("detach refused = %v, want 1", n)
+	}
+}
+
 func TestStatusURLAnswersGetAndHeadOnly(t *testing.T) {
 	e, _, release := asyncEnv(t)
 	close(release)
