@@ -76,3 +76,40 @@ func TestReplayExcludeHeadersHoldForTrailers(t *testing.T) {
 		t.Fatalf("replay carries the first caller's Set-Cookie %q in its trailers", v)
 	}
 }
+
+// An answer whose header, body and trailers come to exactly
+// max_response_body is recorded whole, trailers included; one byte more
+// and its body and trailers are left out.
+func TestAnswerOfExactlyTheRecordLimitWithTrailersIsRecordedWhole(t *testing.T) {
+	const limit = 1024
+	// What the record counts of each field: name, value, ": " and CRLF.
+	fixed := len("Content-Type") + len("text/plain") + 4 + len("ok") + len("X-Sum") + 4
+	for name, over := range map[string]int{"exactly the limit": 0, "one byte over": 1} {
+		t.Run(name, func(t *testing.T) {
+			sum := strings.Repeat("s", limit-fixed+over)
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				h := w.Header()
+				h["Date"] = nil // not sent: the record holds Content-Type alone
+				h.Set("Content-Type", "text/plain")
+				h.Set("Trailer", "X-Sum")
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte("ok"))
+				h.Set("X-Sum", sum)
+			}, withPolicy(func(p *Policy) { p.MaxResponseBody = limit }))
+			if first := e.do(t, "POST", "/x", "k", "{}"); first.body != "ok" || first.Trailer.Get("X-Sum") != sum {
+				t.Fatalf("first: %d %q with trailers %d bytes, want the whole answer", first.StatusCode, first.body, len(first.Trailer.Get("X-Sum")))
+			}
+			r := e.do(t, "POST", "/x", "k", "{}")
+			if !r.replayed() || r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
+				t.Fatalf("retry: %d replayed=%v after %d executions, want the recorded 201", r.StatusCode, r.replayed(), e.up.calls.Load())
+			}
+			whole := over == 0
+			omitted := r.Header.Get("Idempotent-Body-Omitted") == "true"
+			kept := r.body == "ok" && r.Trailer.Get("X-Sum") == sum
+			if kept != whole || omitted == whole || !whole && (r.body != "" || r.Trailer.Get("X-Sum") != "") {
+				t.Errorf("%d bytes, limit %d: replayed %q with a %d-byte trailer, omitted %v; want the whole answer %v",
+					limit+over, limit, r.body, len(r.Trailer.Get("X-Sum")), omitted, whole)
+			}
+		})
+	}
+}
