@@ -161,7 +161,8 @@ func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {
 }
 
 // With max_execution equal to upstream.timeout, nothing goes on detached:
-// the call is cancelled when the client's timeout passes.
+// the call is cancelled when the client's timeout passes, and the client
+// is told so.
 func TestMaxExecutionEqualToTimeoutCancelsAtTimeout(t *testing.T) {
 	e, clock, arrived, _ := slowEnv(t, func(o *Options) { o.MaxExecution = testTimeout })
 	first := e.goDo(t, "k")
@@ -170,6 +171,9 @@ func TestMaxExecutionEqualToTimeoutCancelsAtTimeout(t *testing.T) {
 	r := <-first
 	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
 		t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+	}
+	if !strings.Contains(r.body, "within the upstream timeout") {
+		t.Errorf("detail of %s: want the upstream timeout named as what passed", r.body)
 	}
 	if got := testutil.ToFloat64(e.handler.metrics.detached); got != 0 {
 		t.Errorf("detached requests = %v, want 0", got)
