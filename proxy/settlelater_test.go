@@ -336,3 +336,29 @@ func TestLastTryOnABackoffStepGoesBeforeItsRenewal(t *testing.T) {
 			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
 	}
 }
+
+// A try at settling renews the lease once a third of lock_ttl or less is
+// left of it, exactly a third too: with a lock_ttl of 1.125 s the try
+// 750 ms in renews it, and that renewal keeps the key for the store that
+// stops answering renewals just after and takes records again 1.8 s in,
+// past the lease's first end.
+func TestRecordRetryRenewsTheLeaseWithExactlyAThirdLeft(t *testing.T) {
+	const lockTTL = 1125 * time.Millisecond
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	noRenewals := began.Add(time.Second)
+	st.blackholeExtend.Store(&noRenewals)
+	back := began.Add(1800 * time.Millisecond)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(3*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling three lock_ttls later", n)
+	}
+	clock.Advance(2 * lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
