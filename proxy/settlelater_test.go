@@ -362,3 +362,28 @@ func TestRecordRetryRenewsTheLeaseWithExactlyAThirdLeft(t *testing.T) {
 			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
 	}
 }
+
+// Under a lock_ttl below a second the last try goes out a tenth of it
+// before the lease ends, not 100 ms: with a lock_ttl of 500 ms, 450 ms
+// in. A store that answers no renewal and takes records again 420 ms in
+// still gets the record.
+func TestLastTryOfAShortLeaseIsATenthOfLockTTLBeforeItsEnd(t *testing.T) {
+	const lockTTL = 500 * time.Millisecond
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	never := began.Add(time.Hour)
+	st.extendBack.Store(&never)
+	back := began.Add(420 * time.Millisecond)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
