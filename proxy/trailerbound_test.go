@@ -113,3 +113,36 @@ func TestAnswerOfExactlyTheRecordLimitWithTrailersIsRecordedWhole(t *testing.T) 
 		})
 	}
 }
+
+// An answer that declares a length of 0 and still carries trailers (an
+// HTTP/2 upstream can send one) is replayed as it came: with its
+// Content-Length of 0, and its trailers.
+func TestEmptyAnswerWithTrailersIsReplayedWithItsDeclaredLength(t *testing.T) {
+	envOverH2C = true // the client reads the trailers beside a length only over HTTP/2
+	t.Cleanup(func() { envOverH2C = false })
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "0")
+		w.Header().Set("Trailer", "X-Sum")
+		w.WriteHeader(http.StatusCreated)
+		w.Header().Set("X-Sum", "s1")
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, nil, func(o *Options) { o.Upstream, o.UpstreamProtocol = u, UpstreamH2C })
+	first := e.do(t, "POST", "/x", "k", "{}")
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if !replay.replayed() || replay.StatusCode != http.StatusCreated {
+		t.Fatalf("retry: %d replayed=%v, want the recorded 201", replay.StatusCode, replay.replayed())
+	}
+	for name, r := range map[string]*response{"first": first, "replay": replay} {
+		if r.ContentLength != 0 || r.Header.Get("Content-Length") != "0" || r.Trailer.Get("X-Sum") != "s1" {
+			t.Errorf("%s: Content-Length %d (%q), trailer X-Sum %q; want the declared 0 and s1", name, r.ContentLength, r.Header.Get("Content-Length"), r.Trailer.Get("X-Sum"))
+		}
+	}
+}
