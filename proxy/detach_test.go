@@ -250,6 +250,40 @@ func TestTimeoutDuringBodyRecordsWholeAnswer(t *testing.T) {
 	}
 }
 
+// An answer whose body max_execution cuts short is, under keep, recorded
+// as the call max_execution ended: its 502 says so, not only that the
+// answer was cut.
+func TestAnswerCutAtMaxExecutionIsRecordedAsMaxExecution(t *testing.T) {
+	started := make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("part one,"))
+		http.NewResponseController(w).Flush()
+		close(started)
+		<-r.Context().Done() // the rest never comes
+	}, func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution
+		o.Default.OnUpstreamError = UpstreamErrorKeep
+	})
+	clock := newFakeClock()
+	e.handler.clock = clock
+	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	clock.Advance(testTimeout) // the client's response is cut; the call goes on
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	clock.Advance(testMaxExecution - testTimeout)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "max_execution") {
+		t.Fatalf("retry: %d replayed=%v %s, want the recorded 502 naming max_execution", r.StatusCode, r.replayed(), r.body)
+	}
+}
+
 // A client that disconnects detaches its call the same way: counted while
 // it runs, bounded by max_execution, its request reported when it ends.
 func TestClientDisconnectDetaches(t *testing.T) {
