@@ -284,6 +284,26 @@ func TestAnswerCutAtMaxExecutionIsRecordedAsMaxExecution(t *testing.T) {
 	}
 }
 
+// An answer cut short ends its call as the reverse proxy ends it, with
+// http.ErrAbortHandler: an expected end, not logged as a panic of the
+// proxy's.
+func TestAnswerCutShortIsNotLoggedAsAPanic(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.Write([]byte("ten bytes."))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the rest never comes
+	}, withLog(&logs))
+	e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lines := logs.lines(t, "panicked"); len(lines) != 0 {
+		t.Errorf("an answer cut short was logged as a panic: %v", lines)
+	}
+}
+
 // A client that disconnects detaches its call the same way: counted while
 // it runs, bounded by max_execution, its request reported when it ends.
 func TestClientDisconnectDetaches(t *testing.T) {
