@@ -197,6 +197,21 @@ func TestRespondAsyncWithoutRoomAmongDetachedCallsIsServedSynchronously(t *testi
 	}
 }
 
+// A respond-async call counts its request body and max_response_body
+// toward upstream.max_detached_bytes, as any detached call does.
+func TestRespondAsyncPastMaxDetachedBytesIsServedSynchronously(t *testing.T) {
+	e, arrived, release := asyncEnv(t, func(o *Options) { o.MaxDetachedBytes = o.Default.MaxResponseBody })
+	close(release)
+	r := e.do(t, "POST", "/x", "a", "{}", "Prefer", "respond-async") // "{}" does not fit beside max_response_body
+	<-arrived
+	if r.StatusCode != http.StatusCreated || r.Header.Get("Preference-Applied") != "" {
+		t.Fatalf("past max_detached_bytes: %d, want the upstream's 201 without Preference-Applied", r.StatusCode)
+	}
+	if n := testutil.ToFloat64(e.handler.metrics.detachRefused); n != 1 {
+		t.Errorf("detach refused = %v, want 1", n)
+	}
+}
+
 func TestStatusURLAnswersGetAndHeadOnly(t *testing.T) {
 	e, _, release := asyncEnv(t)
 	close(release)
@@ -206,6 +221,17 @@ func TestStatusURLAnswersGetAndHeadOnly(t *testing.T) {
 	}
 	if n := e.up.calls.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests, want 0", n)
+	}
+}
+
+// Without an async_secret respond-async is off and there are no status
+// URLs: a request under async_path is the upstream's, as any other path.
+func TestWithoutAnAsyncSecretTheStatusPathIsForwarded(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.do(t, "GET", DefaultAsyncPath+"x", "", "")
+	if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
+		t.Fatalf("GET %sx without an async_secret: %d %s, upstream saw %d requests; want the upstream's 201",
+			DefaultAsyncPath, r.StatusCode, r.body, e.up.calls.Load())
 	}
 }
 

@@ -161,7 +161,8 @@ func TestMaxExecutionAppliesOnUpstreamError(t *testing.T) {
 }
 
 // With max_execution equal to upstream.timeout, nothing goes on detached:
-// the call is cancelled when the client's timeout passes.
+// the call is cancelled when the client's timeout passes, and the client
+// is told so.
 func TestMaxExecutionEqualToTimeoutCancelsAtTimeout(t *testing.T) {
 	e, clock, arrived, _ := slowEnv(t, func(o *Options) { o.MaxExecution = testTimeout })
 	first := e.goDo(t, "k")
@@ -170,6 +171,9 @@ func TestMaxExecutionEqualToTimeoutCancelsAtTimeout(t *testing.T) {
 	r := <-first
 	if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-failed" {
 		t.Fatalf("got %d %s, want 502 upstream-failed", r.StatusCode, r.body)
+	}
+	if !strings.Contains(r.body, "within the upstream timeout") {
+		t.Errorf("detail of %s: want the upstream timeout named as what passed", r.body)
 	}
 	if got := testutil.ToFloat64(e.handler.metrics.detached); got != 0 {
 		t.Errorf("detached requests = %v, want 0", got)
@@ -243,6 +247,60 @@ func TestTimeoutDuringBodyRecordsWholeAnswer(t *testing.T) {
 	r := e.do(t, "POST", "/x", "k", "{}")
 	if !r.replayed() || r.body != "part one, part two" {
 		t.Fatalf("retry: %d %q replayed=%v, want the whole answer replayed", r.StatusCode, r.body, r.replayed())
+	}
+}
+
+// An answer whose body max_execution cuts short is, under keep, recorded
+// as the call max_execution ended: its 502 says so, not only that the
+// answer was cut.
+func TestAnswerCutAtMaxExecutionIsRecordedAsMaxExecution(t *testing.T) {
+	started := make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("part one,"))
+		http.NewResponseController(w).Flush()
+		close(started)
+		<-r.Context().Done() // the rest never comes
+	}, func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution
+		o.Default.OnUpstreamError = UpstreamErrorKeep
+	})
+	clock := newFakeClock()
+	e.handler.clock = clock
+	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	clock.Advance(testTimeout) // the client's response is cut; the call goes on
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	clock.Advance(testMaxExecution - testTimeout)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "max_execution") {
+		t.Fatalf("retry: %d replayed=%v %s, want the recorded 502 naming max_execution", r.StatusCode, r.replayed(), r.body)
+	}
+}
+
+// An answer cut short ends its call as the reverse proxy ends it, with
+// http.ErrAbortHandler: an expected end, not logged as a panic of the
+// proxy's.
+func TestAnswerCutShortIsNotLoggedAsAPanic(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.Write([]byte("ten bytes."))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the rest never comes
+	}, withLog(&logs))
+	e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lines := logs.lines(t, "panicked"); len(lines) != 0 {
+		t.Errorf("an answer cut short was logged as a panic: %v", lines)
 	}
 }
 

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // raw sends one raw HTTP/1.1 request to the proxy, for what net/http's
@@ -165,6 +168,7 @@ func TestNormalHost(t *testing.T) {
 	for in, want := range map[string]string{
 		"a.example": "a.example", "A.Example": "a.example", "a.example.": "a.example",
 		"A.EXAMPLE.:8080": "a.example", "a.example:80": "a.example", "[::1]:80": "[::1]", "[::1]": "[::1]", "": "",
+		":8080": "", // a port alone, which Go's server takes as a Host
 	} {
 		if got := normalHost(in); got != want {
 			t.Errorf("normalHost(%q) = %q, want %q", in, got, want)
@@ -200,6 +204,26 @@ func TestRequestTrailersArePartOfTheFingerprint(t *testing.T) {
 	}
 	if got := e.up.calls.Load(); got != 1 {
 		t.Fatalf("executions = %d, want 1", got)
+	}
+}
+
+// A trailer announced but never sent adds nothing to the fingerprint: the
+// request hashes as the one sent without the announcement, beside sent
+// trailers too.
+func TestAnnouncedTrailerThatNeverCameIsNotFingerprinted(t *testing.T) {
+	at := readAs{method: http.MethodPost, path: "/x"}
+	fp := func(trailer http.Header) store.Fingerprint {
+		r := httptest.NewRequest(http.MethodPost, "/x", nil)
+		r.Trailer = trailer
+		return fingerprint(r, at, "", []byte("{}"), nil)
+	}
+	for name, c := range map[string][2]http.Header{
+		"alone":             {{"X-Signature": nil}, nil},
+		"beside a sent one": {{"X-Amount": {"100"}, "X-Signature": nil}, {"X-Amount": {"100"}}},
+	} {
+		if fp(c[0]) != fp(c[1]) {
+			t.Errorf("%s: trailers %v fingerprint apart from %v", name, c[0], c[1])
+		}
 	}
 }
 

@@ -151,6 +151,37 @@ func TestRequestBodyTooLarge(t *testing.T) {
 	}
 }
 
+// A body sent without a declared length (chunked) is held to
+// max_request_body as it is read: up to the limit it is forwarded whole,
+// one byte more is refused.
+func TestChunkedRequestBodyUpToTheLimitIsForwardedWhole(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.MaxRequestBody = 16 }))
+	post := func(key, body string) *http.Response {
+		t.Helper()
+		// A reader of unknown length: the client sends it chunked.
+		req, err := http.NewRequest("POST", e.srv.URL+"/x", io.MultiReader(strings.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", key)
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := post("fits", strings.Repeat("x", 16)); res.StatusCode != http.StatusCreated {
+		t.Fatalf("chunked body of exactly max_request_body: got %d, want 201", res.StatusCode)
+	}
+	if b, _ := io.ReadAll(e.up.last().Body); string(b) != strings.Repeat("x", 16) {
+		t.Errorf("upstream got body %q, want the 16 bytes sent", b)
+	}
+	if res := post("over", strings.Repeat("x", 17)); res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked body one byte over max_request_body: got %d, want 413", res.StatusCode)
+	}
+}
+
 func TestFingerprintMismatch(t *testing.T) {
 	e := newEnv(t, nil)
 	e.do(t, "POST", "/x", "k", `{"a":1}`)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -361,5 +363,31 @@ func TestRetryOfAKeyBeingSettledWaitsUnderConcurrentWait(t *testing.T) {
 	f, r := <-first, <-retry
 	if f.StatusCode != http.StatusOK || r.StatusCode != http.StatusOK || r.body != f.body || !r.replayed() {
 		t.Fatalf("first %d %s, retry %d %s: want the same settled charge", f.StatusCode, f.body, r.StatusCode, r.body)
+	}
+}
+
+// An upstream that could not be reached never saw the request: there is
+// nothing to ask it about, so on a route that settles lost answers the
+// client gets its 502 upstream-unreachable at once, as on any route, and
+// the key is free for the retry.
+func TestUnreachableUpstreamOnAReconcileRouteIsAnsweredAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := &url.URL{Scheme: "http", Host: ln.Addr().String()}
+	ln.Close() // nothing listens there any more
+	e := newEnv(t, nil, func(o *Options) {
+		o.Upstream = closed
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
+	})
+	for i := range 2 {
+		r := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+		if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-unreachable" {
+			t.Fatalf("try %d with an unreachable upstream: %d %q, want 502 upstream-unreachable", i+1, r.StatusCode, r.body)
+		}
 	}
 }

@@ -68,3 +68,34 @@ func TestResponseHeaderOverTransportLimitIsNotExecutedTwice(t *testing.T) {
 		t.Fatalf("executions = %d, want 1", got)
 	}
 }
+
+// Headers that fill max_response_body exactly, with no body, are a record
+// of exactly the limit: recorded whole. One byte more and only the status
+// and Content-Type are kept.
+func TestResponseHeadersOfExactlyTheRecordLimitAreRecordedWhole(t *testing.T) {
+	const limit = 1024
+	// What the record counts of each field: name, value, ": " and CRLF.
+	contentType := len("Content-Type") + len("text/plain") + 4
+	for name, over := range map[string]int{"exactly the limit": 0, "one byte over": 1} {
+		t.Run(name, func(t *testing.T) {
+			pad := strings.Repeat("h", limit-contentType-len("X-Pad")-4+over)
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				h := w.Header()
+				h["Date"] = nil // not sent: the record holds the two fields alone
+				h.Set("Content-Type", "text/plain")
+				h.Set("X-Pad", pad)
+				w.WriteHeader(http.StatusCreated)
+			}, withPolicy(func(p *Policy) { p.MaxResponseBody = limit }))
+			e.do(t, "POST", "/x", "k", "{}")
+			r := e.do(t, "POST", "/x", "k", "{}")
+			if !r.replayed() || r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
+				t.Fatalf("retry: %d replayed=%v after %d executions, want the recorded 201", r.StatusCode, r.replayed(), e.up.calls.Load())
+			}
+			whole := over == 0
+			omitted := r.Header.Get("Idempotent-Body-Omitted") == "true"
+			if got := r.Header.Get("X-Pad") == pad; got != whole || omitted == whole {
+				t.Errorf("%d bytes of headers, limit %d: X-Pad replayed %v, body omitted %v; want the headers kept %v", limit+over, limit, got, omitted, whole)
+			}
+		})
+	}
+}

@@ -2,13 +2,16 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
@@ -88,6 +91,81 @@ func TestLeaseRenewedWhenTimeoutComesBeforeFirstRenewal(t *testing.T) {
 	}
 	if e.up.calls.Load() != 1 {
 		t.Fatalf("executions = %d, want 1", e.up.calls.Load())
+	}
+}
+
+// When upstream.timeout passes at the very moment the lease's first
+// renewal is due (lock_ttl three times upstream.timeout), the renewals go
+// on as on either side of it: the call goes on detached, and its lease
+// outlives lock_ttl as long as the call does.
+func TestLeaseRenewedWhenTimeoutComesAtTheFirstRenewal(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, arrived, release := slowFirstEnv(t, lockTTL, func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = lockTTL/3, time.Hour
+	})
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
+	<-arrived
+	clock.Advance(lockTTL / 3)
+	if r := <-first; r.StatusCode != http.StatusGatewayTimeout {
+		close(release)
+		t.Fatalf("client past upstream.timeout: %d, want 504", r.StatusCode)
+	}
+	duplicatesConflictForFourLockTTLs(t, e, clock, lockTTL, release)
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.up.calls.Load() != 1 {
+		t.Fatalf("executions = %d, want 1", e.up.calls.Load())
+	}
+}
+
+// extendCounter counts the lease renewals that reach its store.
+type extendCounter struct {
+	Store
+	n atomic.Int64
+}
+
+func (s *extendCounter) Extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	defer s.n.Add(1)
+	return s.Store.Extend(ctx, key, token, ttl)
+}
+
+// The lease's first renewal is due a third of lock_ttl after the call
+// started, also when upstream.timeout passed before it and started the
+// renewals: the detached call renews on the same schedule as any other.
+func TestFirstRenewalAfterTimeoutIsAThirdOfLockTTLAfterTheStart(t *testing.T) {
+	const lockTTL = 30 * time.Second
+	clock := newFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	st := &extendCounter{Store: mem}
+	e, _, arrived, release := slowFirstEnv(t, lockTTL, withStore(st), func(o *Options) {
+		o.UpstreamTimeout, o.MaxExecution = time.Second, time.Hour // before lock_ttl/3
+	})
+	e.handler.clock = clock
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the servers close, on failure too
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}", "X-First", "1") }()
+	<-arrived
+	clock.Advance(time.Second)
+	if r := <-first; r.StatusCode != http.StatusGatewayTimeout {
+		free()
+		t.Fatalf("client past upstream.timeout: %d, want 504", r.StatusCode)
+	}
+	clock.Advance(lockTTL/3 - time.Second)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if n := st.n.Load(); n != 1 {
+			return fmt.Errorf("%d renewals a third of lock_ttl after the start, want 1", n)
+		}
+		return nil
+	})
+	free()
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

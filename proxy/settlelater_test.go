@@ -311,3 +311,79 @@ func TestLastTryBeforeTheLeaseEndsGoesBeforeItsRenewal(t *testing.T) {
 			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
 	}
 }
+
+// The last try goes before its pass's renewal also when the backoff lands
+// exactly on it: with a lock_ttl of 1.65 s the tries come 50, 150, 350 and
+// 750 ms in, and the next step of 800 ms reaches the last try, 100 ms
+// before the lease ends, to the nanosecond. A store that does not answer
+// renewals, and takes records again before then, still gets the record.
+func TestLastTryOnABackoffStepGoesBeforeItsRenewal(t *testing.T) {
+	const lockTTL = 1650 * time.Millisecond
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	st.blackholeExtend.Store(&began)
+	back := began.Add(1500 * time.Millisecond) // after the try 750 ms in
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
+
+// A try at settling renews the lease once a third of lock_ttl or less is
+// left of it, exactly a third too: with a lock_ttl of 1.125 s the try
+// 750 ms in renews it, and that renewal keeps the key for the store that
+// stops answering renewals just after and takes records again 1.8 s in,
+// past the lease's first end.
+func TestRecordRetryRenewsTheLeaseWithExactlyAThirdLeft(t *testing.T) {
+	const lockTTL = 1125 * time.Millisecond
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	noRenewals := began.Add(time.Second)
+	st.blackholeExtend.Store(&noRenewals)
+	back := began.Add(1800 * time.Millisecond)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(3*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling three lock_ttls later", n)
+	}
+	clock.Advance(2 * lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
+
+// Under a lock_ttl below a second the last try goes out a tenth of it
+// before the lease ends, not 100 ms: with a lock_ttl of 500 ms, 450 ms
+// in. A store that answers no renewal and takes records again 420 ms in
+// still gets the record.
+func TestLastTryOfAShortLeaseIsATenthOfLockTTLBeforeItsEnd(t *testing.T) {
+	const lockTTL = 500 * time.Millisecond
+	e, clock, st := outageEnv(t, lockTTL)
+	began := clock.Now()
+	never := began.Add(time.Hour)
+	st.extendBack.Store(&never)
+	back := began.Add(420 * time.Millisecond)
+	st.back.Store(&back)
+	first := e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(2*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling two lock_ttls later", n)
+	}
+	clock.Advance(lockTTL)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}

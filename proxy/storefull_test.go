@@ -110,6 +110,44 @@ func TestFullStoreRecordsResponseWithoutBody(t *testing.T) {
 	}
 }
 
+// fullOnce is a memory store whose first Complete finds it full.
+type fullOnce struct {
+	Store
+	completes atomic.Int64
+}
+
+func (f *fullOnce) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if f.completes.Add(1) == 1 {
+		return errFull("complete")
+	}
+	return f.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A response with no body has no body to leave out: a store full for its
+// record holds the key until the record fits, and the record is the
+// response as it was, not one marked as having lost its body.
+func TestFullStoreNeverMarksAnEmptyBodyOmitted(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	t.Cleanup(func() { mem.Close() })
+	st := &fullOnce{Store: mem}
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}, withStore(st))
+	if first := e.do(t, "POST", "/x", "k", "{}"); first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, want the upstream's 201", first.StatusCode)
+	}
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || r.StatusCode != http.StatusCreated || r.Header.Get("Idempotent-Body-Omitted") != "" {
+		t.Fatalf("retry: %d replayed=%v omitted=%q, want the recorded 201, nothing said omitted", r.StatusCode, r.replayed(), r.Header.Get("Idempotent-Body-Omitted"))
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.bodyOmitted[omitStoreFull]); got != 0 {
+		t.Errorf("records_body_omitted_total{reason=store_full} = %v, want 0", got)
+	}
+}
+
 // A store with no room even for a bodiless record keeps the key locked:
 // the lease is renewed past lock_ttl (retries get 409, nobody executes
 // again) until the record fits, then the retry is a replay.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,51 @@ func TestTrailersGoChunkedWithoutFramingOfTheirOwn(t *testing.T) {
 			if gotTrailer != "100" {
 				t.Errorf("%s with body %q: upstream got trailer X-Amount %q, want 100", method, body, gotTrailer)
 			}
+		}
+	}
+}
+
+// Over HTTP/2 to the upstream, where no chunked framing hides a length, a
+// request with trailers goes without a declared length, and its body and
+// trailers arrive whole.
+func TestRequestTrailersReachAnHTTP2Upstream(t *testing.T) {
+	var gotBody, gotTrailer string
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		gotBody, gotTrailer = string(b), r.Trailer.Get("X-Amount")
+		w.Write([]byte("ok"))
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, nil, func(o *Options) { o.Upstream, o.UpstreamProtocol = u, UpstreamH2C })
+	for _, body := range []string{"", `{"amount":100}`} {
+		gotBody, gotTrailer = "", ""
+		pr, pw := io.Pipe()
+		go func() { pw.Write([]byte(body)); pw.Close() }()
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/x", pr) // chunked
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k"+body)
+		req.Trailer = http.Header{"X-Amount": {"100"}}
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || gotBody != body || gotTrailer != "100" {
+			t.Fatalf("body %q: status %d, upstream got body %q, trailer X-Amount %q; want 200, %q and 100", body, res.StatusCode, gotBody, gotTrailer, body)
 		}
 	}
 }

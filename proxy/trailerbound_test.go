@@ -76,3 +76,73 @@ func TestReplayExcludeHeadersHoldForTrailers(t *testing.T) {
 		t.Fatalf("replay carries the first caller's Set-Cookie %q in its trailers", v)
 	}
 }
+
+// An answer whose header, body and trailers come to exactly
+// max_response_body is recorded whole, trailers included; one byte more
+// and its body and trailers are left out.
+func TestAnswerOfExactlyTheRecordLimitWithTrailersIsRecordedWhole(t *testing.T) {
+	const limit = 1024
+	// What the record counts of each field: name, value, ": " and CRLF.
+	fixed := len("Content-Type") + len("text/plain") + 4 + len("ok") + len("X-Sum") + 4
+	for name, over := range map[string]int{"exactly the limit": 0, "one byte over": 1} {
+		t.Run(name, func(t *testing.T) {
+			sum := strings.Repeat("s", limit-fixed+over)
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				h := w.Header()
+				h["Date"] = nil // not sent: the record holds Content-Type alone
+				h.Set("Content-Type", "text/plain")
+				h.Set("Trailer", "X-Sum")
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte("ok"))
+				h.Set("X-Sum", sum)
+			}, withPolicy(func(p *Policy) { p.MaxResponseBody = limit }))
+			if first := e.do(t, "POST", "/x", "k", "{}"); first.body != "ok" || first.Trailer.Get("X-Sum") != sum {
+				t.Fatalf("first: %d %q with trailers %d bytes, want the whole answer", first.StatusCode, first.body, len(first.Trailer.Get("X-Sum")))
+			}
+			r := e.do(t, "POST", "/x", "k", "{}")
+			if !r.replayed() || r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
+				t.Fatalf("retry: %d replayed=%v after %d executions, want the recorded 201", r.StatusCode, r.replayed(), e.up.calls.Load())
+			}
+			whole := over == 0
+			omitted := r.Header.Get("Idempotent-Body-Omitted") == "true"
+			kept := r.body == "ok" && r.Trailer.Get("X-Sum") == sum
+			if kept != whole || omitted == whole || !whole && (r.body != "" || r.Trailer.Get("X-Sum") != "") {
+				t.Errorf("%d bytes, limit %d: replayed %q with a %d-byte trailer, omitted %v; want the whole answer %v",
+					limit+over, limit, r.body, len(r.Trailer.Get("X-Sum")), omitted, whole)
+			}
+		})
+	}
+}
+
+// An answer that declares a length of 0 and still carries trailers (an
+// HTTP/2 upstream can send one) is replayed as it came: with its
+// Content-Length of 0, and its trailers.
+func TestEmptyAnswerWithTrailersIsReplayedWithItsDeclaredLength(t *testing.T) {
+	envOverH2C = true // the client reads the trailers beside a length only over HTTP/2
+	t.Cleanup(func() { envOverH2C = false })
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "0")
+		w.Header().Set("Trailer", "X-Sum")
+		w.WriteHeader(http.StatusCreated)
+		w.Header().Set("X-Sum", "s1")
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, nil, func(o *Options) { o.Upstream, o.UpstreamProtocol = u, UpstreamH2C })
+	first := e.do(t, "POST", "/x", "k", "{}")
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if !replay.replayed() || replay.StatusCode != http.StatusCreated {
+		t.Fatalf("retry: %d replayed=%v, want the recorded 201", replay.StatusCode, replay.replayed())
+	}
+	for name, r := range map[string]*response{"first": first, "replay": replay} {
+		if r.ContentLength != 0 || r.Header.Get("Content-Length") != "0" || r.Trailer.Get("X-Sum") != "s1" {
+			t.Errorf("%s: Content-Length %d (%q), trailer X-Sum %q; want the declared 0 and s1", name, r.ContentLength, r.Header.Get("Content-Length"), r.Trailer.Get("X-Sum"))
+		}
+	}
+}
