@@ -363,3 +363,31 @@ func TestRetryOfAKeyBeingSettledWaitsUnderConcurrentWait(t *testing.T) {
 		t.Fatalf("first %d %s, retry %d %s: want the same settled charge", f.StatusCode, f.body, r.StatusCode, r.body)
 	}
 }
+
+// A settlement takes the room of the body it may resend and of the answer
+// it may record (max_response_body) from upstream.max_detached_bytes: it
+// runs when both fit, and is left to the key's next request when they do
+// not by a byte.
+func TestSettlementTakesRoomForItsBodyAndAnAnswer(t *testing.T) {
+	const body = `{"amount":5}`
+	for _, tc := range []struct {
+		name    string
+		room    int64
+		settled bool
+	}{
+		{"room for both", int64(len(body)) + 1000, true},
+		{"a byte short", int64(len(body)) + 999, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := reconcileEnv(t, &ledger{die: 1}, func(p *Policy) { p.MaxResponseBody = 1000 })
+			e.handler.detachable.MaxBytes = tc.room
+			r := e.do(t, "POST", "/v1/charges", "k1", body)
+			if settled := r.StatusCode == http.StatusOK && r.Header.Get(IdempotencyReconciled) == "true"; settled != tc.settled {
+				t.Fatalf("got %d %s, settled here: %v, want %v", r.StatusCode, r.body, settled, tc.settled)
+			}
+			if !tc.settled && (r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled")) {
+				t.Fatalf("got %d %s, want 502 being settled", r.StatusCode, r.body)
+			}
+		})
+	}
+}
