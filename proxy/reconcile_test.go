@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // ledger is an upstream that commits each charge to its ledger before it
@@ -389,5 +391,35 @@ func TestSettlementTakesRoomForItsBodyAndAnAnswer(t *testing.T) {
 				t.Fatalf("got %d %s, want 502 being settled", r.StatusCode, r.body)
 			}
 		})
+	}
+}
+
+// Under expired_keys: reject, a record a settlement wrote leaves a
+// tombstone, as an executed one does: a retry after it expired gets 410
+// key-expired and is never forwarded again.
+func TestSettledKeyIsRefusedAfterItsRecordExpiredUnderExpiredKeysReject(t *testing.T) {
+	clock := &manualClock{now: time.Now()}
+	mem := memory.New(memory.Options{Now: clock.Now})
+	ts := store.WithTombstones(mem, clock.Now)
+	ts.Check(true)
+	t.Cleanup(func() { ts.Close() })
+	l := &ledger{die: 1, charges: map[string]string{}}
+	e := newEnv(t, l.handler, withStore(ts), func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
+		p.TTL, p.LockTTL, p.ExpiredKeys, p.ExpiredKeyWindow = time.Hour, time.Minute, ExpiredReject, 24*time.Hour
+	})
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{}`); r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Fatalf("got %d %s, want the found charge", r.StatusCode, r.body)
+	}
+	clock.advance(time.Hour + time.Second)
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{}`); r.StatusCode != http.StatusGone || r.problemType() != "key-expired" {
+		t.Fatalf("retry after ttl: %d %s, want 410 key-expired", r.StatusCode, r.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
 	}
 }
