@@ -423,3 +423,34 @@ func TestSettledKeyIsRefusedAfterItsRecordExpiredUnderExpiredKeysReject(t *testi
 		t.Errorf("effects on the ledger = %d, want 1", effects)
 	}
 }
+
+// A settlement whose client stopped waiting (upstream.timeout passed:
+// 502, being settled) is still counted, once, by the outcome it reaches.
+func TestSettlementItsClientStoppedWaitingForIsCountedWhenItEnds(t *testing.T) {
+	l := &ledger{die: 1, charges: map[string]string{}}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	e := newEnv(t, l.handler, func(o *Options) {
+		o.UpstreamTimeout = 100 * time.Millisecond
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	r := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("got %d %s, want 502 being settled once upstream.timeout passed", r.StatusCode, r.body)
+	}
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	waitFor(t, func() bool { return e.outcomes("default", OutcomeReconciledFound) == 1 })
+	if got := e.outcomes("default", OutcomeUpstreamError); got != 1 {
+		t.Errorf("upstream_error = %v, want 1 (the client's 502)", got)
+	}
+}
