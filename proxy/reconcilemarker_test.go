@@ -58,3 +58,23 @@ func TestMarkerIsKeptForReconcileForMaxExecutionAndTTLTogether(t *testing.T) {
 			marker.ExpiresAt, ttl, before.Add(ttl), after.Add(ttl))
 	}
 }
+
+// A marker says when the original request was sent again as the time it
+// recorded; none recorded is "not resent", and one that cannot be read
+// counts as resent just now, so that it is never resent again.
+func TestMarkerResentAtIsTheTimeItRecords(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 30, 0, 123456789, time.UTC)
+	marker := func(v ...string) *store.Record {
+		return &store.Record{Header: map[string][]string{markerResentAt: v}}
+	}
+	if got := resentAt(marker(at.Format(time.RFC3339Nano))); !got.Equal(at) {
+		t.Errorf("resent at %v, want the recorded %v", got, at)
+	}
+	if got := resentAt(&store.Record{Header: map[string][]string{}}); !got.IsZero() {
+		t.Errorf("a marker without %s: resent at %v, want never", markerResentAt, got)
+	}
+	before := time.Now()
+	if got := resentAt(marker("yesterday")); got.Before(before) {
+		t.Errorf("an unreadable %s: resent at %v, want now (after %v)", markerResentAt, got, before)
+	}
+}
