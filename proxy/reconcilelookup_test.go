@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -46,5 +47,42 @@ func TestFoundAnswerIsRecordedWholeUpToMaxResponseBody(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A lookup that fails is logged with its error; one that answers, and the
+// deletion of a settled key's marker, log no failure.
+func TestSettlementLogsOnlyTheLookupsThatFailed(t *testing.T) {
+	var logs lockedBuffer
+	var lookups atomic.Int64
+	l := &ledger{die: 1, charges: map[string]string{}}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if lookups.Add(1) == 1 {
+			hangUp(w) // the first lookup gets no answer
+			return true
+		}
+		return false
+	}
+	e := newEnv(t, l.handler, withLog(&logs), func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	// The caller's answer comes once the settlement ended, its marker
+	// deleted.
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{}`); r.StatusCode != http.StatusOK {
+		t.Fatalf("got %d %s, want the found charge", r.StatusCode, r.body)
+	}
+	failed := logs.lines(t, "lookup of an unknown outcome failed")
+	if len(failed) != 1 {
+		t.Fatalf("%d lines of a failed lookup, want 1 (of 2 lookups): %v", len(failed), failed)
+	}
+	if err, _ := failed[0]["error"].(string); err == "" {
+		t.Errorf("failed lookup logged without its error: %v", failed[0])
+	}
+	if lines := logs.lines(t, "could not delete the marker"); len(lines) != 0 {
+		t.Errorf("the marker's deletion logged as failed: %v", lines)
 	}
 }
