@@ -280,6 +280,22 @@ func TestQueryKeyIsDecoded(t *testing.T) {
 	}
 }
 
+// A query parameter's name is percent-decoded as url.ParseQuery decodes
+// it, wherever its escapes are: at its first byte, or a "+" for a space.
+func TestQueryKeyNameIsDecodedWhereverItsEscapesAre(t *testing.T) {
+	for _, tc := range []struct{ query, name string }{
+		{"%69dem=x", "idem"},
+		{"a=1&idem%5Fkey=x", "idem_key"},
+		{"idem+key=x", "idem key"},
+		{"+idem=x", " idem"},
+		{"%20idem=x", " idem"},
+	} {
+		if got, err := queryKey(tc.query, tc.name); err != nil || got != "x" {
+			t.Errorf("%q in %q: %q, %v; want x", tc.name, tc.query, got, err)
+		}
+	}
+}
+
 func TestJSONKeyIsAStringOrAnInteger(t *testing.T) {
 	tests := []struct{ ptr, body, want string }{
 		{"/id", `{"id":"evt_1NqT"}`, "evt_1NqT"},
