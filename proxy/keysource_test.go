@@ -264,6 +264,8 @@ func TestQueryKeyIsDecoded(t *testing.T) {
 		"/?idempotency_key=abc":                         "abc",
 		"/?a=1&idempotency_key=abc&b=2":                 "abc",
 		"/?idempotency_key=a%2Fb+c":                     "a/b c",
+		"/?idempotency_key=a+b":                         "a b",
+		"/?idempotency_key=+k":                          " k",
 		"/?idempotency%5Fkey=x":                         "x",
 		"/?idempotency_key=x=y":                         "x=y",
 		"/?idempotency_key=" + strings.Repeat("k", 255): strings.Repeat("k", 255),
