@@ -86,3 +86,36 @@ func TestSettlementLogsOnlyTheLookupsThatFailed(t *testing.T) {
 		t.Errorf("the marker's deletion logged as failed: %v", lines)
 	}
 }
+
+// A resent HEAD's answer announces a length it does not carry: it is
+// recorded, that length kept, and not taken for an answer cut short.
+func TestResentHEADAnswerIsRecordedWithItsAnnouncedLength(t *testing.T) {
+	var heads atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet: // the lookup: it did not take effect
+			http.Error(w, "no such charge", http.StatusNotFound)
+		case http.MethodHead:
+			if heads.Add(1) == 1 {
+				hangUp(w) // the original: its outcome unknown
+				return
+			}
+			w.Header().Set("Content-Length", "5")
+			w.WriteHeader(http.StatusOK)
+		}
+	}, func(o *Options) {
+		reviewPolicy(&o.Default)
+		o.Default.Methods = []string{http.MethodHead}
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	first := e.do(t, "HEAD", "/x", "k1", "")
+	retry := e.do(t, "HEAD", "/x", "k1", "")
+	for _, r := range []*response{first, retry} {
+		if r.StatusCode != http.StatusOK || r.Header.Get("Content-Length") != "5" {
+			t.Fatalf("%d, Content-Length %q: want the resend's 200 announcing 5 bytes", r.StatusCode, r.Header.Get("Content-Length"))
+		}
+	}
+	if n := heads.Load(); n != 2 {
+		t.Errorf("%d HEADs upstream, want 2 (the original and one resend)", n)
+	}
+}
