@@ -436,7 +436,7 @@ func TestSettlementItsClientStoppedWaitingForIsCountedWhenItEnds(t *testing.T) {
 		return false
 	}
 	e := newEnv(t, l.handler, func(o *Options) {
-		o.UpstreamTimeout = 100 * time.Millisecond
+		o.UpstreamTimeout = time.Second // the client stops waiting then: the lookups answer nothing until it did
 		p := &o.Default
 		p.OnUpstreamError = UpstreamErrorReconcile
 		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
