@@ -264,6 +264,8 @@ func TestQueryKeyIsDecoded(t *testing.T) {
 		"/?idempotency_key=abc":                         "abc",
 		"/?a=1&idempotency_key=abc&b=2":                 "abc",
 		"/?idempotency_key=a%2Fb+c":                     "a/b c",
+		"/?idempotency_key=a+b":                         "a b",
+		"/?idempotency_key=+k":                          " k",
 		"/?idempotency%5Fkey=x":                         "x",
 		"/?idempotency_key=x=y":                         "x=y",
 		"/?idempotency_key=" + strings.Repeat("k", 255): strings.Repeat("k", 255),
@@ -276,6 +278,22 @@ func TestQueryKeyIsDecoded(t *testing.T) {
 	for _, target := range []string{"/", "/?other=1", "/?Idempotency_key=x", "/?idempotency_keyx=1"} {
 		if got, _, err := requestKeyFrom(keyRequest(target, nil), sources, nil, true); err != errNoKey {
 			t.Errorf("%s: key %q, %v; want absent", target, got, err)
+		}
+	}
+}
+
+// A query parameter's name is percent-decoded as url.ParseQuery decodes
+// it, wherever its escapes are: at its first byte, or a "+" for a space.
+func TestQueryKeyNameIsDecodedWhereverItsEscapesAre(t *testing.T) {
+	for _, tc := range []struct{ query, name string }{
+		{"%69dem=x", "idem"},
+		{"a=1&idem%5Fkey=x", "idem_key"},
+		{"idem+key=x", "idem key"},
+		{"+idem=x", " idem"},
+		{"%20idem=x", " idem"},
+	} {
+		if got, err := queryKey(tc.query, tc.name); err != nil || got != "x" {
+			t.Errorf("%q in %q: %q, %v; want x", tc.name, tc.query, got, err)
 		}
 	}
 }

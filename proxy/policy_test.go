@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"encoding"
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 )
@@ -143,5 +146,46 @@ func TestNewRefusesInvalidRoutes(t *testing.T) {
 				t.Fatal("New accepted the routes")
 			}
 		})
+	}
+}
+
+// Every duration of the built-in policy is the default
+// docs/configuration.md gives its key: the table is what a route gets
+// when it sets nothing.
+func TestDefaultPolicyDurationsAreTheDocumentedDefaults(t *testing.T) {
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{} // key → its default, as the table writes it
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_.]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = m[2]
+	}
+	checked := 0
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			key, _, _ := strings.Cut(f.Tag.Get("config"), ",")
+			switch {
+			case key == "":
+			case f.Type == reflect.TypeFor[time.Duration]():
+				want, err := time.ParseDuration(documented[prefix+key])
+				if err != nil {
+					t.Errorf("%s: documented default %q: %v", prefix+key, documented[prefix+key], err)
+					continue
+				}
+				if got := time.Duration(v.Field(i).Int()); got != want {
+					t.Errorf("%s: DefaultPolicy has %v, docs/configuration.md %v", prefix+key, got, want)
+				}
+				checked++
+			case f.Type.Kind() == reflect.Struct:
+				walk(prefix+key+".", v.Field(i))
+			}
+		}
+	}
+	walk("", reflect.ValueOf(DefaultPolicy()))
+	if checked < 8 {
+		t.Errorf("%d durations checked, want every one of the policy's (8 or more)", checked)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // ledger is an upstream that commits each charge to its ledger before it
@@ -363,6 +365,95 @@ func TestRetryOfAKeyBeingSettledWaitsUnderConcurrentWait(t *testing.T) {
 	f, r := <-first, <-retry
 	if f.StatusCode != http.StatusOK || r.StatusCode != http.StatusOK || r.body != f.body || !r.replayed() {
 		t.Fatalf("first %d %s, retry %d %s: want the same settled charge", f.StatusCode, f.body, r.StatusCode, r.body)
+	}
+}
+
+// A settlement takes the room of the body it may resend and of the answer
+// it may record (max_response_body) from upstream.max_detached_bytes: it
+// runs when both fit, and is left to the key's next request when they do
+// not by a byte.
+func TestSettlementTakesRoomForItsBodyAndAnAnswer(t *testing.T) {
+	const body = `{"amount":5}`
+	for _, tc := range []struct {
+		name    string
+		room    int64
+		settled bool
+	}{
+		{"room for both", int64(len(body)) + 1000, true},
+		{"a byte short", int64(len(body)) + 999, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := reconcileEnv(t, &ledger{die: 1}, func(p *Policy) { p.MaxResponseBody = 1000 })
+			e.handler.detachable.MaxBytes = tc.room
+			r := e.do(t, "POST", "/v1/charges", "k1", body)
+			if settled := r.StatusCode == http.StatusOK && r.Header.Get(IdempotencyReconciled) == "true"; settled != tc.settled {
+				t.Fatalf("got %d %s, settled here: %v, want %v", r.StatusCode, r.body, settled, tc.settled)
+			}
+			if !tc.settled && (r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled")) {
+				t.Fatalf("got %d %s, want 502 being settled", r.StatusCode, r.body)
+			}
+		})
+	}
+}
+
+// Under expired_keys: reject, a record a settlement wrote leaves a
+// tombstone, as an executed one does: a retry after it expired gets 410
+// key-expired and is never forwarded again.
+func TestSettledKeyIsRefusedAfterItsRecordExpiredUnderExpiredKeysReject(t *testing.T) {
+	clock := &manualClock{now: time.Now()}
+	mem := memory.New(memory.Options{Now: clock.Now})
+	ts := store.WithTombstones(mem, clock.Now)
+	ts.Check(true)
+	t.Cleanup(func() { ts.Close() })
+	l := &ledger{die: 1, charges: map[string]string{}}
+	e := newEnv(t, l.handler, withStore(ts), func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
+		p.TTL, p.LockTTL, p.ExpiredKeys, p.ExpiredKeyWindow = time.Hour, time.Minute, ExpiredReject, 24*time.Hour
+	})
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{}`); r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Fatalf("got %d %s, want the found charge", r.StatusCode, r.body)
+	}
+	clock.advance(time.Hour + time.Second)
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{}`); r.StatusCode != http.StatusGone || r.problemType() != "key-expired" {
+		t.Fatalf("retry after ttl: %d %s, want 410 key-expired", r.StatusCode, r.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+}
+
+// A settlement whose client stopped waiting (upstream.timeout passed:
+// 502, being settled) is still counted, once, by the outcome it reaches.
+func TestSettlementItsClientStoppedWaitingForIsCountedWhenItEnds(t *testing.T) {
+	l := &ledger{die: 1, charges: map[string]string{}}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	e := newEnv(t, l.handler, func(o *Options) {
+		o.UpstreamTimeout = time.Second // the client stops waiting then: the lookups answer nothing until it did
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	})
+	r := e.do(t, "POST", "/v1/charges", "k1", `{}`)
+	if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("got %d %s, want 502 being settled once upstream.timeout passed", r.StatusCode, r.body)
+	}
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	waitFor(t, func() bool { return e.outcomes("default", OutcomeReconciledFound) == 1 })
+	if got := e.outcomes("default", OutcomeUpstreamError); got != 1 {
+		t.Errorf("upstream_error = %v, want 1 (the client's 502)", got)
 	}
 }
 

@@ -80,3 +80,26 @@ func TestShadowDoesNotWaitForAKeyInFlight(t *testing.T) {
 		t.Errorf("shadow_total{would=conflict} = %v, want 1", n)
 	}
 }
+
+// A shadow route whose store cannot take the key forwards the request,
+// its body whole, as a plain reverse proxy would, and counts it as a
+// request forwarded unprotected (store_unavailable_bypassed), what enforce
+// would have done under fail_open, not as a passthrough.
+func TestShadowRouteWithTheStoreDownForwardsTheRequestUnprotected(t *testing.T) {
+	st := newFlaky(t)
+	e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.Mode = ModeShadow }))
+	st.down.Store(true)
+	r := e.do(t, "POST", "/x", "k", `{"v":1}`)
+	if r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 || !strings.Contains(r.body, `{\"v\":1}`) {
+		t.Fatalf("got %d %s after %d executions, want the upstream's 201 to the whole body", r.StatusCode, r.body, e.up.calls.Load())
+	}
+	if n := testutil.ToFloat64(e.handler.metrics.shadow.WithLabelValues(defaultRoute, string(WouldStoreUnavailable))); n != 1 {
+		t.Errorf("shadow_total{would=store_unavailable} = %v, want 1", n)
+	}
+	if got := e.outcomes(defaultRoute, OutcomeStoreBypassed); got != 1 {
+		t.Errorf("store_unavailable_bypassed = %v, want 1", got)
+	}
+	if got := e.outcomes(defaultRoute, OutcomePassthrough); got != 0 {
+		t.Errorf("passthrough = %v, want 0", got)
+	}
+}
