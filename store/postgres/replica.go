@@ -127,24 +127,10 @@ func (s *Store) createLog(ctx context.Context) error {
 	if err != nil || ok {
 		return s.translate("table lookup", err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return s.translate("create tables", err)
-	}
-	defer tx.Rollback(ctx)
 	h := fnv.New64a()
 	h.Write([]byte("idempotency-proxy table " + s.table))
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
-		return s.translate("create tables", err)
-	}
-	for _, q := range strings.Split(s.sql.log.create, ";") {
-		if _, err = tx.Exec(ctx, q); err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
+	lock := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(h.Sum64()))
+	err = s.inTx(ctx, append([]string{lock}, strings.Split(s.sql.log.create, ";")...)...)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege

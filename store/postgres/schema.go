@@ -285,20 +285,8 @@ func (s *Store) migrateIfDue(ctx context.Context) error {
 func (s *Store) migrate(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), migrateLockTimeout+2*s.timeout)
 	defer cancel()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return s.translate("add column "+leaseColumn, err)
-	}
-	defer tx.Rollback(ctx)
 	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", migrateLockTimeout.Milliseconds())
-	for _, q := range []string{lockTimeout, s.sql.addLease} {
-		if _, err = tx.Exec(ctx, q); err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
+	err := s.inTx(ctx, lockTimeout, s.sql.addLease)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
@@ -312,6 +300,22 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	s.log.Info("postgres table migrated", "table", s.table, "added", "column "+leaseColumn)
 	return nil
+}
+
+// inTx runs stmts, in order, in one transaction and commits it; the
+// first error ends it, rolled back.
+func (s *Store) inTx(ctx context.Context, stmts ...string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range stmts {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
 }
 
 func (s *Store) tableExists(ctx context.Context) (bool, error) {
