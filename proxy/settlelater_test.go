@@ -118,6 +118,24 @@ func settleInBackground(t *testing.T, e *env, clock *fakeClock, end time.Time) {
 	}
 }
 
+// settlesAndReplays moves the clock from one try at settling to the next
+// until no key is left to settle, by end at the latest, then retries the
+// key advance later, past the lease: the retry must replay the one
+// execution (its body, when body is not "").
+func settlesAndReplays(t *testing.T, e *env, clock *fakeClock, st *outageStore, end time.Time, advance time.Duration, body string) {
+	t.Helper()
+	settleInBackground(t, e, clock, end)
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling at %s", n, end.Format(time.StampMilli))
+	}
+	clock.Advance(advance)
+	r := e.do(t, "POST", "/x", "k", "{}")
+	if !r.replayed() || (body != "" && r.body != body) || e.up.calls.Load() != 1 {
+		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
+			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
+	}
+}
+
 // A store that comes back in the last second of a lease still gets the
 // record: the background retries use the whole lease, their last try just
 // before it expires, and the retry after the lease is a replay.
@@ -134,16 +152,7 @@ func TestRecordingUsesTheWholeLease(t *testing.T) {
 	if first.StatusCode != http.StatusCreated {
 		t.Fatalf("first: %d, want the response delivered at once", first.StatusCode)
 	}
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling two lock_ttls later", n)
-	}
-	clock.Advance(lockTTL) // past the lease the record was written in
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(2*lockTTL), lockTTL, first.body) // past the lease the record was written in
 }
 
 // A store that answers renewals but not yet the record keeps the key
@@ -219,16 +228,7 @@ func TestRenewalAnsweredAfterTheCallEndedLengthensTheRetries(t *testing.T) {
 	hold <- struct{}{} // the renewal, answered now that the call ended
 	<-advanced
 
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling two lock_ttls later", n)
-	}
-	clock.Advance(lockTTL)
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(2*lockTTL), lockTTL, "")
 }
 
 // A store that takes renewals but never the record (a trigger refusing the
@@ -300,16 +300,7 @@ func TestLastTryBeforeTheLeaseEndsGoesBeforeItsRenewal(t *testing.T) {
 	back := began.Add(2880 * time.Millisecond)
 	st.back.Store(&back)
 	first := e.do(t, "POST", "/x", "k", "{}")
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling two lock_ttls later", n)
-	}
-	clock.Advance(lockTTL)
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(2*lockTTL), lockTTL, first.body)
 }
 
 // The last try goes before its pass's renewal also when the backoff lands
@@ -325,16 +316,7 @@ func TestLastTryOnABackoffStepGoesBeforeItsRenewal(t *testing.T) {
 	back := began.Add(1500 * time.Millisecond) // after the try 750 ms in
 	st.back.Store(&back)
 	first := e.do(t, "POST", "/x", "k", "{}")
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling two lock_ttls later", n)
-	}
-	clock.Advance(lockTTL)
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(2*lockTTL), lockTTL, first.body)
 }
 
 // A try at settling renews the lease once a third of lock_ttl or less is
@@ -351,16 +333,7 @@ func TestRecordRetryRenewsTheLeaseWithExactlyAThirdLeft(t *testing.T) {
 	back := began.Add(1800 * time.Millisecond)
 	st.back.Store(&back)
 	first := e.do(t, "POST", "/x", "k", "{}")
-	settleInBackground(t, e, clock, began.Add(3*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling three lock_ttls later", n)
-	}
-	clock.Advance(2 * lockTTL)
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(3*lockTTL), 2*lockTTL, first.body)
 }
 
 // Under a lock_ttl below a second the last try goes out a tenth of it
@@ -376,14 +349,5 @@ func TestLastTryOfAShortLeaseIsATenthOfLockTTLBeforeItsEnd(t *testing.T) {
 	back := began.Add(420 * time.Millisecond)
 	st.back.Store(&back)
 	first := e.do(t, "POST", "/x", "k", "{}")
-	settleInBackground(t, e, clock, began.Add(2*lockTTL))
-	if n := e.handler.settling.Load(); n != 0 {
-		t.Fatalf("%d keys still settling two lock_ttls later", n)
-	}
-	clock.Advance(lockTTL)
-	r := e.do(t, "POST", "/x", "k", "{}")
-	if !r.replayed() || r.body != first.body || e.up.calls.Load() != 1 {
-		t.Fatalf("retry after the lease: %d replayed=%v executions=%d after %d tries to record, want the replay of the one execution",
-			r.StatusCode, r.replayed(), e.up.calls.Load(), st.completes.Load())
-	}
+	settlesAndReplays(t, e, clock, st, began.Add(2*lockTTL), lockTTL, first.body)
 }
