@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
@@ -127,36 +128,7 @@ func TestLeaseOfABeginWhoseCallerLeftIsGivenBack(t *testing.T) {
 	srv := pgtest.Start(t)
 	bg := context.Background()
 	s := newStore(t, srv, Options{Table: "callers_left"})
-	holder, err := srv.Conn(t).Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(bg)
-	if _, err := holder.Exec(bg, `INSERT INTO callers_left (key, token, fingerprint, expires_at) VALUES ('k', 'holder', '', now())`); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := s.Begin(ctx, "k", store.Lease{}, time.Hour)
-		errc <- err
-	}()
-	watcher := srv.Conn(t)
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		var waiting int
-		if err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting == 0 {
-			return errors.New("the Begin's batch is not waiting for the row lock yet")
-		}
-		return nil
-	})
-	cancel()
-	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("Begin whose caller left = %v, want ErrUnavailable", err)
-	}
+	holder, _ := beginWhoseCallerLeft(t, srv, s, "callers_left")
 	if err := holder.Rollback(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -384,36 +356,7 @@ func TestCloseWaitsForTheBatchesInFlight(t *testing.T) {
 	srv := pgtest.Start(t)
 	bg := context.Background()
 	s := newStore(t, srv, Options{Table: "closing"})
-	holder, err := srv.Conn(t).Begin(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(bg)
-	if _, err := holder.Exec(bg, `INSERT INTO closing (key, token, fingerprint, expires_at) VALUES ('k', 'holder', '', now())`); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := s.Begin(ctx, "k", store.Lease{}, time.Hour)
-		errc <- err
-	}()
-	watcher := srv.Conn(t)
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		var waiting int
-		if err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting == 0 {
-			return errors.New("the Begin's batch is not waiting for the row lock yet")
-		}
-		return nil
-	})
-	cancel()
-	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("Begin whose caller left = %v, want ErrUnavailable", err)
-	}
+	holder, watcher := beginWhoseCallerLeft(t, srv, s, "closing")
 	closed := make(chan struct{})
 	go func() {
 		_ = s.Close()
@@ -433,4 +376,45 @@ func TestCloseWaitsForTheBatchesInFlight(t *testing.T) {
 	if _, err := s.Begin(bg, "k2", store.Lease{}, time.Hour); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Begin after Close = %v, want ErrUnavailable", err)
 	}
+}
+
+// beginWhoseCallerLeft holds key k of table on a row lock in another
+// transaction (holder, still open: the caller rolls it back), sends s's
+// Begin of k, waits until its batch waits for that lock, then cancels the
+// Begin's caller, which must get ErrUnavailable. watcher is a connection
+// of its own for the caller's checks.
+func beginWhoseCallerLeft(t *testing.T, srv *pgtest.Server, s *Store, table string) (holder pgx.Tx, watcher *pgx.Conn) {
+	t.Helper()
+	bg := context.Background()
+	holder, err := srv.Conn(t).Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(bg) })
+	if _, err := holder.Exec(bg, `INSERT INTO `+table+` (key, token, fingerprint, expires_at) VALUES ('k', 'holder', '', now())`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "k", store.Lease{}, time.Hour)
+		errc <- err
+	}()
+	watcher = srv.Conn(t)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		var waiting int
+		if err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New("the Begin's batch is not waiting for the row lock yet")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin whose caller left = %v, want ErrUnavailable", err)
+	}
+	return holder, watcher
 }

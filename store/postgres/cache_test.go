@@ -22,21 +22,7 @@ import (
 // is registered.
 func replicaStore(t *testing.T, srv *pgtest.Server, addr string, opts Options) *Store {
 	t.Helper()
-	opts.URL = srv.URL()
-	if addr != "" {
-		opts.URL = strings.Replace(opts.URL, srv.Addr(), addr, 1)
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = testTimeout
-	}
-	s, err := New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Prepare(context.Background()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	s := openStore(t, srv, addr, opts)
 	if s.cache != nil {
 		wait.SucceedsSoon(t, 10*time.Second, func() error {
 			if _, ok := s.cache.readVersion(); !ok {

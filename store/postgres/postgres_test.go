@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,17 @@ const conformanceLease = 2 * time.Second
 // with testTimeout unless opts sets one.
 func newStore(t *testing.T, srv *pgtest.Server, opts Options) *Store {
 	t.Helper()
+	return openStore(t, srv, "", opts)
+}
+
+// openStore is newStore reaching srv through addr (a fault proxy; "" for
+// the server itself).
+func openStore(t *testing.T, srv *pgtest.Server, addr string, opts Options) *Store {
+	t.Helper()
 	opts.URL = srv.URL()
+	if addr != "" {
+		opts.URL = strings.Replace(opts.URL, srv.Addr(), addr, 1)
+	}
 	if opts.Timeout == 0 {
 		opts.Timeout = testTimeout
 	}
