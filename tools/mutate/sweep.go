@@ -68,11 +68,15 @@ type mutant struct {
 	file         string // name within the package directory
 	offset       int    // of the operator in the file
 	line, column int
-	mutator      string
-	from, to     token.Token
-	tests        []string // the tests that run its line, fastest first
-	status       string
-	took         time.Duration
+	// runAt is the place of the file a test that evaluates the operator
+	// runs, as the coverage profile counts it: the operator's own, or, for
+	// a case expression, which lies in no counted block, the switch's.
+	runAt    token.Position
+	mutator  string
+	from, to token.Token
+	tests    []string // the tests that run its line, fastest first
+	status   string
+	took     time.Duration
 }
 
 // block is a run of statements a coverage profile counts.
@@ -157,7 +161,7 @@ func sweep(c sweepConfig, stdout, stderr io.Writer) int {
 	runnable := 0
 	for i := range muts {
 		m := &muts[i]
-		m.tests = s.covering(m.file, m.line, m.column)
+		m.tests = s.covering(m.file, m.runAt.Line, m.runAt.Column)
 		if len(m.tests) == 0 {
 			m.status = statusNotCovered
 		} else {
@@ -234,6 +238,7 @@ func (s *sweeper) mutants(changed map[string]map[int]bool) ([]mutant, error) {
 		if err != nil {
 			return nil, err
 		}
+		cases := caseExprs(f)
 		ast.Inspect(f, func(n ast.Node) bool {
 			tok, pos, ok := operator(n)
 			if !ok {
@@ -243,15 +248,59 @@ func (s *sweeper) mutants(changed map[string]map[int]bool) ([]mutant, error) {
 			if changed != nil && !changed[name][p.Line] {
 				return true
 			}
+			runAt := p
+			if sw, ok := cases.switchOf(pos); ok {
+				runAt = fset.Position(sw)
+			}
 			for _, mu := range mutators {
 				if to, ok := mu.ops[tok]; ok {
-					out = append(out, mutant{file: name, offset: p.Offset, line: p.Line, column: p.Column, mutator: mu.name, from: tok, to: to})
+					out = append(out, mutant{file: name, offset: p.Offset, line: p.Line, column: p.Column, runAt: runAt, mutator: mu.name, from: tok, to: to})
 				}
 			}
 			return true
 		})
 	}
 	return out, nil
+}
+
+// caseSpans are the case expressions of a file's switch statements, each
+// with the switch that evaluates it. A coverage profile counts a switch's
+// header in the block before its opening brace and each clause's body as a
+// block of its own; the expressions after `case` lie in neither, so a
+// mutant there would seem to be run by no test. Every test that runs the
+// switch's header may evaluate them (a tagless switch tries its cases in
+// order until one holds), so those are its tests.
+type caseSpans []struct{ from, to, sw token.Pos }
+
+func caseExprs(f *ast.File) caseSpans {
+	var out caseSpans
+	add := func(sw token.Pos, body *ast.BlockStmt) {
+		for _, st := range body.List {
+			if cc, ok := st.(*ast.CaseClause); ok && len(cc.List) > 0 {
+				out = append(out, struct{ from, to, sw token.Pos }{cc.Case, cc.Colon, sw})
+			}
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SwitchStmt:
+			add(n.Switch, n.Body)
+		case *ast.TypeSwitchStmt:
+			add(n.Switch, n.Body)
+		}
+		return true
+	})
+	return out
+}
+
+// switchOf returns the switch whose case expression holds pos.
+func (c caseSpans) switchOf(pos token.Pos) (token.Pos, bool) {
+	for _, s := range c {
+		if s.from <= pos && pos < s.to {
+			return s.sw, true
+		}
+	}
+	return token.NoPos, false
 }
 
 // operator is the operator of a node gremlins mutates, and where it is.

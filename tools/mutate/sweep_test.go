@@ -107,6 +107,42 @@ func TestSweepLeavesOutATestThatFailsUnmutated(t *testing.T) {
 	}
 }
 
+func TestSweepRunsACaseExpressionWithTheTestsOfItsSwitch(t *testing.T) {
+	dir := sweptModule(t)
+	// A coverage profile counts no block around "case n < 0:", only the
+	// switch's header before it and the clause's body after it.
+	sign := "package tiny\n\n" +
+		"func Sign(n int) string {\n\tswitch {\n\tcase n < 0:\n\t\treturn \"-\"\n\tcase n > 0:\n\t\treturn \"+\"\n\t}\n\treturn \"0\"\n}\n"
+	signTest := "package tiny\n\nimport \"testing\"\n\n" +
+		// Zero is never tried: n <= 0 and n >= 0 live, the negations die.
+		"func TestSign(t *testing.T) {\n\tif Sign(-2) != \"-\" || Sign(2) != \"+\" {\n\t\tt.Fatal(\"Sign\")\n\t}\n}\n"
+	for name, body := range map[string]string{"sign.go": sign, "sign_test.go": signTest} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := filepath.Join(t.TempDir(), "report.json")
+	var out strings.Builder
+	if code := sweep(sweepConfig{root: dir, pkg: "", out: report, coefficient: 5, only: map[string]bool{"sign.go": true}}, &out, io.Discard); code != 0 {
+		t.Fatalf("sweep exited %d:\n%s", code, out.String())
+	}
+	got := readReport(t, report)
+	want := map[string]string{
+		"sign.go:5 CONDITIONALS_BOUNDARY": statusLived,
+		"sign.go:5 CONDITIONALS_NEGATION": statusKilled,
+		"sign.go:7 CONDITIONALS_BOUNDARY": statusLived,
+		"sign.go:7 CONDITIONALS_NEGATION": statusKilled,
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %q, want %q", k, got[k], w)
+		}
+	}
+	if !strings.Contains(out.String(), "sign.go:5:9 CONDITIONALS_NEGATION (1 tests") {
+		t.Errorf("the case expression's mutant did not run with TestSign:\n%s", out.String())
+	}
+}
+
 func TestChangedLinesAreTheNewSideOfEachHunk(t *testing.T) {
 	dir := sweptModule(t)
 	run := func(args ...string) {
