@@ -64,3 +64,21 @@ func TestAccessLogHasOneLinePerRequest(t *testing.T) {
 		t.Errorf("access log turned on: lines %v, want the replay's", lines)
 	}
 }
+
+// The status in the access line is the one the client was sent, for an
+// answer without a body as for any other: a pass-through carries no status
+// of the proxy's own to fall back on.
+func TestAccessLineStatusIsTheOneSentWhenNoBodyFollows(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}, withLog(&logs), withAccessLog)
+	e.do(t, "GET", "/v1/charges", "", "")
+	lines := logs.lines(t, "access")
+	if len(lines) != 1 {
+		t.Fatalf("%d access lines, want 1: %v", len(lines), lines)
+	}
+	if l := lines[0]; l["status"] != float64(http.StatusOK) || l["bytes"] != float64(0) || l["outcome"] != string(OutcomePassthrough) {
+		t.Errorf("access line status %v, bytes %v, outcome %v; want 200, 0, passthrough", l["status"], l["bytes"], l["outcome"])
+	}
+}
