@@ -134,6 +134,13 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
+	// Most lengths and counts are below 128, one byte: read it here
+	// rather than in binary.Uvarint's loop.
+	if d.off < len(d.b) && d.b[d.off] < 0x80 {
+		x := d.b[d.off]
+		d.off++
+		return uint64(x)
+	}
 	x, n := binary.Uvarint(d.b[d.off:])
 	if n <= 0 {
 		d.fail("bad uvarint")
@@ -330,7 +337,8 @@ func (d *decoder) headers(rec *Record) (*Record, error) {
 	}
 	out.Header = make(map[string][]string, nnames)
 	used := 0
-	for range nnames {
+	prev, sorted := "", true
+	for i := range nnames {
 		name := str()
 		count := d.length()
 		if d.err != nil {
@@ -339,9 +347,16 @@ func (d *decoder) headers(rec *Record) (*Record, error) {
 		if count > nvalues-used {
 			return nil, d.fail("more values than announced")
 		}
-		if _, dup := out.Header[name]; dup {
-			return nil, d.fail("duplicate header name")
+		// Names are written sorted (AppendRecord): while each is above
+		// the one before, none can repeat an earlier one, so the map is
+		// only asked once a record is out of order.
+		sorted = sorted && (i == 0 || name > prev)
+		if !sorted {
+			if _, dup := out.Header[name]; dup {
+				return nil, d.fail("duplicate header name")
+			}
 		}
+		prev = name
 		list := vals[used : used+count : used+count]
 		for i := range list {
 			list[i] = str()
