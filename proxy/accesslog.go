@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"log/slog"
 	"math"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // SetAccessLog turns the access log on or off for requests that start
@@ -241,6 +243,18 @@ var jsonPlain = func() (t [256]bool) {
 	return t
 }()
 
+// plain8 reports whether the first eight bytes of s (it has eight) are all
+// jsonPlain, read as one word: none has its high bit set, none is below
+// 0x20, and none is a quote or a backslash. Each test is exact for a word
+// with no byte of the kind (a borrow starts only at one).
+func plain8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s), 8))
+	quote, backslash := x^('"'*ones), x^('\\'*ones)
+	below := (x - 0x20*ones) &^ x
+	return (x|below|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs == 0
+}
+
 // appendJSONString writes s quoted as slog's JSON handler does: control
 // characters, quotes and backslashes escaped, invalid UTF-8 as U+FFFD,
 // and U+2028 and U+2029 escaped; <, > and & as they are.
@@ -249,6 +263,10 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if len(s)-i >= 8 && plain8(s[i:]) {
+			i += 8
+			continue
+		}
 		if jsonPlain[s[i]] {
 			i++
 			continue
