@@ -298,7 +298,7 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		return false
 	}
 	q.key, q.keyFrom = key, from
-	if err := scopeCookiesReadOneWay(r.Header["Cookie"], q.route.scope); err != nil {
+	if err := scopeCookiesReadOneWay(r.Header, q.route.scope); err != nil {
 		h.refuse(w, q, failInvalidKey, err)
 		return false
 	}
