@@ -3,7 +3,6 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"hash"
 	"net/http"
 	"net/textproto"
@@ -211,8 +210,26 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader,
 	}
 	sum := hs.finish(nil)
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
-	return hex.EncodeToString(sum[:16])
+	return hexKey([16]byte(sum[:16]))
 }
+
+// hexKey is hex.EncodeToString(b[:]), a byte's two digits at a time.
+func hexKey(b [16]byte) string {
+	var out [32]byte
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hexPairs[c][0], hexPairs[c][1]
+	}
+	return string(out[:])
+}
+
+// hexPairs are the two lower-case hex digits of each byte.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for c := range t {
+		t[c] = [2]byte{digits[c>>4], digits[c&0xF]}
+	}
+	return t
+}()
 
 // lookup is what q's record keeps so that an operator finds it by the raw
 // key alone (GET /admin/keys?key=): the key without its scope, and the
