@@ -204,8 +204,24 @@ func (d *decoder) request() Request {
 
 // string reads a length and that many bytes as a string over d.b.
 func (d *decoder) string() string {
-	b := d.bytes(d.length())
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	at, n := d.span()
+	return unsafe.String(unsafe.SliceData(d.b[at:at+n]), n)
+}
+
+// span reads a length and skips that many bytes: they are d.b[at:at+n].
+// A length under 128 is one byte, read here with its bytes' bounds
+// checked once; a longer one as length reads it.
+func (d *decoder) span() (at, n int) {
+	if off := d.off; d.err == nil && off < len(d.b) {
+		if n := int(d.b[off]); n < 0x80 && n < len(d.b)-off {
+			d.off = off + 1 + n
+			return off + 1, n
+		}
+	}
+	n = d.length() // at most what is left, or 0 on an error
+	at = d.off
+	d.off += n
+	return at, n
 }
 
 // sealed reads the sealed section. Its key id and data alias d.b, as the
@@ -327,13 +343,11 @@ func (d *decoder) headers(rec *Record) (*Record, error) {
 	rest := d.b[start:]
 	s := unsafe.String(unsafe.SliceData(rest), len(rest))
 	str := func() string {
-		n := d.length()
+		at, n := d.span()
 		if d.err != nil {
 			return ""
 		}
-		v := s[d.off-start : d.off-start+n]
-		d.off += n
-		return v
+		return s[at-start : at-start+n]
 	}
 	out.Header = make(map[string][]string, nnames)
 	used := 0
