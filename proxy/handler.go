@@ -230,7 +230,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.passThrough(w, q, r)
 		return
 	}
-	dropUpgrade(r.Header)
+	if !q.target.lacks(scanConnection | scanUpgrade) {
+		dropUpgrade(r.Header)
+	}
 	if !h.identify(w, q) {
 		return
 	}
@@ -302,7 +304,9 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		h.refuse(w, q, failInvalidKey, err)
 		return false
 	}
-	keepKeyHeaders(r.Header, q.route.sources)
+	if !q.target.lacks(scanConnection) {
+		keepKeyHeaders(r.Header, q.route.sources)
+	}
 	if !haveBody && !h.readBody(w, q) {
 		return false
 	}
