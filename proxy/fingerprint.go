@@ -46,11 +46,10 @@ func (hs *hasher) release() {
 	}
 }
 
-// finish hashes the buffered parts followed by tail and returns the pooled
-// hasher; the digest is in the returned array.
-func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
+// finish hashes the buffered parts and returns the pooled hasher; the
+// digest is in the returned array.
+func (hs *hasher) finish() [sha256.Size]byte {
 	hs.h.Write(hs.buf)
-	hs.h.Write(tail)
 	hs.h.Sum(hs.sum[:0])
 	sum := hs.sum
 	if cap(hs.buf) <= 64<<10 { // do not pool a buffer a huge header grew
@@ -102,7 +101,7 @@ func fingerprint(r *http.Request, at readAs, host string, body []byte, headers [
 	hs.h.Write(body)
 	hs.buf = hs.buf[:0]
 	hs.trailers(r.Trailer)
-	return hs.finish(nil)
+	return hs.finish()
 }
 
 func (hs *hasher) values(values []string) {
@@ -208,7 +207,7 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader,
 		hs.field(host)
 		hs.field(at.path)
 	}
-	sum := hs.finish(nil)
+	sum := hs.finish()
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
 	return hexKey([16]byte(sum[:16]))
 }
@@ -257,7 +256,7 @@ func (q *request) scopeHash() [16]byte {
 func scopeHash(r *http.Request, scope []ScopeHeader) [16]byte {
 	hs := getHasher()
 	hs.scope(r, scope)
-	sum := hs.finish(nil)
+	sum := hs.finish()
 	return [16]byte(sum[:16])
 }
 
