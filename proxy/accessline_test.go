@@ -206,7 +206,8 @@ func TestJSONFloatChangesNotationWhereEncodingJSONDoes(t *testing.T) {
 
 // Every single byte is written as slog's JSON handler writes it: the
 // printable ASCII ones as they are, the others escaped or, past ASCII and
-// alone, as U+FFFD.
+// alone, as U+FFFD; alone, and at every place of an eight-byte run of
+// printable ones, which is read a word at a time.
 func TestAccessLineStringIsTheJSONHandlersForEveryByte(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -216,12 +217,19 @@ func TestAccessLineStringIsTheJSONHandlersForEveryByte(t *testing.T) {
 		return a
 	}}))
 	for c := range 256 {
-		buf.Reset()
-		s := string([]byte{byte(c)})
-		log.Info("", "s", s)
-		want := strings.TrimSuffix(strings.TrimPrefix(buf.String(), `{"s":`), "}\n")
-		if got := appendJSONString(nil, s); string(got) != want {
-			t.Errorf("byte %#x: %s, want %s", c, got, want)
+		strs := []string{string([]byte{byte(c)})}
+		for at := range 8 {
+			run := []byte("run of 8, then more")
+			run[at] = byte(c)
+			strs = append(strs, string(run))
+		}
+		for _, s := range strs {
+			buf.Reset()
+			log.Info("", "s", s)
+			want := strings.TrimSuffix(strings.TrimPrefix(buf.String(), `{"s":`), "}\n")
+			if got := appendJSONString(nil, s); string(got) != want {
+				t.Errorf("byte %#x in %q: %s, want %s", c, s, got, want)
+			}
 		}
 	}
 }

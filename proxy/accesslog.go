@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"log/slog"
 	"math"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // SetAccessLog turns the access log on or off for requests that start
@@ -175,10 +177,7 @@ func appendRFC3339Nano(b []byte, t time.Time) []byte {
 	if ns := t.Nanosecond(); ns != 0 {
 		var digits [10]byte
 		digits[0] = '.'
-		for i := 9; i > 0; i-- {
-			digits[i] = byte('0' + ns%10)
-			ns /= 10
-		}
+		putNine((*[9]byte)(digits[1:]), uint32(ns))
 		n := 10
 		for digits[n-1] == '0' {
 			n-- // RFC3339Nano drops trailing zeros
@@ -199,17 +198,36 @@ func appendSeconds(b []byte, d time.Duration) []byte {
 	}
 	var digits [11]byte
 	digits[0], digits[1] = '0', '.'
-	ns := int64(d)
-	for i := 10; i > 1; i-- {
-		digits[i] = byte('0' + ns%10)
-		ns /= 10
-	}
+	putNine((*[9]byte)(digits[2:]), uint32(d))
 	n := len(digits)
 	for digits[n-1] == '0' {
 		n--
 	}
 	return append(b, digits[:n]...)
 }
+
+// putNine writes v, below a billion, as nine decimal digits with leading
+// zeros, two at a time.
+func putNine(b *[9]byte, v uint32) {
+	for i := 7; i > 0; i -= 2 {
+		p := 2 * (v % 100)
+		b[i], b[i+1] = decimalPairs[p], decimalPairs[p+1]
+		v /= 100
+	}
+	b[0] = byte('0' + v)
+}
+
+// decimalPairs are the two digits of 0 to 99, in order.
+const decimalPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
 
 // appendJSONFloat writes f as encoding/json does, which slog's JSON
 // handler calls for every float: 'f' notation from 1e-6 to 1e21, else 'e'
@@ -241,6 +259,18 @@ var jsonPlain = func() (t [256]bool) {
 	return t
 }()
 
+// plain8 reports whether the first eight bytes of s (it has eight) are all
+// jsonPlain, read as one word: none has its high bit set, none is below
+// 0x20, and none is a quote or a backslash. Each test is exact for a word
+// with no byte of the kind (a borrow starts only at one).
+func plain8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s), 8))
+	quote, backslash := x^('"'*ones), x^('\\'*ones)
+	below := (x - 0x20*ones) &^ x
+	return (x|below|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs == 0
+}
+
 // appendJSONString writes s quoted as slog's JSON handler does: control
 // characters, quotes and backslashes escaped, invalid UTF-8 as U+FFFD,
 // and U+2028 and U+2029 escaped; <, > and & as they are.
@@ -249,6 +279,10 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if len(s)-i >= 8 && plain8(s[i:]) {
+			i += 8
+			continue
+		}
 		if jsonPlain[s[i]] {
 			i++
 			continue

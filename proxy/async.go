@@ -81,7 +81,7 @@ func scopeDigest(r *http.Request, scope []ScopeHeader) [sha256.Size]byte {
 		}
 		hs.values(r.Header[p.Header])
 	}
-	return hs.finish(nil)
+	return hs.finish()
 }
 
 // parse returns the storage key and the MAC a status URL path names.

@@ -82,7 +82,7 @@ func TestUnreadableRecordIsNeverExecutedAgain(t *testing.T) {
 			if got := e.outcomes(defaultRoute, OutcomeUnreadable); got != 2 {
 				t.Errorf("requests_total{outcome=unreadable} = %v, want 2", got)
 			}
-			if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opBegin)); got != 0 {
+			if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opBegin.String())); got != 0 {
 				t.Errorf("store_errors_total{operation=begin} = %v, want 0: the store answered", got)
 			}
 			lines := logs.lines(t, "recorded response unreadable")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -59,16 +60,30 @@ func rawPost(target, host, key string, extra ...string) string {
 	return b.String()
 }
 
+// manyHeaders are more header lines than a request's names are walked
+// for (scanHeaders): with them its headers are looked up one by one.
+func manyHeaders(header ...string) []string {
+	for i := range len(methodOverrideHeaders) + 1 {
+		header = append(header, "X-Filler-"+strconv.Itoa(i), "x")
+	}
+	return header
+}
+
 // Only a real upgrade (a GET with Connection: upgrade and Upgrade) is passed
 // through unprotected; an upgrade offer on a protected method is dropped
-// and the request handled like any other.
+// and the request handled like any other, among few headers or many.
 func TestOnlyARealUpgradeIsPassedThrough(t *testing.T) {
-	for name, header := range map[string][]string{
+	offers := map[string][]string{
 		"h2c, as curl --http2 sends": {"Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"},
 		"websocket on a POST":        {"Connection", "Upgrade", "Upgrade", "websocket"},
 		"empty Upgrade":              {"Upgrade", ""},
 		"Upgrade without Connection": {"Upgrade", "x"},
-	} {
+		"HTTP2-Settings alone":       {"HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"},
+	}
+	for name, header := range offers {
+		offers[name+", among many headers"] = manyHeaders(header...)
+	}
+	for name, header := range offers {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, nil)
 			first := e.do(t, "POST", "/x", "k", "{}", header...)
@@ -246,16 +261,24 @@ func TestCookieScopeSeparatesSessions(t *testing.T) {
 }
 
 // The key header is forwarded upstream even when the client names it in
-// Connection, which would otherwise make the reverse proxy drop it.
+// Connection, which would otherwise make the reverse proxy drop it, among
+// few headers or many.
 func TestKeyHeaderForwardedWhenListedInConnection(t *testing.T) {
-	e := newEnv(t, nil)
-	e.do(t, "POST", "/x", "k-1", "{}", "Connection", "Idempotency-Key, X-Other", "X-Other", "gone")
-	seen := e.up.last().Header
-	if got := seen.Get("Idempotency-Key"); got != "k-1" {
-		t.Fatalf("upstream saw Idempotency-Key %q, want k-1", got)
-	}
-	if got := seen.Get("X-Other"); got != "" {
-		t.Errorf("X-Other, named in Connection, reached the upstream: %q", got)
+	for name, header := range map[string][]string{
+		"few headers":  {"Connection", "Idempotency-Key, X-Other", "X-Other", "gone"},
+		"many headers": manyHeaders("Connection", "Idempotency-Key, X-Other", "X-Other", "gone"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.do(t, "POST", "/x", "k-1", "{}", header...)
+			seen := e.up.last().Header
+			if got := seen.Get("Idempotency-Key"); got != "k-1" {
+				t.Fatalf("upstream saw Idempotency-Key %q, want k-1", got)
+			}
+			if got := seen.Get("X-Other"); got != "" {
+				t.Errorf("X-Other, named in Connection, reached the upstream: %q", got)
+			}
+		})
 	}
 }
 

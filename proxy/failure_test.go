@@ -88,7 +88,7 @@ func TestStoreUnavailable(t *testing.T) {
 		if got := e.outcomes(defaultRoute, OutcomeStoreRejected); got != 1 {
 			t.Errorf("store_unavailable_rejected = %v, want 1", got)
 		}
-		if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opBegin)); got != 1 {
+		if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opBegin.String())); got != 1 {
 			t.Errorf("store errors (begin) = %v, want 1", got)
 		}
 	})

@@ -3,7 +3,6 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"hash"
 	"net/http"
 	"net/textproto"
@@ -47,11 +46,10 @@ func (hs *hasher) release() {
 	}
 }
 
-// finish hashes the buffered parts followed by tail and returns the pooled
-// hasher; the digest is in the returned array.
-func (hs *hasher) finish(tail []byte) [sha256.Size]byte {
+// finish hashes the buffered parts and returns the pooled hasher; the
+// digest is in the returned array.
+func (hs *hasher) finish() [sha256.Size]byte {
 	hs.h.Write(hs.buf)
-	hs.h.Write(tail)
 	hs.h.Sum(hs.sum[:0])
 	sum := hs.sum
 	if cap(hs.buf) <= 64<<10 { // do not pool a buffer a huge header grew
@@ -103,7 +101,7 @@ func fingerprint(r *http.Request, at readAs, host string, body []byte, headers [
 	hs.h.Write(body)
 	hs.buf = hs.buf[:0]
 	hs.trailers(r.Trailer)
-	return hs.finish(nil)
+	return hs.finish()
 }
 
 func (hs *hasher) values(values []string) {
@@ -209,10 +207,28 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader,
 		hs.field(host)
 		hs.field(at.path)
 	}
-	sum := hs.finish(nil)
+	sum := hs.finish()
 	// 128 bits: collisions are out of reach, and the key stays short in Redis.
-	return hex.EncodeToString(sum[:16])
+	return hexKey([16]byte(sum[:16]))
 }
+
+// hexKey is hex.EncodeToString(b[:]), a byte's two digits at a time.
+func hexKey(b [16]byte) string {
+	var out [32]byte
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hexPairs[c][0], hexPairs[c][1]
+	}
+	return string(out[:])
+}
+
+// hexPairs are the two lower-case hex digits of each byte.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for c := range t {
+		t[c] = [2]byte{digits[c>>4], digits[c&0xF]}
+	}
+	return t
+}()
 
 // lookup is what q's record keeps so that an operator finds it by the raw
 // key alone (GET /admin/keys?key=): the key without its scope, and the
@@ -240,7 +256,7 @@ func (q *request) scopeHash() [16]byte {
 func scopeHash(r *http.Request, scope []ScopeHeader) [16]byte {
 	hs := getHasher()
 	hs.scope(r, scope)
-	sum := hs.finish(nil)
+	sum := hs.finish()
 	return [16]byte(sum[:16])
 }
 

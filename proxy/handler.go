@@ -230,7 +230,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.passThrough(w, q, r)
 		return
 	}
-	dropUpgrade(r.Header)
+	if !q.target.lacks(scanConnection | scanUpgrade) {
+		dropUpgrade(r.Header)
+	}
 	if !h.identify(w, q) {
 		return
 	}
@@ -298,15 +300,18 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		return false
 	}
 	q.key, q.keyFrom = key, from
-	if err := scopeCookiesReadOneWay(r.Header["Cookie"], q.route.scope); err != nil {
+	if err := scopeCookiesReadOneWay(r.Header, q.route.scope); err != nil {
 		h.refuse(w, q, failInvalidKey, err)
 		return false
 	}
-	keepKeyHeaders(r.Header, q.route.sources)
+	if !q.target.lacks(scanConnection) {
+		keepKeyHeaders(r.Header, q.route.sources)
+	}
 	if !haveBody && !h.readBody(w, q) {
 		return false
 	}
-	if err := h.fingerprint(q, form); err != nil {
+	host := normalHost(r.Host) // fingerprinted, and in the lease's description
+	if err := h.fingerprint(q, form, host); err != nil {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return false
 	}
@@ -321,7 +326,7 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		}
 		q.probeTarget = target
 	}
-	q.desc = q.described()
+	q.desc = q.described(host)
 	return true
 }
 
@@ -347,12 +352,12 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 // fingerprint computes q's fingerprint and storage key. The body was read
 // to its end, so the trailers are known. It fails, before anything is
 // locked, for a JSON body the fingerprint cannot read one way. A GraphQL
-// mutation's form (graphql.go) is hashed in place of its body.
-func (h *Handler) fingerprint(q *request, graphqlForm []byte) error {
+// mutation's form (graphql.go) is hashed in place of its body. host is
+// the request's normalHost.
+func (h *Handler) fingerprint(q *request, graphqlForm []byte, host string) error {
 	r, pol := q.in, &q.route.policy
-	var host string // fingerprint_host: false leaves the host out
-	if pol.FingerprintHost {
-		host = normalHost(r.Host)
+	if !pol.FingerprintHost {
+		host = "" // fingerprint_host: false leaves the host out
 	}
 	var err error
 	if graphqlForm != nil {

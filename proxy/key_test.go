@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -145,6 +146,24 @@ func TestStorageKeyScopes(t *testing.T) {
 	}
 	if b := storageKeyFrom(r, readAs{}, "k", nil, KeyFromHeader, ""); b == storageKeyFrom(r, readAs{}, "k2", nil, KeyFromHeader, "") {
 		t.Fatal("two keys share a storage key")
+	}
+}
+
+// A storage key is the same bytes as every earlier version made it:
+// records stored under it must replay after an upgrade.
+func TestStorageKeysAreThoseOfEarlierVersions(t *testing.T) {
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("Authorization", "Bearer a")
+	if got, want := storageKeyFrom(r, readAs{}, "8e03978e-40d5-43e8-bc93-6894a57f9324", DefaultPolicy().ScopeHeaders, KeyFromHeader, ""), "12dc7073b647d4d851afa0a6dabc769f"; got != want {
+		t.Errorf("a header key's storage key %s, want %s", got, want)
+	}
+	if got, want := storageKeyFrom(r, readAs{method: "POST", path: "/orders"}, "42", DefaultPolicy().ScopeHeaders, KeyFromJSON, "api.example"), "57d766500d5c751c7c64bb23118ad08f"; got != want {
+		t.Errorf("a payload key's storage key %s, want %s", got, want)
+	}
+	for c := range 256 {
+		if got, want := hexKey([16]byte{15: byte(c)}), hex.EncodeToString([]byte{15: byte(c)}); got != want {
+			t.Errorf("hexKey of byte %#x: %s, want %s", c, got, want)
+		}
 	}
 }
 

@@ -66,8 +66,8 @@ func failed(err error) bool {
 }
 
 // observeStore counts one store operation: its duration, and its error.
-func (m *Metrics) observeStore(op string, d time.Duration, failed bool) {
-	om := m.ops[op]
+func (m *Metrics) observeStore(op storeOp, d time.Duration, failed bool) {
+	om := &m.ops[op]
 	om.duration.Observe(d.Seconds())
 	if failed {
 		om.errors.Inc()

@@ -96,16 +96,23 @@ func ResultOf(o Outcome) Result {
 	return ResultRefused
 }
 
-// Store operations, the values of the "operation" label.
+// storeOp is a store operation; its String is the "operation" label's
+// value.
+type storeOp int
+
+// Store operations.
 const (
-	opBegin    = "begin"
-	opExtend   = "extend"
-	opComplete = "complete"
-	opRelease  = "release"
-	opPing     = "ping"
+	opBegin storeOp = iota
+	opExtend
+	opComplete
+	opRelease
+	opPing
+	numStoreOps
 )
 
-var storeOps = []string{opBegin, opExtend, opComplete, opRelease, opPing}
+var storeOpNames = [numStoreOps]string{"begin", "extend", "complete", "release", "ping"}
+
+func (op storeOp) String() string { return storeOpNames[op] }
 
 // Reasons a record is stored without its body, the values of the "reason"
 // label of idempotency_proxy_records_body_omitted_total.
@@ -150,7 +157,7 @@ type Metrics struct {
 
 	// Children resolved once: a label lookup per request costs more than
 	// the replay it measures.
-	ops map[string]opMetrics
+	ops [numStoreOps]opMetrics
 
 	// reports are each route's counts for the adoption report, by label,
 	// kept across reloads like the Prometheus series; reportsStart is when
@@ -277,9 +284,8 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	reg.MustRegister(m.requests, m.requestDuration, m.upstreamDuration, m.storeDuration,
 		m.storeErrors, m.inflight, m.lockLost, omitted, unreadable, buildInfo,
 		m.detached, m.detachedEnded, m.detachRefused, m.probes, m.shadow, m.keyChurn, m.protocols)
-	m.ops = make(map[string]opMetrics, len(storeOps))
-	for _, op := range storeOps {
-		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
+	for op, name := range storeOpNames {
+		m.ops[op] = opMetrics{m.storeDuration.WithLabelValues(name), m.storeErrors.WithLabelValues(name)}
 	}
 	m.reports, m.reportsStart = map[string]*reportCounts{}, time.Now()
 	m.route(defaultRoute)

@@ -26,14 +26,14 @@ import (
 func (h *Handler) passThrough(w http.ResponseWriter, q *request, r *http.Request) {
 	switch {
 	case r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody:
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		if err := http.NewResponseController(serverWriter(w)).EnableFullDuplex(); err != nil {
 			// A ResponseWriter wrapper without Unwrap hides the server's:
 			// the request is still forwarded, with net/http's default.
 			h.log.LogAttrs(r.Context(), slog.LevelDebug, "full duplex unavailable for a streamed pass-through request",
 				slog.String("error", err.Error()))
 		}
 	case r.ProtoMajor == 2 && grpcwire.IsGRPC(r.Header.Get("Content-Type")):
-		if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil {
+		if err := http.NewResponseController(serverWriter(w)).SetReadDeadline(time.Time{}); err != nil {
 			h.log.LogAttrs(r.Context(), slog.LevelDebug, "the read timeout stays on a passed-through gRPC call",
 				slog.String("error", err.Error()))
 		}
@@ -41,4 +41,21 @@ func (h *Handler) passThrough(w http.ResponseWriter, q *request, r *http.Request
 	start := h.clock.Now()
 	h.rp.ServeHTTP(w, r)
 	q.upstreamTook.Store(int64(max(h.clock.Now().Sub(start), 1)))
+}
+
+// serverWriter is w without the proxy's own wrappers (counted, unrecorded),
+// which pass a ResponseController's requests through by Unwrap: it then
+// asks the writer beneath at once, instead of trying each wrapper's
+// interfaces on the way down.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		switch t := w.(type) {
+		case *counted:
+			w = t.out
+		case *unrecorded:
+			w = t.capture.rw
+		default:
+			return w
+		}
+	}
 }

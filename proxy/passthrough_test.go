@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -78,5 +79,24 @@ func TestLargeResponsesToStreamedPassThroughRequestsArriveWhole(t *testing.T) {
 				t.Fatalf("%s: response body of %d bytes of %d, error %v: cut off", method, n, respSize, err)
 			}
 		}
+	}
+}
+
+// serverWriter skips only the proxy's own writers, and those answer no
+// ResponseController request but through Unwrap: skipping them changes
+// no answer a pass-through gets.
+func TestServerWriterSkipsOnlyWritersThatPassControlThrough(t *testing.T) {
+	for name, w := range map[string]http.ResponseWriter{"counted": new(counted), "unrecorded": new(unrecorded)} {
+		if _, ok := w.(interface{ EnableFullDuplex() error }); ok {
+			t.Errorf("%s enables full duplex itself", name)
+		}
+		if _, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+			t.Errorf("%s sets read deadlines itself", name)
+		}
+	}
+	server := httptest.NewRecorder()
+	logged := (&request{}).counting(server)
+	if got := serverWriter((&request{}).unrecorded(logged)); got != server {
+		t.Fatalf("serverWriter = %T, want the server's writer", got)
 	}
 }

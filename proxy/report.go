@@ -75,12 +75,17 @@ func unixMinute(t time.Time) int64 { return t.Unix() / int64(ReportBucket/time.S
 
 // add counts one of f at t.
 func (c *reportCounts) add(t time.Time, f reportField) {
+	c.bucket(t).n[f].Add(1)
+}
+
+// bucket is the bucket of t's minute.
+func (c *reportCounts) bucket(t time.Time) *reportBucket {
 	m := unixMinute(t)
 	b := &c.slots[m%int64(reportSlots)]
 	if b.minute.Load() != m {
 		c.reuse(b, m)
 	}
-	b.n[f].Add(1)
+	return b
 }
 
 // reuse empties b, which held a minute a day old, for minute m. An add
@@ -99,20 +104,22 @@ func (c *reportCounts) reuse(b *reportBucket, m int64) {
 }
 
 // outcome counts a request that ended in o, keyed or not.
+// Its counts go to one bucket, found once.
 func (c *reportCounts) outcome(t time.Time, o Outcome, keyed bool) {
-	c.add(t, fieldRequests)
+	b := c.bucket(t)
+	b.n[fieldRequests].Add(1)
 	if keyed {
-		c.add(t, fieldKeyed)
+		b.n[fieldKeyed].Add(1)
 	}
 	switch o {
 	case OutcomeReplayed:
-		c.add(t, fieldReplayed)
+		b.n[fieldReplayed].Add(1)
 	case OutcomeMismatch:
-		c.add(t, fieldMismatch)
+		b.n[fieldMismatch].Add(1)
 	case OutcomeConflict:
-		c.add(t, fieldConflict)
+		b.n[fieldConflict].Add(1)
 	case OutcomeMissingKey, OutcomeNoKey:
-		c.add(t, fieldMissingKey)
+		b.n[fieldMissingKey].Add(1)
 	}
 }
 

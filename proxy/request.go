@@ -173,11 +173,11 @@ func (q *request) free() {
 }
 
 // described is what the request's lease and record say of it, for
-// operators: never its query or body.
-func (q *request) described() store.Request {
+// operators: never its query or body. host is its normalHost.
+func (q *request) described(host string) store.Request {
 	return store.Request{
 		Method:    q.in.Method,
-		Host:      normalHost(q.in.Host),
+		Host:      host,
 		Path:      q.in.URL.Path,
 		Route:     q.route.label,
 		StartedAt: q.start.Truncate(time.Millisecond).UTC(),

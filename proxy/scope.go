@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/textproto"
 	"strings"
 
@@ -77,17 +78,17 @@ func (s *ScopeHeader) UnmarshalText(text []byte) error {
 }
 
 // scopeCookiesReadOneWay returns an error when a Cookie:NAME scope cookie
-// in the Cookie header lines holds a comma, a space or a tab: the scope
+// in h's Cookie header lines holds a comma, a space or a tab: the scope
 // hashes "c1, sid=c2" whole, as net/http reads it, while Python's
 // http.cookies reads the session c2, so one session's key could run
 // again under a second scope.
-func scopeCookiesReadOneWay(lines []string, scope []ScopeHeader) error {
+func scopeCookiesReadOneWay(h http.Header, scope []ScopeHeader) error {
 	for _, s := range scope {
 		if s.Cookie == "" {
 			continue
 		}
 		split := false
-		forEachCookie(lines, s.Cookie, func(v string) { split = split || strings.ContainsAny(v, cookieSplitters) })
+		forEachCookie(h["Cookie"], s.Cookie, func(v string) { split = split || strings.ContainsAny(v, cookieSplitters) })
 		if split {
 			return fmt.Errorf("%w (%s)", errScopeCookieSplit, s)
 		}

@@ -52,6 +52,9 @@ type target struct {
 	// refuse is set by the route table when the request is refused for
 	// the reading above: failAmbiguousPath or failAmbiguousMethod.
 	refuse failure
+	// headers is what the walk for override headers found of the
+	// others: the headers the proxy edits need no lookup when absent.
+	headers headerScan
 }
 
 type overrideProblem uint8
@@ -79,24 +82,50 @@ var overrideNames, overrideLens = func() (map[string]bool, map[int]bool) {
 	return names, lens
 }()
 
-// hasOverride reports whether h holds a method-override header. A request
-// carries fewer headers than there are spellings of the override names,
-// so it walks them, and looks up only those of an override's length.
-func hasOverride(h http.Header) bool {
+// headerScan is what one walk over a request's header names found.
+type headerScan uint8
+
+const (
+	scanOverride   headerScan = 1 << iota // a method-override header
+	scanConnection                        // Connection
+	scanUpgrade                           // Upgrade or HTTP2-Settings
+	// scanWalked is set when every name was walked: a header whose bit
+	// is then clear is absent. Without it only scanOverride is known.
+	scanWalked
+)
+
+// scanHeaders reports whether h holds a method-override header and, when
+// it walks h, the hop-by-hop headers the proxy edits (connection.go). A
+// request carries fewer headers than there are spellings of the override
+// names, so it walks them, and looks up only those of an override's
+// length; one with more is looked up name by name.
+func scanHeaders(h http.Header) headerScan {
 	if len(h) > len(methodOverrideHeaders) {
 		for _, name := range methodOverrideHeaders {
 			if _, ok := h[name]; ok {
-				return true
+				return scanOverride
 			}
 		}
-		return false
+		return 0
 	}
+	s := scanWalked
 	for name := range h {
-		if len(name) > 0 && name[0] == 'X' && overrideLens[len(name)] && overrideNames[name] {
-			return true
+		switch {
+		case name == "Connection":
+			s |= scanConnection
+		case name == "Upgrade" || name == "Http2-Settings":
+			s |= scanUpgrade
+		case len(name) > 0 && name[0] == 'X' && overrideLens[len(name)] && overrideNames[name]:
+			s |= scanOverride
 		}
 	}
-	return false
+	return s
+}
+
+// lacks reports whether the request came with none of the headers of s,
+// as readTarget's walk found them; false when it did not walk them all.
+func (t *target) lacks(s headerScan) bool {
+	return t.headers&scanWalked != 0 && t.headers&s == 0
 }
 
 // overrideSpellings returns each of names, then its spellings with one or
@@ -141,7 +170,7 @@ func readTarget(r *http.Request) target {
 // differently: Express's method-override takes the first of a list,
 // Rack ignores a list, and each framework reads only its own header.
 func (t *target) readOverride(h http.Header, sent string) {
-	if !hasOverride(h) {
+	if t.headers = scanHeaders(h); t.headers&scanOverride == 0 {
 		return
 	}
 	var fp strings.Builder

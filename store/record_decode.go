@@ -134,6 +134,13 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
+	// Most lengths and counts are below 128, one byte: read it here
+	// rather than in binary.Uvarint's loop.
+	if d.off < len(d.b) && d.b[d.off] < 0x80 {
+		x := d.b[d.off]
+		d.off++
+		return uint64(x)
+	}
 	x, n := binary.Uvarint(d.b[d.off:])
 	if n <= 0 {
 		d.fail("bad uvarint")
@@ -197,8 +204,24 @@ func (d *decoder) request() Request {
 
 // string reads a length and that many bytes as a string over d.b.
 func (d *decoder) string() string {
-	b := d.bytes(d.length())
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	at, n := d.span()
+	return unsafe.String(unsafe.SliceData(d.b[at:at+n]), n)
+}
+
+// span reads a length and skips that many bytes: they are d.b[at:at+n].
+// A length under 128 is one byte, read here with its bytes' bounds
+// checked once; a longer one as length reads it.
+func (d *decoder) span() (at, n int) {
+	if off := d.off; d.err == nil && off < len(d.b) {
+		if n := int(d.b[off]); n < 0x80 && n < len(d.b)-off {
+			d.off = off + 1 + n
+			return off + 1, n
+		}
+	}
+	n = d.length() // at most what is left, or 0 on an error
+	at = d.off
+	d.off += n
+	return at, n
 }
 
 // sealed reads the sealed section. Its key id and data alias d.b, as the
@@ -320,17 +343,16 @@ func (d *decoder) headers(rec *Record) (*Record, error) {
 	rest := d.b[start:]
 	s := unsafe.String(unsafe.SliceData(rest), len(rest))
 	str := func() string {
-		n := d.length()
+		at, n := d.span()
 		if d.err != nil {
 			return ""
 		}
-		v := s[d.off-start : d.off-start+n]
-		d.off += n
-		return v
+		return s[at-start : at-start+n]
 	}
 	out.Header = make(map[string][]string, nnames)
 	used := 0
-	for range nnames {
+	prev, sorted := "", true
+	for i := range nnames {
 		name := str()
 		count := d.length()
 		if d.err != nil {
@@ -339,9 +361,16 @@ func (d *decoder) headers(rec *Record) (*Record, error) {
 		if count > nvalues-used {
 			return nil, d.fail("more values than announced")
 		}
-		if _, dup := out.Header[name]; dup {
-			return nil, d.fail("duplicate header name")
+		// Names are written sorted (AppendRecord): while each is above
+		// the one before, none can repeat an earlier one, so the map is
+		// only asked once a record is out of order.
+		sorted = sorted && (i == 0 || name > prev)
+		if !sorted {
+			if _, dup := out.Header[name]; dup {
+				return nil, d.fail("duplicate header name")
+			}
 		}
+		prev = name
 		list := vals[used : used+count : used+count]
 		for i := range list {
 			list[i] = str()

@@ -206,6 +206,17 @@ func TestDecodeRecordRejectsCorruption(t *testing.T) {
 	if rec, err := DecodeRecord(v2(&Record{Status: 200}, 1, 1, 1, 'A', 1, 1, 'a')); err != nil || rec.Trailer["A"][0] != "a" {
 		t.Fatalf("the sections the cases above spoil, whole: %+v, %v", rec, err)
 	}
+	// Header sections of their own making, after a record with no body.
+	headers := func(section ...byte) []byte {
+		enc := AppendRecord(nil, &Record{Status: 200})
+		return append(enc[:len(enc)-2:len(enc)-2], section...)
+	}
+	tests["duplicate header name"] = headers(2, 2, 1, 'A', 1, 1, 'a', 1, 'A', 1, 1, 'b')
+	tests["duplicate header name, out of order"] = headers(3, 3, 1, 'B', 1, 1, 'b', 1, 'A', 1, 1, 'a', 1, 'B', 1, 1, 'c')
+	// Names out of order are read as they are: only a repeated one is corrupt.
+	if rec, err := DecodeRecord(headers(2, 2, 1, 'B', 1, 1, 'b', 1, 'A', 1, 1, 'a')); err != nil || rec.Header["A"][0] != "a" || rec.Header["B"][0] != "b" {
+		t.Fatalf("a header section out of order, names distinct: %+v, %v", rec, err)
+	}
 	withTrailers := AppendRecord(nil, sampleRecords()["trailers"])
 	for i := range withTrailers {
 		tests[fmt.Sprintf("trailers truncated at %d", i)] = withTrailers[:i]
