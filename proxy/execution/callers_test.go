@@ -53,6 +53,14 @@ func TestCallersRunTheNextCallOnTheGoroutineOfTheLast(t *testing.T) {
 		}
 		return nil
 	})
+	// A caller handed a call is no longer idle: once it is done, it waits
+	// again, the one idle caller there is, and it keeps taking calls.
+	for range 3 {
+		wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
+		c.Start(&call{})
+		<-ids
+	}
+	wait.SucceedsSoon(t, 10*time.Second, idleCallers(c, 1))
 }
 
 func TestCallersNeverMakeACallWaitAndKeepAtMostMaxIdle(t *testing.T) {
