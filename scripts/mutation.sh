@@ -37,7 +37,7 @@ export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 # Every package the sweep covers, in the order --changed spends its budget
 # on them: those whose tests run in seconds first, the real-server stores
 # last.
-all=(store store/seal proxy store/memory store/filestore store/postgres store/redisstore)
+all=(store store/seal proxy proxy/execution store/memory store/filestore store/postgres store/redisstore)
 coefficient=${MUTATION_TIMEOUT_COEFFICIENT:-}
 budget=${MUTATION_BUDGET:-540}
 bases=.ci/mutation-base
