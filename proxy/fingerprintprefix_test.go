@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
+	"hash/maphash"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -151,4 +153,33 @@ func clearPrefixStates(t *testing.T) {
 	}
 	clear()
 	t.Cleanup(clear)
+}
+
+// TestOneOffPrefixesRarelyReplaceAKeptState: requests whose first blocks
+// are each new (a path parameter within the first 64 bytes) replace a kept
+// state about one time in prefixReplaceOdds, so they neither allocate a
+// state on every request nor never give way. Either bound is missed by
+// chance less than once in 2^80 runs.
+func TestOneOffPrefixesRarelyReplaceAKeptState(t *testing.T) {
+	clearPrefixStates(t)
+	const host = "a.example"
+	body := []byte(`{}`)
+	held, replaced := 0, 0
+	for i := range 1000 {
+		at := readAs{method: http.MethodPost, path: fmt.Sprintf("/v1/charges/%06d/refunds", i)}
+		r := httptest.NewRequest(http.MethodPost, "http://"+host+at.path, nil)
+		block := [sha256.BlockSize]byte(fingerprintInput(at, host, "", r.Header, nil, body))
+		slot := &prefixStates[maphash.Bytes(prefixSeed, block[:])%prefixSlots]
+		before := slot.Load()
+		fingerprint(r, at, host, body, nil)
+		if before != nil {
+			held++
+			if slot.Load() != before {
+				replaced++
+			}
+		}
+	}
+	if replaced == 0 || replaced*2 > held {
+		t.Errorf("%d of %d kept states replaced by a new block, want about one in %d", replaced, held, prefixReplaceOdds)
+	}
 }
