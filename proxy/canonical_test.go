@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,6 +60,13 @@ func TestCheckFingerprintIgnore(t *testing.T) {
 	}
 	if err := checkFingerprintIgnore([]jsonread.Pointer{mustPointer(t, "")}); err == nil || !strings.Contains(err.Error(), "whole body") {
 		t.Errorf("empty pointer: %v", err)
+	}
+	most := make([]jsonread.Pointer, maxFingerprintIgnore)
+	for i := range most {
+		most[i] = mustPointer(t, "/p"+strconv.Itoa(i))
+	}
+	if err := checkFingerprintIgnore(most); err != nil {
+		t.Errorf("the most pointers allowed, %d: %v", len(most), err)
 	}
 	if err := checkFingerprintIgnore(make([]jsonread.Pointer, maxFingerprintIgnore+1)); err == nil {
 		t.Error("too many pointers accepted")

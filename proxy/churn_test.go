@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"encoding/binary"
+	"encoding/hex"
+	"maps"
+	"net/http"
 	"runtime"
 	"testing"
 	"time"
@@ -52,6 +55,76 @@ func TestChurnOutsideItsWindowIsNotCounted(t *testing.T) {
 	}
 	if !c.observe(id, "c", at.Add(2*time.Minute), time.Minute, 10) {
 		t.Error("a new key within churn_window of the last not counted as churn")
+	}
+	if !c.observe(id, "d", at.Add(3*time.Minute), time.Minute, 10) {
+		t.Error("a new key exactly churn_window after the last not counted as churn")
+	}
+}
+
+// TestChurnRemembersTheNewestHalfOfMaxEntries: a churn bounded at limit
+// fingerprints that has seen limit distinct ones holds all of them, and a
+// new key for any of the newest half still counts as churn.
+func TestChurnRemembersTheNewestHalfOfMaxEntries(t *testing.T) {
+	const limit = 10
+	c := newChurn()
+	at := time.Unix(1_000_000, 0)
+	ids := make([]churnID, limit)
+	for i := range ids {
+		ids[i] = churnIDOf([32]byte{byte(i)}, nil)
+		c.observe(ids[i], "k", at, time.Hour, limit)
+	}
+	if got := c.len(); got != limit {
+		t.Errorf("after %d distinct fingerprints: %d held, want %d", limit, got, limit)
+	}
+	for i, id := range ids[limit/2:] {
+		if !c.observe(id, "other", at, time.Hour, limit) {
+			t.Errorf("fingerprint %d of %d under a new key not counted as churn", limit/2+i+1, limit)
+		}
+	}
+}
+
+// TestChurnReportNamesEachChurningScope: two clients each send a request
+// again under a fresh key; the report names both scopes by their own
+// scope_hash, once each.
+func TestChurnReportNamesEachChurningScope(t *testing.T) {
+	e := newEnv(t, nil)
+	clients := []string{"Bearer a", "Bearer b"}
+	want := map[string]uint64{}
+	for _, auth := range clients {
+		for _, key := range []string{"first-" + auth, "fresh-" + auth} {
+			e.do(t, "POST", "/x", key, `{"a":1}`, "Authorization", auth)
+		}
+		sum := scopeHash(&http.Request{Header: http.Header{"Authorization": {auth}}}, DefaultPolicy().ScopeHeaders)
+		want[hex.EncodeToString(sum[:])] = 1
+	}
+	var got map[string]uint64
+	for _, r := range e.handler.Report(time.Hour).Routes {
+		if r.Route != defaultRoute {
+			continue
+		}
+		got = map[string]uint64{}
+		for _, s := range r.TopChurnScopes {
+			got[s.ScopeHash] = s.Churn
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("top churn scopes %v, want %v", got, want)
+	}
+}
+
+// TestReloadKeepsTheFingerprintsARouteRemembers: a request sent again
+// under a fresh key after a reload counts as churn, as it would without
+// the reload.
+func TestReloadKeepsTheFingerprintsARouteRemembers(t *testing.T) {
+	e := newEnv(t, nil)
+	churned := func() float64 { return testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)) }
+	e.do(t, "POST", "/x", "k1", `{"a":1}`)
+	if err := e.handler.SetRoutes(DefaultPolicy(), nil); err != nil {
+		t.Fatal(err)
+	}
+	e.do(t, "POST", "/x", "k2", `{"a":1}`)
+	if got := churned(); got != 1 {
+		t.Errorf("a fresh key after a reload: key_churn_total = %v, want 1", got)
 	}
 }
 

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
+	"hash/maphash"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -83,21 +86,32 @@ func TestFingerprintFromAKeptStateIsTheSHA256OfTheRequest(t *testing.T) {
 // TestFingerprintKeepsNoStateOfAQueryOrHeaderValue holds the kept states
 // to blocks of methods, hosts, paths and header names: a first block that
 // reaches into the query, a header value or the body is neither kept nor
-// looked up, and the fingerprint is the SHA-256 all the same.
+// looked up, one that ends where the first of them starts is kept, and the
+// fingerprint is the SHA-256 all the same.
 func TestFingerprintKeepsNoStateOfAQueryOrHeaderValue(t *testing.T) {
 	long := readAs{method: http.MethodPost, path: "/v1/charges/with/a/long/enough/path"}
 	short := readAs{method: http.MethodPost, path: "/v1/c"}
+	// The first block of "POST", "a.example" and a path of 11 bytes, each
+	// with its 8-byte length, ends where the query's length ends.
+	charges := readAs{method: http.MethodPost, path: "/v1/charges"}
 	for _, c := range []struct {
-		name   string
-		at     readAs
-		query  string
-		header string
-		host   string
-		kept   bool
+		name    string
+		at      readAs
+		query   string
+		headers []string // fingerprint_headers
+		set     string   // the one of them sent, with a secret value
+		host    string
+		kept    bool
 	}{
-		{"the query after the first block", long, "token=s3cr3t", "Content-Type", "a.example", true},
-		{"a query in the first block", short, "token=s3cr3t", "Content-Type", "a.example", false},
-		{"a header value in the first block", short, "", "X", "", false},
+		{"the query after the first block", long, "token=s3cr3t", []string{"Content-Type"}, "Content-Type", "a.example", true},
+		{"a query in the first block", short, "token=s3cr3t", []string{"Content-Type"}, "Content-Type", "a.example", false},
+		{"a header value in the first block", short, "", []string{"X"}, "X", "", false},
+		{"an input of exactly one block", charges, "", nil, "", "a.example", true},
+		{"the query from the second block on", readAs{http.MethodPost, "/v1/charges/abcdefg"}, "token=s3cr3t", nil, "", "a.example", true},
+		{"the query from the first block's last byte on", readAs{http.MethodPost, "/v1/charges/abcdef"}, "token=s3cr3t", nil, "", "a.example", false},
+		{"a header value from the second block on", charges, "", []string{"X"}, "X", "", true},
+		{"a header value from the first block's last byte on", readAs{http.MethodPost, "/v1/charge"}, "", []string{"X"}, "X", "", false},
+		{"fingerprint headers not sent", short, "", []string{"X", "Y"}, "", "", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clearPrefixStates(t)
@@ -106,17 +120,21 @@ func TestFingerprintKeepsNoStateOfAQueryOrHeaderValue(t *testing.T) {
 				target += "?" + c.query
 			}
 			r := httptest.NewRequest(http.MethodPost, target, nil)
-			r.Header.Set(c.header, "s3cr3t")
+			if c.set != "" {
+				r.Header.Set(c.set, "s3cr3t")
+			}
 			body := []byte(`{"amount":2000,"currency":"eur","description":"long enough to pass a block"}`)
-			headers := []string{c.header}
-			want := sha256.Sum256(fingerprintInput(c.at, c.host, c.query, r.Header, headers, body))
-			if got := fingerprint(r, c.at, c.host, body, headers); got != want {
+			want := sha256.Sum256(fingerprintInput(c.at, c.host, c.query, r.Header, c.headers, body))
+			if got := fingerprint(r, c.at, c.host, body, c.headers); got != want {
 				t.Fatalf("fingerprint = %x, want %x", got, want)
 			}
 			kept := 0
 			for i := range prefixStates {
-				if prefixStates[i].Load() != nil {
+				if p := prefixStates[i].Load(); p != nil {
 					kept++
+					if bytes.Contains(p.block[:], []byte("s3cr3t")) {
+						t.Errorf("kept a block holding a secret: %q", p.block)
+					}
 				}
 			}
 			if got, want := kept, map[bool]int{true: 1, false: 0}[c.kept]; got != want {
@@ -135,4 +153,33 @@ func clearPrefixStates(t *testing.T) {
 	}
 	clear()
 	t.Cleanup(clear)
+}
+
+// TestOneOffPrefixesRarelyReplaceAKeptState: requests whose first blocks
+// are each new (a path parameter within the first 64 bytes) replace a kept
+// state about one time in prefixReplaceOdds, so they neither allocate a
+// state on every request nor never give way. Either bound is missed by
+// chance less than once in 2^80 runs.
+func TestOneOffPrefixesRarelyReplaceAKeptState(t *testing.T) {
+	clearPrefixStates(t)
+	const host = "a.example"
+	body := []byte(`{}`)
+	held, replaced := 0, 0
+	for i := range 1000 {
+		at := readAs{method: http.MethodPost, path: fmt.Sprintf("/v1/charges/%06d/refunds", i)}
+		r := httptest.NewRequest(http.MethodPost, "http://"+host+at.path, nil)
+		block := [sha256.BlockSize]byte(fingerprintInput(at, host, "", r.Header, nil, body))
+		slot := &prefixStates[maphash.Bytes(prefixSeed, block[:])%prefixSlots]
+		before := slot.Load()
+		fingerprint(r, at, host, body, nil)
+		if before != nil {
+			held++
+			if slot.Load() != before {
+				replaced++
+			}
+		}
+	}
+	if replaced == 0 || replaced*2 > held {
+		t.Errorf("%d of %d kept states replaced by a new block, want about one in %d", replaced, held, prefixReplaceOdds)
+	}
 }

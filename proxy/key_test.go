@@ -160,6 +160,10 @@ func TestStorageKeysAreThoseOfEarlierVersions(t *testing.T) {
 	if got, want := storageKeyFrom(r, readAs{method: "POST", path: "/orders"}, "42", DefaultPolicy().ScopeHeaders, KeyFromJSON, "api.example"), "57d766500d5c751c7c64bb23118ad08f"; got != want {
 		t.Errorf("a payload key's storage key %s, want %s", got, want)
 	}
+	r.Header.Set("Cookie", "session=alice; theme=dark")
+	if got, want := storageKeyFrom(r, readAs{}, "8e03978e-40d5-43e8-bc93-6894a57f9324", []ScopeHeader{{Cookie: "session"}}, KeyFromHeader, ""), "28356689664a8617c6ca1aca0aba9a2d"; got != want {
+		t.Errorf("a cookie-scoped key's storage key %s, want %s", got, want)
+	}
 	for c := range 256 {
 		if got, want := hexKey([16]byte{15: byte(c)}), hex.EncodeToString([]byte{15: byte(c)}); got != want {
 			t.Errorf("hexKey of byte %#x: %s, want %s", c, got, want)
