@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,4 +101,36 @@ func TestExpiredKeyIsForgottenByDefault(t *testing.T) {
 	if r := rej.do(t, "POST", "/x", "k-2", `{}`); r.StatusCode != http.StatusCreated || r.replayed() {
 		t.Fatalf("after a reload to forget: %d %s, want executed again", r.StatusCode, r.body)
 	}
+}
+
+// Forgetting an expired key deletes its tombstone first; when the store
+// cannot, the request gets what on_store_error gives any request the store
+// cannot take (here fail_closed: 503), and is not executed.
+func TestExpiredKeyTheStoreCannotForgetIsAStoreFailure(t *testing.T) {
+	rej, clock, ts := tombstoneEnv(t, true)
+	rej.do(t, "POST", "/x", "k-1", `{}`)
+	clock.advance(time.Hour + time.Second)
+	st := &deleteFailing{Tombstones: ts}
+	st.failures.Store(1)
+	e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.TTL, p.LockTTL = time.Hour, time.Minute }))
+	r := e.do(t, "POST", "/x", "k-1", `{}`)
+	if r.StatusCode != http.StatusServiceUnavailable || r.problemType() != "store-unavailable" {
+		t.Fatalf("got %d %s, want 503 store-unavailable", r.StatusCode, r.body)
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("upstream executions = %d, want 0", got)
+	}
+}
+
+// deleteFailing is a store whose next Deletes fail as unavailable.
+type deleteFailing struct {
+	*store.Tombstones
+	failures atomic.Int64
+}
+
+func (d *deleteFailing) Delete(ctx context.Context, key string) error {
+	if d.failures.Add(-1) >= 0 {
+		return store.ErrUnavailable
+	}
+	return d.Tombstones.Delete(ctx, key)
 }

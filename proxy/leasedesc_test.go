@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +64,17 @@ func TestLeaseSaysWhoHoldsTheKeyAndSince(t *testing.T) {
 	}
 	if strings.Contains(r.body, "secret") || strings.Contains(r.body, "proxy-test") {
 		t.Errorf("409 body %q shows the query or the instance", r.body)
+	}
+}
+
+// A process given no instance name names itself in its leases by its host
+// name and process id, HOST/PID (docs/operating.md, "Instance").
+func TestDefaultInstanceIsHostAndPID(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Skipf("no host name here (%v): the instance is unknown/PID", err)
+	}
+	if got, want := DefaultInstance(), host+"/"+strconv.Itoa(os.Getpid()); got != want {
+		t.Errorf("DefaultInstance() = %q, want %q", got, want)
 	}
 }

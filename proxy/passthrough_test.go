@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +80,71 @@ func TestLargeResponsesToStreamedPassThroughRequestsArriveWhole(t *testing.T) {
 			if err != nil || n != respSize {
 				t.Fatalf("%s: response body of %d bytes of %d, error %v: cut off", method, n, respSize, err)
 			}
+		}
+	}
+}
+
+// A request passed through may get its response while it is still sending
+// its body: a client that sends the rest of its body only once the response
+// has started (a streaming exchange over HTTP/1.1) gets both through. The
+// response starts while the body is still on its way only with full
+// duplex: otherwise the proxy's server first reads the rest of the body,
+// which this client withholds until the response starts.
+func TestPassedThroughResponseStartsWhileTheRequestIsStillSent(t *testing.T) {
+	const head = 64 << 10 // over the proxy's response buffer: it is sent on
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			t.Errorf("upstream: EnableFullDuplex: %v", err)
+		}
+		io.ReadFull(r.Body, make([]byte, 1))
+		w.Write(bytes.Repeat([]byte("r"), head))
+		w.(http.Flusher).Flush()
+		rest, _ := io.ReadAll(r.Body)
+		w.Write([]byte("|" + itoa(int64(1+len(rest)))))
+	}))
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	h, err := New(Options{Upstream: u, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	for _, method := range []string{http.MethodPost, "REPORT"} { // no key; not protected
+		pr, pw := io.Pipe()
+		started := make(chan struct{})
+		go func() {
+			if _, err := pw.Write([]byte("q")); err != nil {
+				return
+			}
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				pw.CloseWithError(errors.New("the response did not start before the request's body was all sent"))
+				return
+			}
+			pw.Write(bytes.Repeat([]byte("q"), 1<<10))
+			pw.Close()
+		}()
+		req, err := http.NewRequest(method, srv.URL+"/stream", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		close(started)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := strings.Repeat("r", head) + "|1025"; err != nil || string(b) != want {
+			t.Fatalf("%s: response of %d bytes ending %q, error %v; want %d bytes ending |1025", method, len(b), b[max(0, len(b)-8):], err, len(want))
 		}
 	}
 }

@@ -130,6 +130,22 @@ func TestCheckPatterns(t *testing.T) {
 	}
 }
 
+// A pair of case-insensitive routes that differ only in case is reported
+// once, on the first of them; an insensitive route against a sensitive one
+// is reported on the insensitive route, wherever it stands.
+func TestCheckPatternCaseReportsEachPairOnce(t *testing.T) {
+	got := CheckPatternCase(
+		[]string{"/V1/charges", "/a/", "/v1/charges", "/B/", "/b/"},
+		[]bool{true, false, true, false, true})
+	want := []PatternProblem{
+		{0, `pattern "/V1/charges" is routes[2] "/v1/charges" but for case, which path_case insensitive cannot tell apart`},
+		{4, `pattern "/b/" is routes[3] "/B/" but for case, which path_case insensitive cannot tell apart`},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CheckPatternCase =\n%v\nwant\n%v", got, want)
+	}
+}
+
 // New refuses what the configuration refuses: the two share these checks.
 func TestNewRefusesInvalidRoutes(t *testing.T) {
 	st := newFlaky(t)

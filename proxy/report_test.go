@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"fmt"
-	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // reportT0 is a minute boundary, so that tests know which bucket a time falls in.
@@ -130,5 +132,25 @@ func BenchmarkReportOutcome(b *testing.B) {
 		for pb.Next() {
 			c.outcome(now, OutcomeReplayed, true)
 		}
+	})
+}
+
+// A request served counts in its route's report, as keyed when it carried
+// an idempotency key.
+func TestReportCountsAsKeyedTheRequestsThatCarryAKey(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do(t, "POST", "/x", "k-1", `{}`)
+	e.do(t, "POST", "/x", "k-1", `{}`) // replayed
+	e.do(t, "POST", "/x", "", `{}`)    // forwarded without a key
+	// Each is counted once it is answered.
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		r := e.handler.Report(time.Hour)
+		if len(r.Routes) != 1 || r.Routes[0].Route != defaultRoute {
+			return fmt.Errorf("report routes %+v, want the default route alone", r.Routes)
+		}
+		if got := r.Routes[0]; got.Requests != 3 || got.Keyed != 2 {
+			return fmt.Errorf("report counts %d requests, %d keyed; want 3, 2 keyed", got.Requests, got.Keyed)
+		}
+		return nil
 	})
 }

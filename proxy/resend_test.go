@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -76,4 +79,61 @@ func TestTransportNeverResendsAfterWriting(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Over HTTP/1.1 the transport may send a request again when nothing of it
+// reached a reused connection: the upstream never saw it. The proxy keeps
+// that resend, which needs the request's body rewindable: a keyed POST
+// whose reused connection breaks before its first byte is written goes out
+// on a new connection and is executed once.
+func TestRequestNothingOfWhichWasWrittenIsSentOnANewConnection(t *testing.T) {
+	var calls, dials atomic.Int64
+	var first *breakableConn
+	tr := NewTransport()
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil || dials.Add(1) > 1 {
+			return c, err
+		}
+		first = &breakableConn{Conn: c}
+		return first, nil
+	}
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		if r.URL.Path != "/warm" {
+			calls.Add(1)
+		}
+		w.Write([]byte("ok"))
+	}, func(o *Options) { o.Transport = tr })
+	if r := e.do(t, "POST", "/warm", "", "{}"); r.StatusCode != http.StatusOK { // leaves an idle connection to reuse
+		t.Fatalf("warm-up: got %d %s", r.StatusCode, r.body)
+	}
+	first.broken.Store(true)
+	r := e.do(t, http.MethodPost, "/x", "k", `{"amount":1}`)
+	if r.StatusCode != http.StatusOK || r.body != "ok" {
+		t.Fatalf("got %d %s, want 200 ok", r.StatusCode, r.body)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("upstream executions = %d, want 1", got)
+	}
+	if !first.failed.Load() || dials.Load() != 2 {
+		t.Fatalf("reused connection failed: %v, connections dialled: %d; want the request sent on a second one after the first failed",
+			first.failed.Load(), dials.Load())
+	}
+}
+
+// breakableConn is a connection whose writes fail, writing nothing, once
+// it is broken.
+type breakableConn struct {
+	net.Conn
+	broken, failed atomic.Bool
+}
+
+func (c *breakableConn) Write(b []byte) (int, error) {
+	if c.broken.Load() {
+		c.failed.Store(true)
+		return 0, errors.New("connection broke before the request was written")
+	}
+	return c.Conn.Write(b)
 }

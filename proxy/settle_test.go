@@ -225,6 +225,10 @@ func TestReleaseRetriedWhileStoreRecovers(t *testing.T) {
 	if r.StatusCode != http.StatusOK || r.body != "done" || r.replayed() {
 		t.Fatalf("retry: %d %q replayed=%v, want a fresh execution", r.StatusCode, r.body, r.replayed())
 	}
+	// Each failed try is a store error; the one that succeeded is not.
+	if got := testutil.ToFloat64(e.handler.metrics.storeErrors.WithLabelValues(opRelease.String())); got != 2 {
+		t.Errorf("store_errors_total{operation=release} = %v, want 2", got)
+	}
 }
 
 // The lost-lease warning says what happens to the response by when the loss
