@@ -42,3 +42,25 @@ func TestMethodOverrideIsReadAndFingerprinted(t *testing.T) {
 		t.Errorf("two headers naming one method: overrides %v, method %q", tg.overrides, tg.method)
 	}
 }
+
+// Methods compare upper-cased and path_case: insensitive paths
+// lower-cased in every ASCII letter, the first and last of the alphabet
+// too, and in nothing else: the bytes beside the letters ('@', '[', '`',
+// '{') and percent-escapes keep their case.
+func TestASCIICaseFoldingCoversEveryLetterAndNothingElse(t *testing.T) {
+	for _, tc := range []struct{ in, upper, lower string }{
+		{"a", "A", "a"},
+		{"z", "Z", "z"},
+		{"A", "A", "a"},
+		{"Z", "Z", "z"},
+		{"@[`{", "@[`{", "@[`{"},
+		{"/x/%2F", "/X/%2F", "/x/%2f"},
+	} {
+		if got := upperASCII(tc.in); got != tc.upper {
+			t.Errorf("upperASCII(%q) = %q, want %q", tc.in, got, tc.upper)
+		}
+		if got := lowerASCII(tc.in); got != tc.lower {
+			t.Errorf("lowerASCII(%q) = %q, want %q", tc.in, got, tc.lower)
+		}
+	}
+}
