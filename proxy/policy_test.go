@@ -224,10 +224,15 @@ func TestNewRefusesInvalidRoutes(t *testing.T) {
 	up := newUpstream(t, nil)
 	bad := DefaultPolicy()
 	bad.ScopeHeaders = []ScopeHeader{{Cookie: "a b"}}
+	insensitive := DefaultPolicy()
+	insensitive.PathCase = PathCaseInsensitive
 	for name, routes := range map[string][]Route{
 		"duplicate pattern":   {{Pattern: "/a/", Policy: DefaultPolicy()}, {Pattern: "/a/", Policy: DefaultPolicy()}},
 		"conflicting pattern": {{Pattern: "/a/{x}", Policy: DefaultPolicy()}, {Pattern: "/a/{y}", Policy: DefaultPolicy()}},
 		"invalid cookie name": {{Pattern: "/a/", Policy: bad}},
+		"patterns one but for case under path_case insensitive": {
+			{Pattern: "/V1/charges", Policy: insensitive}, {Pattern: "/v1/charges", Policy: insensitive},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := New(Options{Upstream: up.url(t), Store: st, Routes: routes}); err == nil {
