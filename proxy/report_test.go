@@ -175,3 +175,18 @@ func TestReportCountsAsKeyedTheRequestsThatCarryAKey(t *testing.T) {
 		return nil
 	})
 }
+
+// Two requests that find a minute's bucket a day old at once both ask to
+// renew it: the second renewal finds it renewed and keeps what the first
+// minute's requests have counted since.
+func TestReportBucketRenewedOnceForItsMinute(t *testing.T) {
+	c := newReportCounts(reportT0)
+	m := unixMinute(reportT0)
+	b := &c.slots[m%int64(reportSlots)]
+	c.reuse(b, m)
+	b.n[fieldRequests].Add(1)
+	c.reuse(b, m) // the racing request's renewal, late
+	if got := c.sum(m, m)[fieldRequests]; got != 1 {
+		t.Errorf("the bucket holds %d requests after a second renewal for its minute, want 1", got)
+	}
+}
