@@ -128,6 +128,20 @@ func TestReloadKeepsTheFingerprintsARouteRemembers(t *testing.T) {
 	}
 }
 
+// churn_window: 0 turns the count off: a fresh key for the same request is
+// not counted, and the route remembers no fingerprint for it.
+func TestChurnWindowOfZeroRemembersNothing(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.ChurnWindow = 0 }))
+	e.do(t, "POST", "/x", "k1", `{"a":1}`)
+	e.do(t, "POST", "/x", "k2", `{"a":1}`)
+	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 0 {
+		t.Errorf("key_churn_total = %v, want 0", got)
+	}
+	if c := e.handler.routes.Load().fallback.churn; c != nil {
+		t.Errorf("the route remembers %d fingerprints, want none kept", c.len())
+	}
+}
+
 // TestChurnHoldsAtMostMaxEntries feeds a million distinct fingerprints to a
 // churn bounded at 100,000: it never holds more, and still counts churn
 // among the recent ones. It logs the memory each entry takes.

@@ -107,6 +107,43 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 	}
 }
 
+// A path with a trailing slash goes to the route of the path without it
+// when that route is the more specific one, compared by their paths alone
+// (a host in a pattern makes it no longer); a route of its own for the
+// spelling (POST /v1/charges/ beside POST /v1/charges) keeps it.
+func TestTrailingSlashSpellingGoesToTheMoreSpecificRoute(t *testing.T) {
+	charges := DefaultPolicy()
+	charges.RequireKey = true
+	for _, tc := range []struct {
+		name   string
+		routes []Route
+		want   int // the status of a keyless POST /v1/charges/
+	}{
+		{"under a subtree route", []Route{
+			{Pattern: "/v1/", Policy: DefaultPolicy()},
+			{Pattern: "POST /v1/charges", Policy: charges},
+		}, http.StatusBadRequest},
+		{"with a route of its own", []Route{
+			{Pattern: "POST /v1/charges", Policy: charges},
+			{Pattern: "POST /v1/charges/", Policy: DefaultPolicy()},
+		}, http.StatusCreated},
+		{"with a route of its own, beside a host's", []Route{
+			{Pattern: "POST h.example/v1/charges", Policy: charges},
+			{Pattern: "/v1/charges/", Policy: DefaultPolicy()},
+		}, http.StatusCreated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, func(o *Options) { o.Routes = tc.routes })
+			if r := e.raw(t, rawRequest("POST", "/v1/charges/")); r.StatusCode != tc.want {
+				t.Errorf("POST /v1/charges/: %d %q, want %d", r.StatusCode, r.problemType(), tc.want)
+			}
+			if r := e.raw(t, rawRequest("POST", "/v1/charges")); r.problemType() != "missing-key" {
+				t.Errorf("POST /v1/charges: %d %q, want 400 missing-key", r.StatusCode, r.problemType())
+			}
+		})
+	}
+}
+
 // path_case: insensitive matches a route's pattern in any case, for
 // upstreams that do (ASP.NET, IIS).
 func TestPathCaseInsensitiveRouteMatchesAnyCase(t *testing.T) {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/jsonread"
 )
 
 // The policy words parse back to themselves, and anything else is refused
@@ -117,6 +119,76 @@ func TestCheckSaysWhereAValueCameFrom(t *testing.T) {
 	}
 }
 
+// The policy's values are refused exactly past the edges
+// docs/configuration.md gives them, and a value at fault is reported once,
+// under its own key, not again under the keys compared with it.
+func TestPolicyIsCheckedAtTheEdgesOfItsRanges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(p *Policy)
+		want []string // the problems' keys
+	}{
+		{"ttl of zero is its own problem only", func(p *Policy) { p.TTL = 0 }, []string{"ttl"}},
+		{"lock_ttl as long as ttl", func(p *Policy) { p.LockTTL = p.TTL }, nil},
+		{"lock_ttl past ttl", func(p *Policy) { p.LockTTL = p.TTL + time.Nanosecond }, []string{"lock_ttl"}},
+		{"wait_timeout of zero under concurrent: reject", func(p *Policy) { p.WaitTimeout = 0 }, nil},
+		{"wait_timeout below zero", func(p *Policy) { p.WaitTimeout = -time.Nanosecond }, []string{"wait_timeout"}},
+		{"release statuses 100 and 599", func(p *Policy) { p.ReleaseStatuses = []int{100, 599} }, nil},
+		{"release status 99", func(p *Policy) { p.ReleaseStatuses = []int{99} }, []string{"release_statuses[0]"}},
+		{"release status 600", func(p *Policy) { p.ReleaseStatuses = []int{503, 600} }, []string{"release_statuses[1]"}},
+		{"release gRPC status 16, the last code", func(p *Policy) {
+			p.ReleaseGRPCStatuses = []grpcwire.Code{grpcwire.Unauthenticated}
+		}, nil},
+		{"release gRPC status 17", func(p *Policy) {
+			p.ReleaseGRPCStatuses = []grpcwire.Code{grpcwire.Unauthenticated + 1}
+		}, []string{"release_grpc_statuses[0]"}},
+		{"max_request_body of a byte", func(p *Policy) { p.MaxRequestBody = 1 }, nil},
+		{"max_request_body of zero", func(p *Policy) { p.MaxRequestBody = 0 }, []string{"max_request_body"}},
+		{"max_response_body of zero", func(p *Policy) { p.MaxResponseBody = 0 }, nil},
+		{"max_response_body below zero", func(p *Policy) { p.MaxResponseBody = -1 }, []string{"max_response_body"}},
+		{"fingerprint_ignore of the most pointers", func(p *Policy) { p.FingerprintIgnore = ignorePointers(t, maxFingerprintIgnore) }, nil},
+		{"fingerprint_ignore of one pointer more", func(p *Policy) {
+			p.FingerprintIgnore = ignorePointers(t, maxFingerprintIgnore+1)
+		}, []string{"fingerprint_ignore"}},
+		{"expired_key_window of a nanosecond under reject", func(p *Policy) {
+			p.ExpiredKeys, p.ExpiredKeyWindow = ExpiredReject, time.Nanosecond
+		}, nil},
+		{"expired_key_window of zero under reject", func(p *Policy) {
+			p.ExpiredKeys, p.ExpiredKeyWindow = ExpiredReject, 0
+		}, []string{"expired_key_window"}},
+		{"churn_window of zero", func(p *Policy) { p.ChurnWindow, p.ChurnMaxEntries = 0, 0 }, nil},
+		{"churn_window below zero", func(p *Policy) { p.ChurnWindow = -time.Nanosecond }, []string{"churn_window"}},
+		{"churn_max_entries of 2", func(p *Policy) { p.ChurnMaxEntries = 2 }, nil},
+		{"churn_max_entries of 1", func(p *Policy) { p.ChurnMaxEntries = 1 }, []string{"churn_max_entries"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			tc.set(&p)
+			var got []string
+			for _, pr := range p.Check(nil) {
+				got = append(got, pr.Key)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("problems at %q, want %q: %v", got, tc.want, p.Check(nil))
+			}
+		})
+	}
+}
+
+// ignorePointers returns n distinct fingerprint_ignore pointers.
+func ignorePointers(t *testing.T, n int) []jsonread.Pointer {
+	t.Helper()
+	ptrs := make([]jsonread.Pointer, n)
+	for i := range ptrs {
+		p, err := jsonread.ParsePointer(fmt.Sprintf("/f%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs[i] = p
+	}
+	return ptrs
+}
+
 func TestCheckPatterns(t *testing.T) {
 	got := CheckPatterns([]string{"/a/{x}", "/a/{y}", "", "/b/", "/b/", "/c/{x"})
 	want := []PatternProblem{
@@ -152,10 +224,15 @@ func TestNewRefusesInvalidRoutes(t *testing.T) {
 	up := newUpstream(t, nil)
 	bad := DefaultPolicy()
 	bad.ScopeHeaders = []ScopeHeader{{Cookie: "a b"}}
+	insensitive := DefaultPolicy()
+	insensitive.PathCase = PathCaseInsensitive
 	for name, routes := range map[string][]Route{
 		"duplicate pattern":   {{Pattern: "/a/", Policy: DefaultPolicy()}, {Pattern: "/a/", Policy: DefaultPolicy()}},
 		"conflicting pattern": {{Pattern: "/a/{x}", Policy: DefaultPolicy()}, {Pattern: "/a/{y}", Policy: DefaultPolicy()}},
 		"invalid cookie name": {{Pattern: "/a/", Policy: bad}},
+		"patterns one but for case under path_case insensitive": {
+			{Pattern: "/V1/charges", Policy: insensitive}, {Pattern: "/v1/charges", Policy: insensitive},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := New(Options{Upstream: up.url(t), Store: st, Routes: routes}); err == nil {

@@ -238,6 +238,11 @@ func TestAbsentOutcomeIsResentOnce(t *testing.T) {
 	if effects, _ := l.count(); effects != 1 {
 		t.Errorf("effects on the ledger = %d, want 1", effects)
 	}
+	// Resent after the first absent answer: its marker rewritten at once,
+	// never left deleted until a later lookup.
+	if got := e.probes(probeAbsent) + e.probes(probeUnknown) + e.probes(probeError); got != 1 {
+		t.Errorf("lookups = %v, want 1: the key is resent on the first absent answer", got)
+	}
 }
 
 func TestAbsentOutcomeWithoutResendReleasesTheKey(t *testing.T) {

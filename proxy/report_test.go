@@ -123,6 +123,27 @@ func TestReportWindowLongerThanKeptSaysSo(t *testing.T) {
 	}
 }
 
+// A report covers the whole minutes of its window up to now, says from
+// when, and a route that saw no protected request reports a keyed share of
+// 0, not a division by nothing.
+func TestReportCoversTheLastMinutesOfItsWindow(t *testing.T) {
+	h := newKeyHashHandler(t, nil)
+	start := h.metrics.reportsStart
+	c := h.routes.Load().fallback.metrics.report
+	for i := range 10 { // one unprotected request a minute for ten minutes
+		c.outcome(start.Add(time.Duration(i)*time.Minute), OutcomePassthrough, false)
+	}
+	now := start.Add(9 * time.Minute)
+	r := h.reportAt(now, 3*time.Minute)
+	wantSince := time.Unix((unixMinute(now)-2)*60, 0).UTC()
+	if !r.Since.Equal(wantSince) || r.Covered != "3m0s" {
+		t.Errorf("since %v, covered %s; want %v, 3m0s", r.Since, r.Covered, wantSince)
+	}
+	if len(r.Routes) != 1 || r.Routes[0].Requests != 3 || r.Routes[0].KeyedShare != 0 {
+		t.Fatalf("routes %+v, want the defaults' with 3 requests and a keyed share of 0", r.Routes)
+	}
+}
+
 // BenchmarkReportOutcome is what the report adds to each request.
 func BenchmarkReportOutcome(b *testing.B) {
 	c := newReportCounts(time.Now())
@@ -153,4 +174,19 @@ func TestReportCountsAsKeyedTheRequestsThatCarryAKey(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Two requests that find a minute's bucket a day old at once both ask to
+// renew it: the second renewal finds it renewed and keeps what the first
+// minute's requests have counted since.
+func TestReportBucketRenewedOnceForItsMinute(t *testing.T) {
+	c := newReportCounts(reportT0)
+	m := unixMinute(reportT0)
+	b := &c.slots[m%int64(reportSlots)]
+	c.reuse(b, m)
+	b.n[fieldRequests].Add(1)
+	c.reuse(b, m) // the racing request's renewal, late
+	if got := c.sum(m, m)[fieldRequests]; got != 1 {
+		t.Errorf("the bucket holds %d requests after a second renewal for its minute, want 1", got)
+	}
 }
