@@ -63,6 +63,45 @@ func TestStatementRefusedInABatchLeavesTheOthersTheirAnswers(t *testing.T) {
 	}
 }
 
+// A statement the database refuses in a batch of its own is sent once:
+// its refusal is already its own, and is its caller's answer. A trigger
+// refuses every record here, counting its attempts in a sequence, which
+// the rollback of a refused statement does not undo.
+func TestStatementRefusedAloneIsSentOnce(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "refused_alone"})
+	b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %v, %v", b.State, err)
+	}
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(ctx, `
+		CREATE SEQUENCE attempts;
+		CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM nextval('attempts');
+			IF NEW.head IS NOT NULL THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_record BEFORE UPDATE ON refused_alone
+			FOR EACH ROW EXECUTE FUNCTION refuse_record()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 201}, time.Hour); !errors.Is(err, store.ErrRefused) {
+		t.Fatalf("Complete the database refuses = %v, want ErrRefused", err)
+	}
+	var attempts int
+	if err := admin.QueryRow(ctx, `SELECT last_value FROM attempts`).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 {
+		t.Errorf("the refused Complete ran %d times, want once", attempts)
+	}
+}
+
 // Many Begins of a few keys at once, batched together, take each key's
 // lease exactly once; the others see it in flight.
 func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
