@@ -141,6 +141,111 @@ func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
 	}
 }
 
+// At most maxConcurrentBatches batches are in flight, each holding a
+// connection: while two wait (here for row locks another transaction
+// holds), the next statement queues for a later batch instead of taking
+// one more connection, and is answered once the locks are released.
+func TestStatementQueuesWhileTheBatchesInFlightAreAtTheirBound(t *testing.T) {
+	srv := pgtest.Start(t)
+	bg := context.Background()
+	s := newStore(t, srv, Options{Table: "in_flight", SweepInterval: -1})
+	holder, err := srv.Conn(t).Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(bg) })
+	var keys []string
+	for i := range maxConcurrentBatches + 1 {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := holder.Exec(bg, `INSERT INTO in_flight (key, token, fingerprint, expires_at) VALUES ($1, 'holder', '', now())`, key); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	watcher := srv.Conn(t)
+	lockWaits := func() (int, error) {
+		var n int
+		err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n)
+		return n, err
+	}
+	answers := make(chan error, len(keys))
+	for i, key := range keys {
+		go func() {
+			res, err := s.Begin(bg, key, store.Lease{}, time.Hour)
+			if err == nil && res.State != store.Acquired {
+				err = fmt.Errorf("Begin(%s) = %v, want acquired", key, res.State)
+			}
+			answers <- err
+		}()
+		if i == maxConcurrentBatches {
+			break
+		}
+		// This Begin's batch waits for its lock before the next is sent.
+		wait.SucceedsSoon(t, testTimeout, func() error {
+			if n, err := lockWaits(); err != nil || n != i+1 {
+				return fmt.Errorf("%d batches wait for their locks (%v), want %d", n, err, i+1)
+			}
+			return nil
+		})
+	}
+	// The last Begin has queued, or taken a connection of its own.
+	wait.SucceedsSoon(t, testTimeout, func() error {
+		s.batch.mu.Lock()
+		queued := len(s.batch.queue)
+		s.batch.mu.Unlock()
+		n, err := lockWaits()
+		if err != nil {
+			return err
+		}
+		if queued == 0 && n <= maxConcurrentBatches {
+			return errors.New("the last Begin is neither queued nor waiting for its lock")
+		}
+		return nil
+	})
+	if n, err := lockWaits(); err != nil || n != maxConcurrentBatches {
+		t.Errorf("%d batches in flight (%v), want %d: the last Begin was sent on one more connection", n, err, maxConcurrentBatches)
+	}
+	if err := holder.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	for range keys {
+		if err := <-answers; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// More statements than one batch holds (maxBatch), queued at once, are
+// sent in the batches that follow: every caller is answered, none left to
+// wait out its deadline.
+func TestStatementsQueuedBeyondOneBatchAreAllAnswered(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv, Options{Table: "beyond_a_batch"})
+	var queued []*call
+	for i := range maxBatch + 1 {
+		c := s.beginCall(fmt.Sprintf("k%03d", i), store.Lease{}, time.Hour)
+		c.deadline = time.Now().Add(testTimeout)
+		c.done = make(chan struct{})
+		queued = append(queued, c)
+	}
+	s.batch.mu.Lock()
+	s.batch.queue = slices.Clone(queued)
+	s.batch.inFlight++
+	s.batch.flushers.Add(1)
+	s.batch.mu.Unlock()
+	s.batch.flush()
+	for _, c := range queued {
+		select {
+		case <-c.done:
+		default:
+			t.Fatalf("Begin(%s) is not answered once the queue was flushed", c.key)
+		}
+		if res, err := c.beginResult(store.Fingerprint{}); c.err != nil || err != nil || res.State != store.Acquired {
+			t.Errorf("Begin(%s) = %v, %v, %v; want acquired", c.key, res.State, c.err, err)
+		}
+	}
+}
+
 // Every batch takes its row locks in key order, one key's statements in
 // the order they queued: two batches then never wait for each other in a
 // cycle.
