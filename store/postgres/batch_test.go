@@ -102,6 +102,41 @@ func TestStatementRefusedAloneIsSentOnce(t *testing.T) {
 	}
 }
 
+// A Begin whose statement returns no row (here a trigger skips its
+// insert; the statement itself always returns one) is answered with
+// pgx.ErrNoRows, on which Begin tries again alone: that is the
+// statement's own answer, not a failure of its batch, whose other
+// statements stand.
+func TestBeginThatGetsNoRowIsToldSoAndItsBatchStands(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "no_row"})
+	if _, err := srv.Conn(t).Exec(ctx, `
+		CREATE FUNCTION skip_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.key = 'a-no-row' THEN
+				RETURN NULL;
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER skip_insert BEFORE INSERT ON no_row
+			FOR EACH ROW EXECUTE FUNCTION skip_insert()`); err != nil {
+		t.Fatal(err)
+	}
+	noRow := s.beginCall("a-no-row", store.Lease{}, time.Minute)
+	beside := s.beginCall("b-beside", store.Lease{}, time.Minute)
+	for _, c := range []*call{noRow, beside} {
+		c.deadline = time.Now().Add(testTimeout)
+	}
+	s.batch.run([]*call{noRow, beside})
+	if !errors.Is(noRow.err, pgx.ErrNoRows) {
+		t.Errorf("the Begin that got no row = %v, want pgx.ErrNoRows", noRow.err)
+	}
+	if res, err := beside.beginResult(store.Fingerprint{}); beside.err != nil || err != nil || res.State != store.Acquired {
+		t.Errorf("the Begin beside it = %v, %v, %v; want acquired", res.State, beside.err, err)
+	}
+}
+
 // Many Begins of a few keys at once, batched together, take each key's
 // lease exactly once; the others see it in flight.
 func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
