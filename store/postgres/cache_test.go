@@ -201,7 +201,9 @@ func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
 	}
 }
 
-// The cache holds at most its bytes, and no record above cacheMaxRecord.
+// The cache holds at most its bytes, and no record above cacheMaxRecord;
+// an entry's bytes are its key's, fingerprint's, head's and body's, and
+// cacheEntryOverhead.
 func TestCacheIsBounded(t *testing.T) {
 	const bound = 10 * cacheMaxRecord
 	c := newCache(bound)
@@ -212,6 +214,12 @@ func TestCacheIsBounded(t *testing.T) {
 	if _, ok := c.get("big", time.Now()); ok {
 		t.Fatal("a record above cacheMaxRecord was kept")
 	}
+	fp := make([]byte, 32)
+	largest := cached{fingerprint: fp, body: make([]byte, cacheMaxRecord-len("largest")-len(fp)-cacheEntryOverhead), expires: time.Now().Add(time.Hour)}
+	c.fill("largest", largest, v)
+	if _, ok := c.get("largest", time.Now()); !ok {
+		t.Fatal("a record of exactly cacheMaxRecord was not kept")
+	}
 	for i := range 100 {
 		c.fill(fmt.Sprint(i), cached{body: make([]byte, cacheMaxRecord/2), expires: time.Now().Add(time.Hour)}, v)
 		if c.bytes > bound {
@@ -220,6 +228,37 @@ func TestCacheIsBounded(t *testing.T) {
 	}
 	if len(c.m) == 0 {
 		t.Fatal("the cache holds nothing")
+	}
+
+	// Records of a small body, two of which fill the cache exactly: what
+	// bounds them is what else they hold, and an entry makes room for a
+	// record read, only when it would pass the bound.
+	small := cached{fingerprint: fp, head: make([]byte, 32), expires: time.Now().Add(time.Hour)}
+	size := len("k0") + len(small.fingerprint) + len(small.head) + cacheEntryOverhead
+	c = newCache(int64(2 * size))
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	for i := range 3 {
+		c.fill(fmt.Sprintf("k%d", i), small, v)
+	}
+	held := 0
+	for k, e := range c.m {
+		held += len(k) + len(e.fingerprint) + len(e.head) + len(e.body) + cacheEntryOverhead
+	}
+	if held != 2*size {
+		t.Fatalf("the cache holds %d entries of %d bytes, %d in all; want two, its bound of %d", len(c.m), size, held, 2*size)
+	}
+	if _, ok := c.get("k2", time.Now()); !ok {
+		t.Fatal("the record read last was not kept: no entry made room for it")
+	}
+
+	// A record larger than the whole cache is not kept, even in an empty one.
+	c = newCache(int64(size - 1))
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	c.fill("k0", small, v)
+	if _, ok := c.get("k0", time.Now()); ok {
+		t.Fatalf("a record of %d bytes was kept in a cache of %d", size, size-1)
 	}
 }
 
