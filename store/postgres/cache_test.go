@@ -175,8 +175,8 @@ func TestCachedRecordIsNeverServedPastItsExpiry(t *testing.T) {
 	}
 }
 
-// A record read before a deletion was applied is not kept, and one kept
-// while unregistered is never served.
+// A record read before a deletion was applied, or before the cache was
+// reset, is not kept, and one kept while unregistered is never served.
 func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
 	c := newCache(1 << 20)
 	e := cached{fingerprint: make([]byte, 32), expires: time.Now().Add(time.Hour)}
@@ -198,6 +198,16 @@ func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
 	c.setDeadline(time.Now().Add(-time.Millisecond))
 	if _, ok := c.get("k", time.Now()); ok {
 		t.Fatal("a cache past its lease's end served a record")
+	}
+	// Nor one read before a reset (a registration new or lost), whatever
+	// deletions were applied besides.
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	c.invalidate("other")
+	c.reset(time.Now().Add(time.Hour))
+	c.fill("k", e, v)
+	if _, ok := c.get("k", time.Now()); ok {
+		t.Fatal("a record read before a deletion and a reset was kept")
 	}
 }
 
