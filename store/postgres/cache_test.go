@@ -175,6 +175,35 @@ func TestCachedRecordIsNeverServedPastItsExpiry(t *testing.T) {
 	}
 }
 
+// A replica's poll that finds no deletion, its lease far from due for
+// renewal (a quarter of it gone), only reads: its registration's row is
+// not rewritten (its xmin stays), and no read in flight is kept from
+// filling the cache.
+func TestPollWithNothingToApplyOnlyReads(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "quiet", SweepInterval: -1,
+		CacheBytes: DefaultCacheBytes, CacheLease: time.Hour, CachePoll: time.Hour})
+	admin := srv.Conn(t)
+	xmin := func() string {
+		t.Helper()
+		var x string
+		if err := admin.QueryRow(ctx, `SELECT xmin::text FROM quiet_replicas`).Scan(&x); err != nil {
+			t.Fatalf("xmin of the registration: %v", err)
+		}
+		return x
+	}
+	before := xmin()
+	v, _ := s.cache.readVersion()
+	s.poll()
+	if after := xmin(); after != before {
+		t.Errorf("a poll with nothing to apply rewrote the registration (xmin %s → %s)", before, after)
+	}
+	if after, _ := s.cache.readVersion(); after != v {
+		t.Errorf("a poll with nothing to apply moved the cache's version from %d to %d: reads in flight are not kept", v, after)
+	}
+}
+
 // A record read before a deletion was applied, or before the cache was
 // reset, is not kept, and one kept while unregistered is never served.
 func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
