@@ -175,6 +175,34 @@ func TestCachedRecordIsNeverServedPastItsExpiry(t *testing.T) {
 	}
 }
 
+// A replica renews its registration as it polls: it outlives its lease
+// under the same id, and its cache keeps serving what it held, never
+// emptied by a registration lost for want of a renewal.
+func TestReplicaKeepsItsRegistrationPastItsLease(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := replicaStore(t, srv, "", Options{Table: "kept", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	completeOn(t, s, "k", time.Hour)
+	replayed(t, s, "k")
+	registration := func() replica {
+		s.repMu.Lock()
+		defer s.repMu.Unlock()
+		return s.rep
+	}
+	first := registration()
+	wait.SucceedsSoon(t, 10*s.cacheLease, func() error {
+		if r := registration(); !r.renewedAt.After(first.renewedAt.Add(s.cacheLease)) {
+			return fmt.Errorf("no renewal sent a whole lease (%s) after %s yet", s.cacheLease, first.renewedAt)
+		}
+		return nil
+	})
+	if r := registration(); r.id != first.id {
+		t.Fatal("the registration was lost and made anew: it was not renewed within its lease")
+	}
+	if _, ok := s.cache.get("k", time.Now()); !ok {
+		t.Fatal("the cache no longer serves what it held a lease ago")
+	}
+}
+
 // A replica's poll that finds no deletion, its lease far from due for
 // renewal (a quarter of it gone), only reads: its registration's row is
 // not rewritten (its xmin stays), and no read in flight is kept from
