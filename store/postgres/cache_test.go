@@ -473,3 +473,28 @@ func TestReplaysRacingADeleteNeverOutliveIt(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// A Delete the database refuses at its commit (here a deferred constraint
+// trigger: every statement succeeds, the commit fails) is not reported
+// done: it says the refusal, and the record is still there.
+func TestDeleteRefusedAtItsCommitIsNotReportedDone(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "delete_refused", SweepInterval: -1})
+	completeOn(t, s, "k", time.Hour)
+	if _, err := srv.Conn(t).Exec(ctx, `
+		CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'check_violation';
+		END $$;
+		CREATE CONSTRAINT TRIGGER refuse_delete AFTER DELETE ON delete_refused
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_delete()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "k"); !errors.Is(err, store.ErrRefused) {
+		t.Errorf("Delete refused at its commit = %v, want ErrRefused", err)
+	}
+	if e, err := s.Inspect(ctx, "k"); err != nil || e.State != store.Completed {
+		t.Errorf("Inspect after the refused Delete = %v, %v; want the record still there", e.State, err)
+	}
+}
