@@ -498,3 +498,29 @@ func TestDeleteRefusedAtItsCommitIsNotReportedDone(t *testing.T) {
 		t.Errorf("Inspect after the refused Delete = %v, %v; want the record still there", e.State, err)
 	}
 }
+
+// A replica that closes withdraws its registration, so that no Delete
+// elsewhere waits for it until its lease ends.
+func TestClosedReplicaWithdrawsItsRegistration(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "withdrawn", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	admin := srv.Conn(t)
+	registered := func() int {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM withdrawn_replicas`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := registered(); n != 1 {
+		t.Fatalf("%d registrations of the replica, want 1", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := registered(); n != 0 {
+		t.Errorf("%d registrations left once the replica closed, want none", n)
+	}
+}
