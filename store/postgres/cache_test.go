@@ -524,3 +524,31 @@ func TestClosedReplicaWithdrawsItsRegistration(t *testing.T) {
 		t.Errorf("%d registrations left once the replica closed, want none", n)
 	}
 }
+
+// Tables beside the store's that the database will not create (here an
+// event trigger refuses every new table, after the records table was
+// made) stop Prepare with the database's reason: the store is never ready
+// without them, its Deletes logging to a table that is not there.
+func TestCacheTablesTheDatabaseWillNotCreateStopPrepare(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	newStore(t, srv, Options{Table: "taken", SweepInterval: -1}) // makes the records table
+	if _, err := srv.Conn(t).Exec(ctx, `
+		DROP TABLE taken_deletions, taken_replicas;
+		CREATE FUNCTION no_new_tables() RETURNS event_trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'no new tables here';
+		END $$;
+		CREATE EVENT TRIGGER no_new_tables ON ddl_command_start WHEN TAG IN ('CREATE TABLE')
+			EXECUTE FUNCTION no_new_tables()`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{URL: srv.URL(), Table: "taken", Timeout: testTimeout, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prepare(ctx); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "no new tables here") {
+		t.Fatalf("Prepare when the tables beside the store's cannot be created = %v, want ErrUnavailable with the database's reason", err)
+	}
+}
