@@ -552,3 +552,17 @@ func TestCacheTablesTheDatabaseWillNotCreateStopPrepare(t *testing.T) {
 		t.Fatalf("Prepare when the tables beside the store's cannot be created = %v, want ErrUnavailable with the database's reason", err)
 	}
 }
+
+// A store whose cache is off (cache_bytes: 0) registers no cache: no
+// Delete elsewhere waits for it, and it polls no deletions.
+func TestStoreWithoutACacheRegistersNone(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv, Options{Table: "uncached", SweepInterval: -1})
+	var n int
+	if err := srv.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM uncached_replicas`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || s.cache != nil {
+		t.Errorf("a store without a cache has %d registrations and a cache %v, want none", n, s.cache != nil)
+	}
+}
