@@ -63,6 +63,80 @@ func TestStatementRefusedInABatchLeavesTheOthersTheirAnswers(t *testing.T) {
 	}
 }
 
+// A statement the database refuses in a batch of its own is sent once:
+// its refusal is already its own, and is its caller's answer. A trigger
+// refuses every record here, counting its attempts in a sequence, which
+// the rollback of a refused statement does not undo.
+func TestStatementRefusedAloneIsSentOnce(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "refused_alone"})
+	b, err := s.Begin(ctx, "k", store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin = %v, %v", b.State, err)
+	}
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(ctx, `
+		CREATE SEQUENCE attempts;
+		CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM nextval('attempts');
+			IF NEW.head IS NOT NULL THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_record BEFORE UPDATE ON refused_alone
+			FOR EACH ROW EXECUTE FUNCTION refuse_record()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "k", b.Token, &store.Record{Status: 201}, time.Hour); !errors.Is(err, store.ErrRefused) {
+		t.Fatalf("Complete the database refuses = %v, want ErrRefused", err)
+	}
+	var attempts int
+	if err := admin.QueryRow(ctx, `SELECT last_value FROM attempts`).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 {
+		t.Errorf("the refused Complete ran %d times, want once", attempts)
+	}
+}
+
+// A Begin whose statement returns no row (here a trigger skips its
+// insert; the statement itself always returns one) is answered with
+// pgx.ErrNoRows, on which Begin tries again alone: that is the
+// statement's own answer, not a failure of its batch, whose other
+// statements stand.
+func TestBeginThatGetsNoRowIsToldSoAndItsBatchStands(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := newStore(t, srv, Options{Table: "no_row"})
+	if _, err := srv.Conn(t).Exec(ctx, `
+		CREATE FUNCTION skip_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.key = 'a-no-row' THEN
+				RETURN NULL;
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER skip_insert BEFORE INSERT ON no_row
+			FOR EACH ROW EXECUTE FUNCTION skip_insert()`); err != nil {
+		t.Fatal(err)
+	}
+	noRow := s.beginCall("a-no-row", store.Lease{}, time.Minute)
+	beside := s.beginCall("b-beside", store.Lease{}, time.Minute)
+	for _, c := range []*call{noRow, beside} {
+		c.deadline = time.Now().Add(testTimeout)
+	}
+	s.batch.run([]*call{noRow, beside})
+	if !errors.Is(noRow.err, pgx.ErrNoRows) {
+		t.Errorf("the Begin that got no row = %v, want pgx.ErrNoRows", noRow.err)
+	}
+	if res, err := beside.beginResult(store.Fingerprint{}); beside.err != nil || err != nil || res.State != store.Acquired {
+		t.Errorf("the Begin beside it = %v, %v, %v; want acquired", res.State, beside.err, err)
+	}
+}
+
 // Many Begins of a few keys at once, batched together, take each key's
 // lease exactly once; the others see it in flight.
 func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
@@ -98,6 +172,111 @@ func TestConcurrentBeginsOfOneKeyAcquireItOnce(t *testing.T) {
 		key := fmt.Sprintf("k%02d", i)
 		if acquired[key] != 1 {
 			t.Errorf("%s acquired %d times, want once", key, acquired[key])
+		}
+	}
+}
+
+// At most maxConcurrentBatches batches are in flight, each holding a
+// connection: while two wait (here for row locks another transaction
+// holds), the next statement queues for a later batch instead of taking
+// one more connection, and is answered once the locks are released.
+func TestStatementQueuesWhileTheBatchesInFlightAreAtTheirBound(t *testing.T) {
+	srv := pgtest.Start(t)
+	bg := context.Background()
+	s := newStore(t, srv, Options{Table: "in_flight", SweepInterval: -1})
+	holder, err := srv.Conn(t).Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback(bg) })
+	var keys []string
+	for i := range maxConcurrentBatches + 1 {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := holder.Exec(bg, `INSERT INTO in_flight (key, token, fingerprint, expires_at) VALUES ($1, 'holder', '', now())`, key); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	watcher := srv.Conn(t)
+	lockWaits := func() (int, error) {
+		var n int
+		err := watcher.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n)
+		return n, err
+	}
+	answers := make(chan error, len(keys))
+	for i, key := range keys {
+		go func() {
+			res, err := s.Begin(bg, key, store.Lease{}, time.Hour)
+			if err == nil && res.State != store.Acquired {
+				err = fmt.Errorf("Begin(%s) = %v, want acquired", key, res.State)
+			}
+			answers <- err
+		}()
+		if i == maxConcurrentBatches {
+			break
+		}
+		// This Begin's batch waits for its lock before the next is sent.
+		wait.SucceedsSoon(t, testTimeout, func() error {
+			if n, err := lockWaits(); err != nil || n != i+1 {
+				return fmt.Errorf("%d batches wait for their locks (%v), want %d", n, err, i+1)
+			}
+			return nil
+		})
+	}
+	// The last Begin has queued, or taken a connection of its own.
+	wait.SucceedsSoon(t, testTimeout, func() error {
+		s.batch.mu.Lock()
+		queued := len(s.batch.queue)
+		s.batch.mu.Unlock()
+		n, err := lockWaits()
+		if err != nil {
+			return err
+		}
+		if queued == 0 && n <= maxConcurrentBatches {
+			return errors.New("the last Begin is neither queued nor waiting for its lock")
+		}
+		return nil
+	})
+	if n, err := lockWaits(); err != nil || n != maxConcurrentBatches {
+		t.Errorf("%d batches in flight (%v), want %d: the last Begin was sent on one more connection", n, err, maxConcurrentBatches)
+	}
+	if err := holder.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	for range keys {
+		if err := <-answers; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// More statements than one batch holds (maxBatch), queued at once, are
+// sent in the batches that follow: every caller is answered, none left to
+// wait out its deadline.
+func TestStatementsQueuedBeyondOneBatchAreAllAnswered(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv, Options{Table: "beyond_a_batch"})
+	var queued []*call
+	for i := range maxBatch + 1 {
+		c := s.beginCall(fmt.Sprintf("k%03d", i), store.Lease{}, time.Hour)
+		c.deadline = time.Now().Add(testTimeout)
+		c.done = make(chan struct{})
+		queued = append(queued, c)
+	}
+	s.batch.mu.Lock()
+	s.batch.queue = slices.Clone(queued)
+	s.batch.inFlight++
+	s.batch.flushers.Add(1)
+	s.batch.mu.Unlock()
+	s.batch.flush()
+	for _, c := range queued {
+		select {
+		case <-c.done:
+		default:
+			t.Fatalf("Begin(%s) is not answered once the queue was flushed", c.key)
+		}
+		if res, err := c.beginResult(store.Fingerprint{}); c.err != nil || err != nil || res.State != store.Acquired {
+			t.Errorf("Begin(%s) = %v, %v, %v; want acquired", c.key, res.State, c.err, err)
 		}
 	}
 }

@@ -175,8 +175,65 @@ func TestCachedRecordIsNeverServedPastItsExpiry(t *testing.T) {
 	}
 }
 
-// A record read before a deletion was applied is not kept, and one kept
-// while unregistered is never served.
+// A replica renews its registration as it polls: it outlives its lease
+// under the same id, and its cache keeps serving what it held, never
+// emptied by a registration lost for want of a renewal.
+func TestReplicaKeepsItsRegistrationPastItsLease(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := replicaStore(t, srv, "", Options{Table: "kept", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	completeOn(t, s, "k", time.Hour)
+	replayed(t, s, "k")
+	registration := func() replica {
+		s.repMu.Lock()
+		defer s.repMu.Unlock()
+		return s.rep
+	}
+	first := registration()
+	wait.SucceedsSoon(t, 10*s.cacheLease, func() error {
+		if r := registration(); !r.renewedAt.After(first.renewedAt.Add(s.cacheLease)) {
+			return fmt.Errorf("no renewal sent a whole lease (%s) after %s yet", s.cacheLease, first.renewedAt)
+		}
+		return nil
+	})
+	if r := registration(); r.id != first.id {
+		t.Fatal("the registration was lost and made anew: it was not renewed within its lease")
+	}
+	if _, ok := s.cache.get("k", time.Now()); !ok {
+		t.Fatal("the cache no longer serves what it held a lease ago")
+	}
+}
+
+// A replica's poll that finds no deletion, its lease far from due for
+// renewal (a quarter of it gone), only reads: its registration's row is
+// not rewritten (its xmin stays), and no read in flight is kept from
+// filling the cache.
+func TestPollWithNothingToApplyOnlyReads(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "quiet", SweepInterval: -1,
+		CacheBytes: DefaultCacheBytes, CacheLease: time.Hour, CachePoll: time.Hour})
+	admin := srv.Conn(t)
+	xmin := func() string {
+		t.Helper()
+		var x string
+		if err := admin.QueryRow(ctx, `SELECT xmin::text FROM quiet_replicas`).Scan(&x); err != nil {
+			t.Fatalf("xmin of the registration: %v", err)
+		}
+		return x
+	}
+	before := xmin()
+	v, _ := s.cache.readVersion()
+	s.poll()
+	if after := xmin(); after != before {
+		t.Errorf("a poll with nothing to apply rewrote the registration (xmin %s → %s)", before, after)
+	}
+	if after, _ := s.cache.readVersion(); after != v {
+		t.Errorf("a poll with nothing to apply moved the cache's version from %d to %d: reads in flight are not kept", v, after)
+	}
+}
+
+// A record read before a deletion was applied, or before the cache was
+// reset, is not kept, and one kept while unregistered is never served.
 func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
 	c := newCache(1 << 20)
 	e := cached{fingerprint: make([]byte, 32), expires: time.Now().Add(time.Hour)}
@@ -199,9 +256,21 @@ func TestRecordReadBeforeADeletionIsNotCached(t *testing.T) {
 	if _, ok := c.get("k", time.Now()); ok {
 		t.Fatal("a cache past its lease's end served a record")
 	}
+	// Nor one read before a reset (a registration new or lost), whatever
+	// deletions were applied besides.
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	c.invalidate("other")
+	c.reset(time.Now().Add(time.Hour))
+	c.fill("k", e, v)
+	if _, ok := c.get("k", time.Now()); ok {
+		t.Fatal("a record read before a deletion and a reset was kept")
+	}
 }
 
-// The cache holds at most its bytes, and no record above cacheMaxRecord.
+// The cache holds at most its bytes, and no record above cacheMaxRecord;
+// an entry's bytes are its key's, fingerprint's, head's and body's, and
+// cacheEntryOverhead.
 func TestCacheIsBounded(t *testing.T) {
 	const bound = 10 * cacheMaxRecord
 	c := newCache(bound)
@@ -212,6 +281,12 @@ func TestCacheIsBounded(t *testing.T) {
 	if _, ok := c.get("big", time.Now()); ok {
 		t.Fatal("a record above cacheMaxRecord was kept")
 	}
+	fp := make([]byte, 32)
+	largest := cached{fingerprint: fp, body: make([]byte, cacheMaxRecord-len("largest")-len(fp)-cacheEntryOverhead), expires: time.Now().Add(time.Hour)}
+	c.fill("largest", largest, v)
+	if _, ok := c.get("largest", time.Now()); !ok {
+		t.Fatal("a record of exactly cacheMaxRecord was not kept")
+	}
 	for i := range 100 {
 		c.fill(fmt.Sprint(i), cached{body: make([]byte, cacheMaxRecord/2), expires: time.Now().Add(time.Hour)}, v)
 		if c.bytes > bound {
@@ -220,6 +295,37 @@ func TestCacheIsBounded(t *testing.T) {
 	}
 	if len(c.m) == 0 {
 		t.Fatal("the cache holds nothing")
+	}
+
+	// Records of a small body, two of which fill the cache exactly: what
+	// bounds them is what else they hold, and an entry makes room for a
+	// record read, only when it would pass the bound.
+	small := cached{fingerprint: fp, head: make([]byte, 32), expires: time.Now().Add(time.Hour)}
+	size := len("k0") + len(small.fingerprint) + len(small.head) + cacheEntryOverhead
+	c = newCache(int64(2 * size))
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	for i := range 3 {
+		c.fill(fmt.Sprintf("k%d", i), small, v)
+	}
+	held := 0
+	for k, e := range c.m {
+		held += len(k) + len(e.fingerprint) + len(e.head) + len(e.body) + cacheEntryOverhead
+	}
+	if held != 2*size {
+		t.Fatalf("the cache holds %d entries of %d bytes, %d in all; want two, its bound of %d", len(c.m), size, held, 2*size)
+	}
+	if _, ok := c.get("k2", time.Now()); !ok {
+		t.Fatal("the record read last was not kept: no entry made room for it")
+	}
+
+	// A record larger than the whole cache is not kept, even in an empty one.
+	c = newCache(int64(size - 1))
+	c.reset(time.Now().Add(time.Hour))
+	v, _ = c.readVersion()
+	c.fill("k0", small, v)
+	if _, ok := c.get("k0", time.Now()); ok {
+		t.Fatalf("a record of %d bytes was kept in a cache of %d", size, size-1)
 	}
 }
 
@@ -365,5 +471,98 @@ func TestReplaysRacingADeleteNeverOutliveIt(t *testing.T) {
 		})
 		close(stop)
 		wg.Wait()
+	}
+}
+
+// A Delete the database refuses at its commit (here a deferred constraint
+// trigger: every statement succeeds, the commit fails) is not reported
+// done: it says the refusal, and the record is still there.
+func TestDeleteRefusedAtItsCommitIsNotReportedDone(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "delete_refused", SweepInterval: -1})
+	completeOn(t, s, "k", time.Hour)
+	if _, err := srv.Conn(t).Exec(ctx, `
+		CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'check_violation';
+		END $$;
+		CREATE CONSTRAINT TRIGGER refuse_delete AFTER DELETE ON delete_refused
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_delete()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "k"); !errors.Is(err, store.ErrRefused) {
+		t.Errorf("Delete refused at its commit = %v, want ErrRefused", err)
+	}
+	if e, err := s.Inspect(ctx, "k"); err != nil || e.State != store.Completed {
+		t.Errorf("Inspect after the refused Delete = %v, %v; want the record still there", e.State, err)
+	}
+}
+
+// A replica that closes withdraws its registration, so that no Delete
+// elsewhere waits for it until its lease ends.
+func TestClosedReplicaWithdrawsItsRegistration(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	s := replicaStore(t, srv, "", Options{Table: "withdrawn", SweepInterval: -1, CacheBytes: DefaultCacheBytes})
+	admin := srv.Conn(t)
+	registered := func() int {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM withdrawn_replicas`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := registered(); n != 1 {
+		t.Fatalf("%d registrations of the replica, want 1", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := registered(); n != 0 {
+		t.Errorf("%d registrations left once the replica closed, want none", n)
+	}
+}
+
+// Tables beside the store's that the database will not create (here an
+// event trigger refuses every new table, after the records table was
+// made) stop Prepare with the database's reason: the store is never ready
+// without them, its Deletes logging to a table that is not there.
+func TestCacheTablesTheDatabaseWillNotCreateStopPrepare(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	newStore(t, srv, Options{Table: "taken", SweepInterval: -1}) // makes the records table
+	if _, err := srv.Conn(t).Exec(ctx, `
+		DROP TABLE taken_deletions, taken_replicas;
+		CREATE FUNCTION no_new_tables() RETURNS event_trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION 'no new tables here';
+		END $$;
+		CREATE EVENT TRIGGER no_new_tables ON ddl_command_start WHEN TAG IN ('CREATE TABLE')
+			EXECUTE FUNCTION no_new_tables()`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{URL: srv.URL(), Table: "taken", Timeout: testTimeout, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prepare(ctx); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "no new tables here") {
+		t.Fatalf("Prepare when the tables beside the store's cannot be created = %v, want ErrUnavailable with the database's reason", err)
+	}
+}
+
+// A store whose cache is off (cache_bytes: 0) registers no cache: no
+// Delete elsewhere waits for it, and it polls no deletions.
+func TestStoreWithoutACacheRegistersNone(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := newStore(t, srv, Options{Table: "uncached", SweepInterval: -1})
+	var n int
+	if err := srv.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM uncached_replicas`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || s.cache != nil {
+		t.Errorf("a store without a cache has %d registrations and a cache %v, want none", n, s.cache != nil)
 	}
 }
