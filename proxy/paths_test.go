@@ -190,6 +190,28 @@ func TestPathCaseMixedRoutesPickTheMostSpecific(t *testing.T) {
 	}
 }
 
+// Under path_case: sensitive, the default, two routes whose patterns differ
+// only in case are two routes, each matching its own spelling; under
+// insensitive they are one route written twice, and the routes are refused.
+func TestPathCaseSensitiveRoutesMayDifferOnlyInCase(t *testing.T) {
+	strict := DefaultPolicy()
+	strict.RequireKey = true
+	e := newEnv(t, nil, func(o *Options) {
+		o.Routes = []Route{{Pattern: "POST /orders", Policy: strict}, {Pattern: "POST /Orders", Policy: DefaultPolicy()}}
+	})
+	for target, want := range map[string]string{"/orders": "missing-key", "/Orders": ""} {
+		if r := e.raw(t, rawRequest("POST", target)); r.problemType() != want {
+			t.Errorf("%s: %d %q, want %q", target, r.StatusCode, r.problemType(), want)
+		}
+	}
+	loose := DefaultPolicy()
+	loose.PathCase = PathCaseInsensitive
+	err := e.handler.SetRoutes(DefaultPolicy(), []Route{{Pattern: "POST /orders", Policy: strict}, {Pattern: "POST /Orders", Policy: loose}})
+	if err == nil || !strings.Contains(err.Error(), "but for case") {
+		t.Errorf("routes differing only in case, one of them insensitive: %v, want them refused", err)
+	}
+}
+
 // ambiguous_paths: allow forwards such a path under the route it matches
 // as sent; every request reaches the upstream with its path as sent.
 func TestPathsAreForwardedAsSent(t *testing.T) {
