@@ -40,6 +40,12 @@ func rawRequest(method, target string, extra ...string) string {
 // override. Spellings an upstream may read as another path are refused.
 func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 	e := newEnv(t, nil, chargesRoutes(nil))
+	// Every spelling of the override headers: more header names than
+	// there are spellings, which are then looked up one by one.
+	every := make([]string, 0, len(methodOverrideHeaders))
+	for _, name := range methodOverrideHeaders {
+		every = append(every, name+": POST")
+	}
 	for _, c := range []struct {
 		name, method, target string
 		extra                []string
@@ -59,6 +65,7 @@ func TestEverySpellingOfARouteGetsItsPolicy(t *testing.T) {
 		{"an override with one underscore", "GET", "/v1/charges", []string{"X-HTTP-Method_Override: POST"}, "missing-key"},
 		{"X_METHOD_OVERRIDE", "GET", "/v1/charges", []string{"X_METHOD_OVERRIDE: POST"}, "missing-key"},
 		{"X_HTTP_METHOD", "GET", "/v1/charges", []string{"x_http_method: post"}, "missing-key"},
+		{"every spelling of the overrides, naming one method", "GET", "/v1/charges", every, "missing-key"},
 		{"overrides with hyphens and underscores naming two methods", "GET", "/v1/charges", []string{"X-HTTP-Method-Override: GET", "X_HTTP_METHOD_OVERRIDE: POST"}, "ambiguous-method"},
 		{"a trailing slash", "POST", "/v1/charges/", nil, "missing-key"},
 		{"two trailing slashes", "POST", "/v1/charges//", nil, "missing-key"},
