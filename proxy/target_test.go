@@ -47,6 +47,12 @@ func TestMethodOverrideIsReadAndFingerprinted(t *testing.T) {
 	if tg := readTarget(r); tg.overrides != overrideNone || tg.method != "PATCH" {
 		t.Errorf("two headers naming one method: overrides %v, method %q", tg.overrides, tg.method)
 	}
+	// Spellings of one header are hashed in one fixed order, whatever the
+	// order they came in: the name as written first.
+	r.Header = http.Header{"X_http_method_override": {"PATCH"}, "X-Http_method-Override": {"PATCH"}, "X-Http-Method-Override": {"PATCH"}}
+	if tg, want := readTarget(r), "get\nX-Http-Method-Override:PATCH\nX-Http_method-Override:PATCH\nX_http_method_override:PATCH"; tg.fpMethod != want {
+		t.Errorf("three spellings of one header: the fingerprint hashes %q, want %q", tg.fpMethod, want)
+	}
 }
 
 // Methods compare upper-cased and path_case: insensitive paths
