@@ -61,21 +61,6 @@ func TestChurnOutsideItsWindowIsNotCounted(t *testing.T) {
 	}
 }
 
-// TestChurnWindowZeroRemembersNoFingerprints: churn_window 0 turns key
-// churn off, so a route neither counts it nor holds the fingerprints that
-// churn_max_entries would otherwise bound.
-func TestChurnWindowZeroRemembersNoFingerprints(t *testing.T) {
-	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.ChurnWindow = 0 }))
-	e.do(t, "POST", "/x", "k1", `{"a":1}`)
-	e.do(t, "POST", "/x", "k2", `{"a":1}`)
-	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 0 {
-		t.Errorf("key_churn_total = %v, want 0 with churn_window 0", got)
-	}
-	if c := e.handler.routes.Load().fallback.churn; c != nil {
-		t.Errorf("the route remembers %d fingerprints, want none with churn_window 0", c.len())
-	}
-}
-
 // TestChurnRemembersTheNewestHalfOfMaxEntries: a churn bounded at limit
 // fingerprints that has seen limit distinct ones holds all of them, and a
 // new key for any of the newest half still counts as churn.
