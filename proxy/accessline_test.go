@@ -218,10 +218,14 @@ func TestAccessLineStringIsTheJSONHandlersForEveryByte(t *testing.T) {
 	}}))
 	for c := range 256 {
 		strs := []string{string([]byte{byte(c)})}
-		for at := range 8 {
-			run := []byte("run of 8, then more")
-			run[at] = byte(c)
-			strs = append(strs, string(run))
+		// Lower case and upper case: a word-at-a-time test must find the
+		// byte among letters above 0x60 and among those below it alike.
+		for _, text := range []string{"run of 8, then more", "RUN OF 8, THEN MORE"} {
+			for at := range 8 {
+				run := []byte(text)
+				run[at] = byte(c)
+				strs = append(strs, string(run))
+			}
 		}
 		for _, s := range strs {
 			buf.Reset()
