@@ -16,11 +16,12 @@ import (
 func TestStatusTTLMostSpecificWins(t *testing.T) {
 	p := DefaultPolicy()
 	p.TTL = time.Hour
-	p.StatusTTL = StatusTTL{"5xx": time.Minute, "404": 10 * time.Minute, "503": time.Second, "2xx": 48 * time.Hour, "1xx": 2 * time.Hour}
+	p.StatusTTL = StatusTTL{"5xx": time.Minute, "404": 10 * time.Minute, "503": time.Second, "2xx": 48 * time.Hour, "1xx": 2 * time.Hour, "429": 3 * time.Minute}
 	for status, want := range map[int]time.Duration{
 		201: 48 * time.Hour, 404: 10 * time.Minute, 400: time.Hour, 500: time.Minute,
 		502: time.Minute, 503: time.Second, 302: time.Hour, 99: time.Hour, 600: time.Hour,
 		100: 2 * time.Hour, 599: time.Minute,
+		429: 3 * time.Minute, 428: time.Hour, 439: time.Hour, // a tens digit not 0
 	} {
 		if got := p.ttlFor(status); got != want {
 			t.Errorf("ttlFor(%d) = %v, want %v", status, got, want)
