@@ -38,19 +38,7 @@ func TestLargeResponsesToStreamedPassThroughRequestsArriveWhole(t *testing.T) {
 		w.Write(bytes.Repeat([]byte("r"), respSize))
 		io.Copy(io.Discard, r.Body)
 	}))
-	t.Cleanup(up.Close)
-	u, err := url.Parse(up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New(memory.Options{})
-	t.Cleanup(func() { st.Close() })
-	h, err := New(Options{Upstream: u, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv := passThroughServer(t, up)
 
 	for _, method := range []string{http.MethodPost, "REPORT"} { // no key; not protected
 		for range attempts {
@@ -102,19 +90,7 @@ func TestPassedThroughResponseStartsWhileTheRequestIsStillSent(t *testing.T) {
 		rest, _ := io.ReadAll(r.Body)
 		w.Write([]byte("|" + itoa(int64(1+len(rest)))))
 	}))
-	t.Cleanup(up.Close)
-	u, err := url.Parse(up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New(memory.Options{})
-	t.Cleanup(func() { st.Close() })
-	h, err := New(Options{Upstream: u, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv := passThroughServer(t, up)
 
 	for _, method := range []string{http.MethodPost, "REPORT"} { // no key; not protected
 		pr, pw := io.Pipe()
@@ -166,4 +142,24 @@ func TestServerWriterSkipsOnlyWritersThatPassControlThrough(t *testing.T) {
 	if got := serverWriter((&request{}).unrecorded(logged)); got != server {
 		t.Fatalf("serverWriter = %T, want the server's writer", got)
 	}
+}
+
+// passThroughServer serves a handler with the memory store in front of up,
+// both closed with the test.
+func passThroughServer(t *testing.T, up *httptest.Server) *httptest.Server {
+	t.Helper()
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	h, err := New(Options{Upstream: u, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
