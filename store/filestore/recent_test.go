@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,18 +129,45 @@ func TestRecordReadBeforeACommitIsNotKept(t *testing.T) {
 	}
 }
 
-// What recent holds stays within its bound, and a large record is not kept.
+// What recent holds stays within its bound, counted from the records it
+// holds rather than from its own tally; records that fill the bound
+// exactly are all kept; a record of exactly recentMaxRecord is kept and a
+// larger one is not.
 func TestRecentIsBounded(t *testing.T) {
+	held := func(r *recent) (n int, bytes int64) {
+		for k, e := range r.m {
+			n++
+			bytes += int64(len(k) + len(e.enc))
+		}
+		return n, bytes
+	}
+
 	var r recent
 	enc := []byte(strings.Repeat("x", 1<<10))
 	for i := range 2 * recentBytes / len(enc) {
 		r.fill("k"+strconv.Itoa(i), entry{kind: kindRecord, expires: 1, enc: enc}, r.version())
-		if r.bytes > recentBytes {
-			t.Fatalf("after %d records, %d bytes held, bound %d", i+1, r.bytes, recentBytes)
+		if _, b := held(&r); b > recentBytes || b != r.bytes {
+			t.Fatalf("after %d records, %d bytes held (tally %d), bound %d", i+1, b, r.bytes, recentBytes)
 		}
 	}
-	r.fill("large", entry{kind: kindRecord, expires: 1, enc: make([]byte, recentMaxRecord+1)}, r.version())
-	if _, ok := r.get("large", 0); ok {
+
+	var full recent
+	const n = recentBytes / recentMaxRecord
+	for i := range n {
+		key := fmt.Sprintf("k%02d", i)
+		full.fill(key, entry{kind: kindRecord, expires: 1, enc: make([]byte, recentMaxRecord-len(key))}, full.version())
+	}
+	if got, b := held(&full); got != n || b != recentBytes {
+		t.Errorf("records filling the bound exactly: %d held in %d bytes, want %d in %d", got, b, n, recentBytes)
+	}
+
+	var one recent
+	one.fill("max", entry{kind: kindRecord, expires: 1, enc: make([]byte, recentMaxRecord)}, one.version())
+	if _, ok := one.get("max", 0); !ok {
+		t.Error("a record of exactly recentMaxRecord is not held")
+	}
+	one.fill("large", entry{kind: kindRecord, expires: 1, enc: make([]byte, recentMaxRecord+1)}, one.version())
+	if _, ok := one.get("large", 0); ok {
 		t.Error("a record over recentMaxRecord is held")
 	}
 }
