@@ -172,11 +172,15 @@ func sweep(c sweepConfig, stdout, stderr io.Writer) int {
 		c.pkg, len(muts), runnable, len(s.took), time.Since(start).Round(time.Second))
 	for i := range muts {
 		m := &muts[i]
-		if m.status != "" {
+		if c.dryRun {
+			tests := strings.Join(m.tests, " ")
+			if m.status == statusNotCovered {
+				tests = statusNotCovered
+			}
+			fmt.Fprintf(stdout, "%s:%d:%d %s %s → %s: %s\n", m.file, m.line, m.column, m.mutator, m.from, m.to, tests)
 			continue
 		}
-		if c.dryRun {
-			fmt.Fprintf(stdout, "%s:%d:%d %s %s → %s: %s\n", m.file, m.line, m.column, m.mutator, m.from, m.to, strings.Join(m.tests, " "))
+		if m.status != "" {
 			continue
 		}
 		if c.budget > 0 && time.Since(start) > c.budget {

@@ -82,6 +82,24 @@ func TestSweepRunsOnlyTheTestsThatRunAMutantsLine(t *testing.T) {
 	}
 }
 
+func TestDryRunListsEveryMutantWithTheTestsThatRunItOrNone(t *testing.T) {
+	dir := sweptModule(t)
+	var out strings.Builder
+	if code := sweep(sweepConfig{root: dir, pkg: "", out: filepath.Join(t.TempDir(), "report.json"), dryRun: true}, &out, os.Stderr); code != 0 {
+		t.Fatalf("sweep -n exited %d:\n%s", code, out.String())
+	}
+	for _, line := range []string{
+		"calc.go:3:35 ARITHMETIC_BASE + → -: TestAdd\n",
+		"calc.go:6:7 CONDITIONALS_BOUNDARY > → >=: TestMax\n",
+		"calc.go:12:35 ARITHMETIC_BASE - → +: NOT COVERED\n",
+		"calc.go:12:35 INVERT_NEGATIVES - → +: NOT COVERED\n",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("sweep -n does not say %q:\n%s", line, out.String())
+		}
+	}
+}
+
 func TestSweepLeavesOutATestThatFailsUnmutated(t *testing.T) {
 	dir := sweptModule(t)
 	// TestAdd now fails whatever the mutant: it must not be counted as
