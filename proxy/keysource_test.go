@@ -428,6 +428,7 @@ func TestDescribeKeySources(t *testing.T) {
 		{[]string{"header:Idempotency-Key"}, "the Idempotency-Key header"},
 		{[]string{"header:Idempotency-Key", "json:/id"}, "the Idempotency-Key header or a JSON string or integer at /id in the body"},
 		{[]string{"query:k", "header:X-Key", "body_sha256"}, "the k query parameter, the X-Key header or a body"},
+		{[]string{"cookie:session", "header:X-Key"}, "the session cookie or the X-Key header"},
 	} {
 		if got := describeKeySources(mustSources(t, tc.specs...)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
