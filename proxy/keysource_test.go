@@ -436,6 +436,18 @@ func TestDescribeKeySources(t *testing.T) {
 	}
 }
 
+// A key source built in code without a kind would find no key: Check
+// refuses it under its index, naming the forms a source takes.
+func TestKeySourceWithoutAKindIsRefused(t *testing.T) {
+	p := DefaultPolicy()
+	p.Header = ""
+	p.KeySources = []KeySource{{Kind: KeyFromHeader, Name: "Idempotency-Key"}, {}}
+	want := "key_sources[1]: empty key source: want " + keySourceForms
+	if got := p.Check(nil); len(got) != 1 || got[0].Error() != want {
+		t.Errorf("Check = %v, want %q", got, want)
+	}
+}
+
 // Each registered kind owns one constant and one word, and its form parses
 // to a source of its kind: a kind added to keyKinds with a constant or a
 // word already taken, or a form it does not parse, fails here.
