@@ -194,6 +194,66 @@ func TestGRPCStatusesReleasedOrRecorded(t *testing.T) {
 	}
 }
 
+// Under on_upstream_error: keep, a call whose answer the upstream cut short
+// is recorded as a gRPC status, UNAVAILABLE upstream-failed: a retry is
+// replayed that status, trailers-only, never executed again, and without
+// grpc-retry-pushback-ms, as upstream-failed advises no retry time.
+func TestGRPCAnswerCutShortUnderKeepIsReplayedAsAStatus(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/grpc+raw")
+		w.Write([]byte{0, 0, 0, 0, 10, 'c', 'h', 'a'}) // a message of 10 bytes, 3 of them sent
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the stream is reset: the rest never comes
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.OnUpstreamError = UpstreamErrorKeep }),
+		func(o *Options) { o.Upstream = mustURL(t, up.URL) })
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	call := func() (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, e.url+grpctest.Charge, bytes.NewReader([]byte{0, 0, 0, 0, 2, 'm', '1'}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = http.Header{"Content-Type": {"application/grpc+raw"}, "Te": {"trailers"}, "Idempotency-Key": {"k"}}
+		res, err := tr.RoundTrip(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	if _, err := call(); err == nil {
+		t.Fatal("call: the answer cut short reached the client whole")
+	}
+	if err := e.proxy.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := call()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message"); got != "14" || !strings.HasPrefix(msg, problemjson.Base+"upstream-failed") {
+		t.Fatalf("retry: grpc-status %q, message %q; want 14 (UNAVAILABLE) upstream-failed in a trailers-only answer", got, msg)
+	}
+	if got := res.Header.Get("Idempotent-Replayed"); got != "true" {
+		t.Errorf("retry: Idempotent-Replayed %q, want true", got)
+	}
+	if got := res.Header.Values("Grpc-Retry-Pushback-Ms"); got != nil {
+		t.Errorf("retry: grpc-retry-pushback-ms %q, want none", got)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the upstream was called %d times, want 1", n)
+	}
+}
+
 func TestGRPCStreamingCallsPassThroughUnprotected(t *testing.T) {
 	chat := func(e *grpcEnv, key string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -428,10 +428,23 @@ func TestDescribeKeySources(t *testing.T) {
 		{[]string{"header:Idempotency-Key"}, "the Idempotency-Key header"},
 		{[]string{"header:Idempotency-Key", "json:/id"}, "the Idempotency-Key header or a JSON string or integer at /id in the body"},
 		{[]string{"query:k", "header:X-Key", "body_sha256"}, "the k query parameter, the X-Key header or a body"},
+		{[]string{"cookie:session", "header:X-Key"}, "the session cookie or the X-Key header"},
 	} {
 		if got := describeKeySources(mustSources(t, tc.specs...)); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.specs, got, tc.want)
 		}
+	}
+}
+
+// A key source built in code without a kind would find no key: Check
+// refuses it under its index, naming the forms a source takes.
+func TestKeySourceWithoutAKindIsRefused(t *testing.T) {
+	p := DefaultPolicy()
+	p.Header = ""
+	p.KeySources = []KeySource{{Kind: KeyFromHeader, Name: "Idempotency-Key"}, {}}
+	want := "key_sources[1]: empty key source: want " + keySourceForms
+	if got := p.Check(nil); len(got) != 1 || got[0].Error() != want {
+		t.Errorf("Check = %v, want %q", got, want)
 	}
 }
 

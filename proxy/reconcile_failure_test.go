@@ -691,8 +691,8 @@ func (b bare) Release(ctx context.Context, key, token string) error {
 }
 
 // A reconciling route on a store that cannot read a key's marker is
-// refused when the handler is made: its next owner could not tell the key
-// is being settled.
+// refused when the handler is made, the default route or one of the
+// routes, named: its next owner could not tell the key is being settled.
 func TestReconcileRouteNeedsAStoreThatReadsMarkers(t *testing.T) {
 	st := memory.New(memory.Options{})
 	t.Cleanup(func() { st.Close() })
@@ -700,12 +700,22 @@ func TestReconcileRouteNeedsAStoreThatReadsMarkers(t *testing.T) {
 	p := DefaultPolicy()
 	reviewPolicy(&p)
 	_, err := New(Options{Store: bare{st}, Upstream: u, Default: p})
-	if err == nil || !strings.Contains(err.Error(), "on_upstream_error: reconcile needs a store") {
+	if err == nil || !strings.Contains(err.Error(), "route "+defaultRoute+": on_upstream_error: reconcile needs a store") {
 		t.Fatalf("New: err = %v, want reconcile refused on this store", err)
 	}
-	p.OnUpstreamError = UpstreamErrorKeep
-	if _, err := New(Options{Store: bare{st}, Upstream: u, Default: p}); err != nil {
+	keep := DefaultPolicy()
+	keep.OnUpstreamError = UpstreamErrorKeep
+	if _, err := New(Options{Store: bare{st}, Upstream: u, Default: keep}); err != nil {
 		t.Fatalf("keep on the same store: %v", err)
+	}
+	routes := []Route{{Pattern: "POST /v1/refunds", Policy: keep}, {Pattern: "POST /v1/charges", Policy: p}}
+	_, err = New(Options{Store: bare{st}, Upstream: u, Default: keep, Routes: routes})
+	if err == nil || !strings.Contains(err.Error(), "route POST /v1/charges: on_upstream_error: reconcile needs a store") {
+		t.Fatalf("New with a reconciling route: err = %v, want the route refused on this store", err)
+	}
+	routes[1].Policy = keep
+	if _, err := New(Options{Store: bare{st}, Upstream: u, Default: keep, Routes: routes}); err != nil {
+		t.Fatalf("routes under keep on the same store: %v", err)
 	}
 }
 

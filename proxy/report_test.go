@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
@@ -100,6 +101,17 @@ func TestReportNamesTheMostChurningScopesInBoundedMemory(t *testing.T) {
 		if top[i].Churn > top[i-1].Churn {
 			t.Errorf("top scopes out of order: %+v", top)
 		}
+	}
+}
+
+// A route's report counts take what docs/operating.md says, about 100 KiB:
+// reportSlots buckets of reportBucketBytes, the size of one.
+func TestReportCountsOfARouteTakeAbout100KiB(t *testing.T) {
+	if got := int(unsafe.Sizeof(reportBucket{})); got != reportBucketBytes {
+		t.Errorf("a bucket takes %d bytes, reportBucketBytes says %d", got, reportBucketBytes)
+	}
+	if got := int(unsafe.Sizeof(reportCounts{}.slots)); got != reportSlots*reportBucketBytes || got < 95<<10 || got > 105<<10 {
+		t.Errorf("a route's buckets take %d bytes, want reportSlots×reportBucketBytes (%d), about 100 KiB", got, reportSlots*reportBucketBytes)
 	}
 }
 

@@ -27,6 +27,11 @@ type outageStore struct {
 	completes        atomic.Int64
 	// refuse makes Complete fail as a store that refuses the write does.
 	refuse atomic.Bool
+	// unreplicated makes Complete write the record and then fail as a
+	// store whose replicas never acknowledge it does: the record is on the
+	// master, and every later try finds it written and still unacknowledged.
+	unreplicated atomic.Bool
+	written      atomic.Bool
 	// blackholeExtend, once the clock reaches it, makes each Extend take
 	// blackholeTimeout on the clock, as a store that does not answer holds
 	// a call until its timeout, and fail.
@@ -67,6 +72,15 @@ func (s *outageStore) Complete(ctx context.Context, key, token string, rec *stor
 	}
 	if s.down(&s.back) {
 		return store.ErrUnavailable
+	}
+	if s.unreplicated.Load() {
+		if !s.written.Load() {
+			if err := s.Store.Complete(ctx, key, token, rec, ttl); err != nil {
+				return err
+			}
+			s.written.Store(true)
+		}
+		return fmt.Errorf("no replica acknowledged it: %w", store.ErrUnreplicated)
 	}
 	return s.Store.Complete(ctx, key, token, rec, ttl)
 }
@@ -260,6 +274,31 @@ func TestRecordNeverTakenIsGivenUpOneLockTTLPastItsLease(t *testing.T) {
 	clock.Advance(lockTTL) // past the lease's last renewal
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode == http.StatusConflict {
 		t.Errorf("retry after settling gave up: 409, want the key unlocked")
+	}
+}
+
+// A record the store's master took but too few replicas acknowledged
+// before its lease ran out is given up as a record on the master, which
+// retries replay, not as a record lost.
+func TestRecordNoReplicaAcknowledgedIsGivenUpAsOnTheMaster(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	var logs lockedBuffer
+	e, clock, st := outageEnv(t, lockTTL, withLog(&logs))
+	began := clock.Now()
+	st.unreplicated.Store(true)
+	e.do(t, "POST", "/x", "k", "{}")
+	settleInBackground(t, e, clock, began.Add(200*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling 200 lock_ttls later, after %d tries to record", n, st.completes.Load())
+	}
+	if got := len(logs.lines(t, "response recorded on the store's master, but fewer replicas than replica_ack acknowledged it before its lease expired")); got != 1 {
+		t.Errorf("%d give-up lines saying the record is on the master, want 1", got)
+	}
+	if got := len(logs.lines(t, "could not record response before its lease expired")); got != 0 {
+		t.Errorf("%d give-up lines saying the record was not written, want 0", got)
+	}
+	if r := e.do(t, "POST", "/x", "k", "{}"); !r.replayed() {
+		t.Errorf("retry: %d %s, want the record on the master replayed", r.StatusCode, r.body)
 	}
 }
 

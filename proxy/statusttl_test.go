@@ -33,6 +33,22 @@ func TestStatusTTLMostSpecificWins(t *testing.T) {
 	}
 }
 
+// The configuration view shows status_ttl as one line, its keys in order.
+func TestStatusTTLIsWrittenWithItsKeysInOrder(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  StatusTTL
+		want string
+	}{
+		{StatusTTL{"5xx": time.Minute, "404": 10 * time.Minute}, "{404: 10m0s, 5xx: 1m0s}"},
+		{StatusTTL{"2xx": 72 * time.Hour}, "{2xx: 72h0m0s}"},
+		{nil, "{}"},
+	} {
+		if got, err := tc.ttl.MarshalText(); err != nil || string(got) != tc.want {
+			t.Errorf("%v: MarshalText = %q, %v; want %q", map[string]time.Duration(tc.ttl), got, err, tc.want)
+		}
+	}
+}
+
 func TestStatusTTLCheck(t *testing.T) {
 	for _, tc := range []struct {
 		ttl  StatusTTL

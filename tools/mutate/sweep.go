@@ -70,8 +70,14 @@ type mutant struct {
 	line, column int
 	// runAt is the place of the file a test that evaluates the operator
 	// runs, as the coverage profile counts it: the operator's own, or, for
-	// a case expression, which lies in no counted block, the switch's.
-	runAt    token.Position
+	// a case expression, which lies in no counted block, the switch's or
+	// the select's.
+	runAt token.Position
+	// declared: the operator is in a declaration outside every function,
+	// which a profile never counts: the package's constants are computed
+	// as it compiles and its variables set as it starts, before any test
+	// runs, so every test of the package runs it.
+	declared bool
 	mutator  string
 	from, to token.Token
 	tests    []string // the tests that run its line, fastest first
@@ -161,7 +167,11 @@ func sweep(c sweepConfig, stdout, stderr io.Writer) int {
 	runnable := 0
 	for i := range muts {
 		m := &muts[i]
-		m.tests = s.covering(m.file, m.runAt.Line, m.runAt.Column)
+		if m.declared {
+			m.tests = s.every()
+		} else {
+			m.tests = s.covering(m.file, m.runAt.Line, m.runAt.Column)
+		}
 		if len(m.tests) == 0 {
 			m.status = statusNotCovered
 		} else {
@@ -172,11 +182,15 @@ func sweep(c sweepConfig, stdout, stderr io.Writer) int {
 		c.pkg, len(muts), runnable, len(s.took), time.Since(start).Round(time.Second))
 	for i := range muts {
 		m := &muts[i]
-		if m.status != "" {
+		if c.dryRun {
+			tests := strings.Join(m.tests, " ")
+			if m.status == statusNotCovered {
+				tests = statusNotCovered
+			}
+			fmt.Fprintf(stdout, "%s:%d:%d %s %s → %s: %s\n", m.file, m.line, m.column, m.mutator, m.from, m.to, tests)
 			continue
 		}
-		if c.dryRun {
-			fmt.Fprintf(stdout, "%s:%d:%d %s %s → %s: %s\n", m.file, m.line, m.column, m.mutator, m.from, m.to, strings.Join(m.tests, " "))
+		if m.status != "" {
 			continue
 		}
 		if c.budget > 0 && time.Since(start) > c.budget {
@@ -238,7 +252,7 @@ func (s *sweeper) mutants(changed map[string]map[int]bool) ([]mutant, error) {
 		if err != nil {
 			return nil, err
 		}
-		cases := caseExprs(f)
+		cases, funcs := caseExprs(f), funcBodies(f)
 		ast.Inspect(f, func(n ast.Node) bool {
 			tok, pos, ok := operator(n)
 			if !ok {
@@ -252,9 +266,10 @@ func (s *sweeper) mutants(changed map[string]map[int]bool) ([]mutant, error) {
 			if sw, ok := cases.switchOf(pos); ok {
 				runAt = fset.Position(sw)
 			}
+			declared := !funcs.hold(pos)
 			for _, mu := range mutators {
 				if to, ok := mu.ops[tok]; ok {
-					out = append(out, mutant{file: name, offset: p.Offset, line: p.Line, column: p.Column, runAt: runAt, mutator: mu.name, from: tok, to: to})
+					out = append(out, mutant{file: name, offset: p.Offset, line: p.Line, column: p.Column, runAt: runAt, declared: declared, mutator: mu.name, from: tok, to: to})
 				}
 			}
 			return true
@@ -263,13 +278,15 @@ func (s *sweeper) mutants(changed map[string]map[int]bool) ([]mutant, error) {
 	return out, nil
 }
 
-// caseSpans are the case expressions of a file's switch statements, each
-// with the switch that evaluates it. A coverage profile counts a switch's
-// header in the block before its opening brace and each clause's body as a
-// block of its own; the expressions after `case` lie in neither, so a
-// mutant there would seem to be run by no test. Every test that runs the
-// switch's header may evaluate them (a tagless switch tries its cases in
-// order until one holds), so those are its tests.
+// caseSpans are the case expressions of a file's switch and select
+// statements, each with the statement that evaluates it. A coverage
+// profile counts a switch's header, or the select keyword, in the block
+// before its opening brace and each clause's body as a block of its own;
+// the expressions after `case` lie in neither, so a mutant there would
+// seem to be run by no test. Every test that runs the statement's header
+// may evaluate them (a tagless switch tries its cases in order until one
+// holds; a select evaluates every channel and value it sends as it
+// starts), so those are its tests.
 type caseSpans []struct{ from, to, sw token.Pos }
 
 func caseExprs(f *ast.File) caseSpans {
@@ -287,10 +304,45 @@ func caseExprs(f *ast.File) caseSpans {
 			add(n.Switch, n.Body)
 		case *ast.TypeSwitchStmt:
 			add(n.Switch, n.Body)
+		case *ast.SelectStmt:
+			for _, st := range n.Body.List {
+				if cc, ok := st.(*ast.CommClause); ok && cc.Comm != nil {
+					out = append(out, struct{ from, to, sw token.Pos }{cc.Case, cc.Colon, n.Select})
+				}
+			}
 		}
 		return true
 	})
 	return out
+}
+
+// spans are the bodies of a file's functions and function literals,
+// where every operator lies in a block a coverage profile counts.
+type spans [][2]token.Pos
+
+func funcBodies(f *ast.File) spans {
+	var out spans
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncDecl:
+			if n.Body != nil {
+				out = append(out, [2]token.Pos{n.Body.Lbrace, n.Body.Rbrace})
+			}
+		case *ast.FuncLit:
+			out = append(out, [2]token.Pos{n.Body.Lbrace, n.Body.Rbrace})
+		}
+		return true
+	})
+	return out
+}
+
+func (s spans) hold(pos token.Pos) bool {
+	for _, b := range s {
+		if b[0] < pos && pos < b[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // switchOf returns the switch whose case expression holds pos.
@@ -391,13 +443,28 @@ func (s *sweeper) covering(file string, line, col int) []string {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if s.took[out[i]] != s.took[out[j]] {
-			return s.took[out[i]] < s.took[out[j]]
-		}
-		return out[i] < out[j]
-	})
+	s.fastestFirst(out)
 	return out
+}
+
+// every lists every test of the package that passes unmutated, fastest
+// first: the tests of a mutant in a declaration.
+func (s *sweeper) every() []string {
+	out := make([]string, 0, len(s.took))
+	for t := range s.took {
+		out = append(out, t)
+	}
+	s.fastestFirst(out)
+	return out
+}
+
+func (s *sweeper) fastestFirst(tests []string) {
+	sort.Slice(tests, func(i, j int) bool {
+		if s.took[tests[i]] != s.took[tests[j]] {
+			return s.took[tests[i]] < s.took[tests[j]]
+		}
+		return tests[i] < tests[j]
+	})
 }
 
 // try applies m to its file, runs its tests, and restores the file.

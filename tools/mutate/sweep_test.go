@@ -82,6 +82,24 @@ func TestSweepRunsOnlyTheTestsThatRunAMutantsLine(t *testing.T) {
 	}
 }
 
+func TestDryRunListsEveryMutantWithTheTestsThatRunItOrNone(t *testing.T) {
+	dir := sweptModule(t)
+	var out strings.Builder
+	if code := sweep(sweepConfig{root: dir, pkg: "", out: filepath.Join(t.TempDir(), "report.json"), dryRun: true}, &out, os.Stderr); code != 0 {
+		t.Fatalf("sweep -n exited %d:\n%s", code, out.String())
+	}
+	for _, line := range []string{
+		"calc.go:3:35 ARITHMETIC_BASE + → -: TestAdd\n",
+		"calc.go:6:7 CONDITIONALS_BOUNDARY > → >=: TestMax\n",
+		"calc.go:12:35 ARITHMETIC_BASE - → +: NOT COVERED\n",
+		"calc.go:12:35 INVERT_NEGATIVES - → +: NOT COVERED\n",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("sweep -n does not say %q:\n%s", line, out.String())
+		}
+	}
+}
+
 func TestSweepLeavesOutATestThatFailsUnmutated(t *testing.T) {
 	dir := sweptModule(t)
 	// TestAdd now fails whatever the mutant: it must not be counted as
@@ -140,6 +158,45 @@ func TestSweepRunsACaseExpressionWithTheTestsOfItsSwitch(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "sign.go:5:9 CONDITIONALS_NEGATION (1 tests") {
 		t.Errorf("the case expression's mutant did not run with TestSign:\n%s", out.String())
+	}
+}
+
+func TestSweepRunsASelectsCaseAndADeclarationWithTheirTests(t *testing.T) {
+	dir := sweptModule(t)
+	// "case c <- n + 1:" lies in no counted block, as a switch's case
+	// does; "2 * 3" in no function, so in no block at all.
+	offer := "package tiny\n\n" +
+		"const Step = 2 * 3\n\n" +
+		"func Offer(c chan int, n int) bool {\n\tselect {\n\tcase c <- n + 1:\n\t\treturn true\n\tdefault:\n\t\treturn false\n\t}\n}\n"
+	offerTest := "package tiny\n\nimport \"testing\"\n\n" +
+		"func TestOffer(t *testing.T) {\n\tc := make(chan int, 1)\n\tif !Offer(c, 1) || <-c != 2 {\n\t\tt.Fatal(\"Offer\")\n\t}\n}\n\n" +
+		"func TestStep(t *testing.T) {\n\tif Step != 6 {\n\t\tt.Fatal(\"Step\")\n\t}\n}\n"
+	for name, body := range map[string]string{"offer.go": offer, "offer_test.go": offerTest} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := filepath.Join(t.TempDir(), "report.json")
+	var out strings.Builder
+	if code := sweep(sweepConfig{root: dir, pkg: "", out: report, coefficient: 5, only: map[string]bool{"offer.go": true}}, &out, io.Discard); code != 0 {
+		t.Fatalf("sweep exited %d:\n%s", code, out.String())
+	}
+	got := readReport(t, report)
+	want := map[string]string{
+		"offer.go:3 ARITHMETIC_BASE": statusKilled,
+		"offer.go:7 ARITHMETIC_BASE": statusKilled,
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %q, want %q", k, got[k], w)
+		}
+	}
+	// The select's case runs with the test that runs the select; the
+	// declaration with every test of the package, the five of them.
+	for _, line := range []string{"offer.go:7:14 ARITHMETIC_BASE (1 tests", "offer.go:3:16 ARITHMETIC_BASE (5 tests"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("the sweep's output does not say %q:\n%s", line, out.String())
+		}
 	}
 }
 
