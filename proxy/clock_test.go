@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"fmt"
 	"sync"
+	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 )
 
@@ -93,4 +96,35 @@ func (c *fakeClock) Advance(d time.Duration) {
 		c.mu.Unlock()
 		next.f()
 	}
+}
+
+// nextTimer is when the earliest pending timer of c is due.
+func (c *fakeClock) nextTimer() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	for _, t := range c.timers {
+		if t.live && (next.IsZero() || t.at.Before(next)) {
+			next = t.at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// advanceToNext waits until a timer due within d of now is armed — by a
+// goroutine that arms its next wait once it has done what the last one
+// was for — and moves the clock to it; what names that timer in the
+// failure. Timers due later (a client's upstream.timeout) are left alone.
+func (c *fakeClock) advanceToNext(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	var due time.Time
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		next, ok := c.nextTimer()
+		if !ok || next.After(c.Now().Add(d)) {
+			return fmt.Errorf("%s is not armed within %s of now", what, d)
+		}
+		due = next
+		return nil
+	})
+	c.Advance(due.Sub(c.Now()))
 }

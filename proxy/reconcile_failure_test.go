@@ -74,6 +74,10 @@ func reviewPolicy(p *Policy) {
 // (since+after is long past), sees "absent" while the resend still runs,
 // and resends a second time: the key is forwarded three times and
 // charged twice.
+//
+// A, B and their store share a fake clock, moved to each of A's waits
+// once A has armed it: however slowly the machine runs A's renewals, the
+// lease cannot run out before one that was due.
 func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.T) {
 	l := &chargeLedger{charges: map[string]bool{}}
 	gate := make(chan struct{})
@@ -104,51 +108,105 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte(`{"id":"ch"}`))
 	}
+	const lockTTL = 300 * time.Millisecond
+	clock := newFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
 	pol := func(o *Options) {
 		o.UpstreamTimeout = 10 * time.Second
 		reviewPolicy(&o.Default)
-		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.LockTTL = lockTTL
 		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
 	}
-	a := newEnv(t, handler, pol)
-	b := newEnv(t, nil, pol, withStore(a.store), func(o *Options) { o.Upstream = a.up.url(t) })
+	a := newEnv(t, handler, pol, withStore(mem))
+	b := newEnv(t, nil, pol, withStore(mem), func(o *Options) { o.Upstream = a.up.url(t) })
+	a.handler.clock, b.handler.clock = clock, clock
 
+	aCtx, leave := context.WithCancel(context.Background())
 	aDone := make(chan struct{})
 	go func() {
 		defer close(aDone)
-		req := a.request(t, context.Background(), "/v1/charges", "k1")
+		req := a.request(t, aCtx, "/v1/charges", "k1")
 		if res, err := a.srv.Client().Do(req); err == nil {
 			res.Body.Close()
 		}
 	}()
-	t.Cleanup(func() { <-aDone })
-	waitFor(t, func() bool { p, _ := l.counts(); return p >= 2 }) // A's resend is running
-	// While A's resend runs, B must answer 409 (being settled) and never
-	// forward: poll it for five lock_ttls.
-	err := wait.Throughout(1500*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-		req := b.request(t, ctx, "/v1/charges", "k1")
-		res, err := b.srv.Client().Do(req)
-		cancel()
-		if err == nil {
-			res.Body.Close()
-		}
-		if posts, _ := l.counts(); posts > 2 {
-			return fmt.Errorf("the key was forwarded %d times while A's resend still ran: B took the key over after lock_ttl and resent it", posts)
-		}
-		if err == nil && res.StatusCode != http.StatusConflict {
-			return fmt.Errorf("B answered %d while A's resend runs, want 409: the key is being settled", res.StatusCode)
-		}
-		return nil
+	t.Cleanup(func() {
+		// On a failure, A's client may be waiting for a settlement on
+		// the clock, which has stopped: it leaves.
+		release()
+		leave()
+		<-aDone
 	})
+	// A looks the key up after reconcile.after, finds it absent, and
+	// resends it.
+	for posts, _ := l.counts(); posts < 2; posts, _ = l.counts() {
+		clock.advanceToNext(t, lockTTL, "A's next step settling the key")
+	}
+	// While A's resend runs, B must answer 409 (being settled) and never
+	// forward: five lock_ttls pass, a renewal of A's lease at a time.
+	resent := clock.Now()
+	for clock.Now().Before(resent.Add(5 * lockTTL)) {
+		clock.advanceToNext(t, lockTTL, "the next renewal of A's lease while its resend runs")
+		if err := answersSettling(t, b, l); err != nil {
+			release()
+			t.Fatalf("%s into A's resend: %v", clock.Now().Sub(resent), err)
+		}
+	}
 	release()
-	if err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, func() bool { _, e := l.counts(); return e >= 1 })
-	if _, effects := l.counts(); effects != 1 {
-		t.Fatalf("effects = %d, want 1", effects)
+	if posts, effects := l.counts(); posts != 2 || effects != 1 {
+		t.Fatalf("posts = %d, effects = %d, want 2 and 1", posts, effects)
 	}
+}
+
+// answersSettling sends b the key k1 of a POST /v1/charges that another
+// proxy settles, and says what is wrong unless b answers 409 at once
+// without taking the key or forwarding it.
+func answersSettling(t *testing.T, b *env, l *chargeLedger) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := b.request(t, ctx, "/v1/charges", "k1")
+	type answer struct {
+		status int
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := b.srv.Client().Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		res.Body.Close()
+		answered <- answer{status: res.StatusCode}
+	}()
+	var got answer
+	err := wait.SoonError(10*time.Second, func() error {
+		select {
+		case got = <-answered:
+			return nil
+		default:
+		}
+		if b.handler.settling.Load() > 0 {
+			return nil
+		}
+		return errors.New("B neither answered nor took the key")
+	})
+	switch posts, _ := l.counts(); {
+	case posts > 2:
+		return fmt.Errorf("the key was forwarded %d times while A's resend still ran: B took the key over after lock_ttl and resent it", posts)
+	case err != nil:
+		return err
+	case b.handler.settling.Load() > 0:
+		return errors.New("B took the key over, A's lease having run out: it settles it itself")
+	case got.err != nil:
+		return got.err
+	case got.status != http.StatusConflict:
+		return fmt.Errorf("B answered %d while A's resend runs, want 409: the key is being settled", got.status)
+	}
+	return nil
 }
 
 // after a resend whose own outcome is unknown (the connection

@@ -98,19 +98,6 @@ func outageEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (*env, *f
 	return e, clock, st
 }
 
-// nextTimer is when the earliest pending timer of c is due.
-func (c *fakeClock) nextTimer() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var next time.Time
-	for _, t := range c.timers {
-		if t.live && (next.IsZero() || t.at.Before(next)) {
-			next = t.at
-		}
-	}
-	return next, !next.IsZero()
-}
-
 // settleInBackground moves the clock from one try at settling to the next,
 // each as soon as it is armed, until no key is left to settle or the
 // clock reaches end.

@@ -25,8 +25,9 @@ type fullStore struct {
 	extends   chan struct{}
 }
 
-func newFullStore(t *testing.T) *fullStore {
-	st := memory.New(memory.Options{})
+// newFullStore is a fullStore whose leases run on now (time.Now when nil).
+func newFullStore(t *testing.T, now func() time.Time) *fullStore {
+	st := memory.New(memory.Options{Now: now})
 	t.Cleanup(func() { st.Close() })
 	return &fullStore{Store: st, extends: make(chan struct{}, 1024)}
 }
@@ -60,7 +61,7 @@ func (f *fullStore) Extend(ctx context.Context, key, token string, lease time.Du
 // (not "unavailable"), and forwards unprotected under fail_open.
 func TestFullStoreAnswersStoreFull(t *testing.T) {
 	t.Run("fail closed", func(t *testing.T) {
-		st := newFullStore(t)
+		st := newFullStore(t, nil)
 		st.beginFull.Store(true)
 		e := newEnv(t, nil, withStore(st))
 		r := e.do(t, "POST", "/x", "k", "{}")
@@ -72,7 +73,7 @@ func TestFullStoreAnswersStoreFull(t *testing.T) {
 		}
 	})
 	t.Run("fail open", func(t *testing.T) {
-		st := newFullStore(t)
+		st := newFullStore(t, nil)
 		st.beginFull.Store(true)
 		e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.OnStoreError = true }))
 		if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusCreated || e.up.calls.Load() != 1 {
@@ -88,7 +89,7 @@ func TestFullStoreAnswersStoreFull(t *testing.T) {
 // headers instead: the retry is a replay marked Idempotent-Body-Omitted,
 // never a second execution.
 func TestFullStoreRecordsResponseWithoutBody(t *testing.T) {
-	st := newFullStore(t)
+	st := newFullStore(t, nil)
 	st.noBody.Store(true)
 	e := newEnv(t, nil, withStore(st))
 	first := e.do(t, "POST", "/x", "k", "{}")
@@ -150,29 +151,35 @@ func TestFullStoreNeverMarksAnEmptyBodyOmitted(t *testing.T) {
 
 // A store with no room even for a bodiless record keeps the key locked:
 // the lease is renewed past lock_ttl (retries get 409, nobody executes
-// again) until the record fits, then the retry is a replay.
+// again) until the record fits, then the retry is a replay. The handler
+// and the store share a fake clock, moved to each renewal once it is
+// armed: a busy machine delays a renewal, but cannot let the lease run out
+// before it.
 func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 	var logs lockedBuffer
-	st := newFullStore(t)
+	clock := newFakeClock()
+	st := newFullStore(t, clock.Now)
 	st.noRoom.Store(true)
 	const lockTTL = 150 * time.Millisecond
 	e := newEnv(t, nil, withStore(st), withLog(&logs), withPolicy(func(p *Policy) { p.LockTTL = lockTTL }))
+	e.handler.clock = clock
 	first := e.do(t, "POST", "/x", "k", "{}")
 	if first.StatusCode != http.StatusCreated {
 		t.Fatalf("first: %d, want the response delivered", first.StatusCode)
 	}
-	// Renewals every lock_ttl/3: nine of them outlast three lock_ttls, after
-	// which an unrenewed lease would have expired long ago.
-	timeout := time.After(10 * time.Second) // a bound on a hang, not a timing threshold
-	for i := range 9 {
+	// Three lock_ttls pass, a renewal at a time: an unrenewed lease would
+	// have expired long before their end.
+	renewals := 0
+	for end := clock.Now().Add(3 * lockTTL); clock.Now().Before(end); renewals++ {
+		clock.advanceToNext(t, lockTTL, "the held key's next renewal")
 		select {
 		case <-st.extends:
-		case <-timeout:
-			t.Fatalf("the held lease was renewed only %d times", i)
+		case <-time.After(10 * time.Second): // a bound on a hang, not a timing threshold
+			t.Fatalf("the held lease was renewed %d times, then not when its next renewal was due", renewals)
 		}
 	}
 	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusConflict {
-		t.Fatalf("retry while the store is full: %d, want 409", r.StatusCode)
+		t.Fatalf("retry while the store is full, after %d renewals: %d, want 409", renewals, r.StatusCode)
 	}
 	// Wait (shutdown) still ends at its context.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -181,7 +188,14 @@ func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 		t.Fatal("Wait returned nil while a key was still held")
 	}
 	st.noRoom.Store(false)
-	r := e.retryUntilSettled(t, "k")
+	clock.advanceToNext(t, lockTTL, "the next try at recording the held key")
+	// A bound on a hang, not a timing threshold.
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.handler.Wait(ctx); err != nil {
+		t.Fatalf("the key was not recorded once the store had room: %v", err)
+	}
+	r := e.do(t, "POST", "/x", "k", "{}")
 	// The record that waited for room is the one without the body.
 	if !r.replayed() || r.StatusCode != first.StatusCode || r.Header.Get("X-Execution") != first.Header.Get("X-Execution") ||
 		r.Header.Get("Idempotent-Body-Omitted") != "true" {
@@ -199,8 +213,5 @@ func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 	}
 	if got := len(logs.lines(t, "store full")); got != 1 {
 		t.Errorf("%d error lines about the held key, want exactly 1", got)
-	}
-	if err := e.handler.Wait(context.Background()); err != nil {
-		t.Fatal(err)
 	}
 }
