@@ -22,6 +22,8 @@ func TestTable(t *testing.T) {
 	t.Run("EarlierVersionsTableGainsTheLeaseColumn", func(t *testing.T) { testEarlierTableMigrated(t, srv) })
 	t.Run("MigrationRefusedNamesTheStatement", func(t *testing.T) { testMigrationRefused(t, srv) })
 	t.Run("MigrationRefusedIsNotDone", func(t *testing.T) { testMigrationRefusedIsNotDone(t, srv) })
+	t.Run("KeyMustBeUnique", func(t *testing.T) { testKeyMustBeUnique(t, srv) })
+	t.Run("HealthNamesTheVersion", func(t *testing.T) { testHealthNamesTheVersion(t, srv) })
 	t.Run("ReplayAndInFlightAnswersWriteNothing", func(t *testing.T) { testReadsWriteNothing(t, srv) })
 	t.Run("ExpiredRowsAreSweptInBatches", func(t *testing.T) { testSweep(t, srv) })
 	t.Run("ReplicasShareKeys", func(t *testing.T) { testReplicas(t, srv) })
