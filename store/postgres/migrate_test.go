@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // While a long transaction holds an earlier version's table, a migration
 // that gave up on its lock is not tried again by every operation: each try
 // queues the table's other queries (an earlier replica's among them)
-// behind its ALTER TABLE.
+// behind its ALTER TABLE. Its failure says that it waited for a lock
+// another transaction holds.
 func TestFailedMigrationIsNotRetriedByEveryOperation(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
@@ -36,8 +38,9 @@ func TestFailedMigrationIsNotRetriedByEveryOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Prepare(ctx); !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("Prepare while the table is held = %v, want ErrUnavailable", err)
+	err = s.Prepare(ctx)
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "for a lock on the table that another transaction holds") {
+		t.Fatalf("Prepare while the table is held = %v, want ErrUnavailable saying it waited for a lock", err)
 	}
 	done := make(chan error, 1)
 	go func() {
