@@ -12,15 +12,6 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// storeColumns are the store's columns but its key, as its CREATE TABLE
-// has them.
-const storeColumns = `head bytea,
-		token text NOT NULL,
-		fingerprint bytea NOT NULL,
-		expires_at timestamptz NOT NULL,
-		body bytea,
-		lease bytea`
-
 // testKeyMustBeUnique: Prepare takes a table of the store's columns whose
 // key is unique on its own, and refuses one whose key is not, by name:
 // each Begin's insert names the key in ON CONFLICT.
@@ -35,7 +26,10 @@ func testKeyMustBeUnique(t *testing.T, srv *pgtest.Server) {
 		{"key_and_token", `key text, PRIMARY KEY (key, token),`, "key is not its primary key"},
 		{"unique_key", `key text UNIQUE NOT NULL,`, ""},
 	} {
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (%s %s)`, c.table, c.key, storeColumns)); err != nil {
+		// The store's own CREATE TABLE, its key declared otherwise.
+		create := newStatements(c.table, newLogStatements(c.table)).create
+		create = strings.Replace(strings.Replace(create, " IF NOT EXISTS", "", 1), "key text PRIMARY KEY,", c.key, 1)
+		if _, err := conn.Exec(ctx, create); err != nil {
 			t.Fatalf("%s: %v", c.table, err)
 		}
 		s, err := New(Options{URL: srv.URL(), Table: c.table, Timeout: testTimeout, SweepInterval: -1})
