@@ -201,8 +201,10 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader,
 		hs.values(r.Header[p.Header])
 	}
 	hs.field(key)
-	if from.fromPayload() {
-		hs.field(from.word())
+	// The kind's word and payload flag, as its registration worked them
+	// out once (kinds, keysource.go).
+	if kind := kinds[from]; kind.payload {
+		hs.field(kind.word)
 		hs.field(at.method)
 		hs.field(host)
 		hs.field(at.path)
