@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -26,7 +25,8 @@ const DefaultChurnMaxEntries = 100_000
 // measured by TestChurnHoldsAtMostMaxEntries, which logs it).
 const churnEntryBytes = 52
 
-// churnID is a fingerprint and scope, hashed: never the body itself.
+// churnID is a fingerprint and scope, hashed (churnIdentity): never the
+// body itself.
 type churnID [16]byte
 
 // churnSeen is the key a fingerprint was last sent under, and when.
@@ -71,26 +71,6 @@ func newChurn() *churn {
 	return &churn{seed: maphash.MakeSeed(), cur: map[churnID]churnSeen{}}
 }
 
-// churnSeeds key the two halves of a churn id. The id never leaves the
-// process, so a seeded hash does, where a SHA-256 on every keyed request
-// cost more than the rest of the churn count.
-var churnSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
-
-// churnIDOf is the id of a request's fingerprint under its scope values
-// (encoded as hasher.scope writes them): 128 bits of two seeded hashes,
-// so two requests share one by chance about once in 2^64 pairs.
-func churnIDOf(fp [32]byte, scope []byte) churnID {
-	var id churnID
-	for i, seed := range churnSeeds {
-		var h maphash.Hash
-		h.SetSeed(seed)
-		h.Write(fp[:])
-		h.Write(scope)
-		binary.LittleEndian.PutUint64(id[8*i:], h.Sum64())
-	}
-	return id
-}
-
 // observe reports whether id was sent under a key other than keyHash
 // within window before now, and remembers it under keyHash; limit bounds
 // the fingerprints held.
@@ -125,10 +105,7 @@ func (h *Handler) countChurn(q *request) {
 	if c == nil {
 		return
 	}
-	hs := getHasher()
-	hs.scope(q.in, q.route.scope)
-	id, scopeKey := churnIDOf(q.fp, hs.buf), maphash.Bytes(churnSeeds[0], hs.buf)
-	hs.release()
+	id, scopeKey := churnIdentity(q.fp, q.in, q.route.scope)
 	if c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
 		q.route.metrics.churn.Inc()
 		q.route.metrics.report.churned(q.start, c.scopeHash(scopeKey, q))

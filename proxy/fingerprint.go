@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"hash"
+	"hash/maphash"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -201,8 +202,10 @@ func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader,
 		hs.values(r.Header[p.Header])
 	}
 	hs.field(key)
-	if from.fromPayload() {
-		hs.field(from.word())
+	// The kind's word and payload flag, as its registration worked them
+	// out once (kinds, keysource.go).
+	if kind := kinds[from]; kind.payload {
+		hs.field(kind.word)
 		hs.field(at.method)
 		hs.field(host)
 		hs.field(at.path)
@@ -258,6 +261,38 @@ func scopeHash(r *http.Request, scope []ScopeHeader) [16]byte {
 	hs.scope(r, scope)
 	sum := hs.finish()
 	return [16]byte(sum[:16])
+}
+
+// churnIdentity is what key churn (churn.go) knows a request by: id, its
+// fingerprint under its scope values, and scopeKey, a seeded hash of the
+// scope values alone, under which the churn remembers their scope_hash.
+// The scope values are encoded once, as scopeHash encodes them, for both.
+func churnIdentity(fp store.Fingerprint, r *http.Request, scope []ScopeHeader) (id churnID, scopeKey uint64) {
+	hs := getHasher()
+	hs.scope(r, scope)
+	id, scopeKey = churnIDOf(fp, hs.buf), maphash.Bytes(churnSeeds[0], hs.buf)
+	hs.release()
+	return id, scopeKey
+}
+
+// churnSeeds key the two halves of a churn id. The id never leaves the
+// process, so a seeded hash does, where a SHA-256 on every keyed request
+// cost more than the rest of the churn count.
+var churnSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// churnIDOf is the id of a request's fingerprint under its scope values
+// (encoded as hasher.scope writes them): 128 bits of two seeded hashes,
+// so two requests share one by chance about once in 2^64 pairs.
+func churnIDOf(fp [32]byte, scope []byte) churnID {
+	var id churnID
+	for i, seed := range churnSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.Write(fp[:])
+		h.Write(scope)
+		binary.LittleEndian.PutUint64(id[8*i:], h.Sum64())
+	}
+	return id
 }
 
 // scope adds the scope values of r to hs, as scopeHash hashes them.

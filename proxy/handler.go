@@ -361,11 +361,11 @@ func (h *Handler) fingerprint(q *request, graphqlForm []byte, host string) error
 	}
 	var err error
 	if graphqlForm != nil {
-		q.fp = fingerprint(r, fpReading(&q.target, q.route), host, graphqlForm, pol.FingerprintHeaders)
-	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, q.route), host, q.body, pol); err != nil {
+		q.fp = fingerprint(r, fpReading(&q.target, pol.PathCase), host, graphqlForm, pol.FingerprintHeaders)
+	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, pol.PathCase), host, q.body, pol); err != nil {
 		return err
 	}
-	q.keyHash = storageKeyFrom(r, keyReading(&q.target, q.route), q.key, q.route.scope, q.keyFrom, host)
+	q.keyHash = storageKeyFrom(r, keyReading(&q.target, pol.PathCase), q.key, q.route.scope, q.keyFrom, host)
 	return nil
 }
 

@@ -175,5 +175,5 @@ func TestStorageKeysAreThoseOfEarlierVersions(t *testing.T) {
 // fingerprint on a path_case: sensitive route.
 func readAsSent(r *http.Request) readAs {
 	t := readTarget(r)
-	return fpReading(&t, &route{})
+	return fpReading(&t, PathCaseSensitive)
 }

@@ -81,7 +81,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	if rt.policy.FingerprintHost {
 		host = normalHost(r.Host)
 	}
-	return storageKeyFrom(r, keyReading(&t, rt), key, rt.scope, from, host), nil
+	return storageKeyFrom(r, keyReading(&t, rt.policy.PathCase), key, rt.scope, from, host), nil
 }
 
 // routeSource returns the route's key source written as source, or its

@@ -168,6 +168,27 @@ func TestPathCaseInsensitiveRouteMatchesAnyCase(t *testing.T) {
 	}
 }
 
+// On a path_case: insensitive route a key from the payload, too, is one
+// operation in any case of the path: it is namespaced by the path as the
+// route reads it, so the second spelling replays, never executes again.
+func TestPathCaseInsensitivePayloadKeyIsOneOperationInAnyCase(t *testing.T) {
+	e := newEnv(t, nil, chargesRoutes(func(p *Policy) {
+		p.PathCase = PathCaseInsensitive
+		p.Header, p.KeySources = "", mustSources(t, "json:/id")
+	}))
+	post := func(target string) *response {
+		t.Helper()
+		return e.raw(t, "POST "+target+" HTTP/1.1\r\nHost: h.example\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"+`{"id":"o1"}`)
+	}
+	first, again := post("/v1/charges"), post("/V1/Charges")
+	if first.StatusCode != http.StatusCreated || !again.replayed() {
+		t.Errorf("/v1/charges then /V1/Charges with one payload key: %d, replayed=%v; want the replay", first.StatusCode, again.replayed())
+	}
+	if n := e.up.calls.Load(); n != 1 {
+		t.Errorf("executions = %d, want 1", n)
+	}
+}
+
 // A more specific case-sensitive route still wins over a less specific
 // insensitive one, and the other way round, compared without case.
 func TestPathCaseMixedRoutesPickTheMostSpecific(t *testing.T) {
