@@ -186,8 +186,7 @@ func (c *capture) WriteHeader(code int) {
 			}
 		}
 	}
-	unannounceTrailer(h, pol.UpstreamControlHeader)
-	keepContentTypeUnset(h, code)
+	finishHeader(h, pol.UpstreamControlHeader, code)
 	// Not recorded, so no expiry to advertise; nor on the proxy's own
 	// problem responses (upstreamErr is set before they are written).
 	// A shadow route adds no header.
