@@ -54,8 +54,13 @@ type capture struct {
 	// limit is max_response_body: the most the record may hold, headers
 	// and body together. bodyLimit is what the headers leave of it.
 	limit, bodyLimit int64
-	route            *route
-	keyHash          string // for the error handler's log line
+	// policy is the route's: what it releases, what it withholds and
+	// the control header it takes out. reconciles is set when the route
+	// settles an unknown outcome with a lookup (reconcile.go). The capture
+	// knows no more of the route than these.
+	policy     *Policy
+	reconciles bool
+	keyHash    string // for the error handler's log line
 	// head is set for a HEAD request, whose response announces the length
 	// a GET would send and carries no body.
 	head bool
@@ -124,7 +129,7 @@ func (c *capture) WriteHeader(code int) {
 		// recorded; the control header is for the proxy alone in them too.
 		// The server does not clear the fields of a 1xx: they are taken
 		// out again, as the reverse proxy clears hdr.
-		takeUpstreamControl(c.hdr, c.route.policy.UpstreamControlHeader)
+		takeUpstreamControl(c.hdr, c.policy.UpstreamControlHeader)
 		c.mu.Lock()
 		if c.toClient() {
 			out := c.copyHeader()
@@ -143,16 +148,16 @@ func (c *capture) WriteHeader(code int) {
 	c.answered = time.Now()
 	c.status = code
 	h := c.hdr
-	pol := &c.route.policy
+	pol := c.policy
 	// The control header is for the proxy alone: taken out before the
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
-	c.recording = !c.route.releases(code) && !c.noStore
+	c.recording = !pol.releases(code) && !c.noStore
 	if pol.isAmbiguous(code) && c.upstreamErr == nil {
 		// An answer that says nothing of the outcome: not the key's.
 		c.recording, c.ambiguous = false, true
 		c.mu.Lock()
-		c.withheld = c.route.reconciles()
+		c.withheld = c.reconciles
 		c.mu.Unlock()
 	}
 	c.declared, c.sentLength = -1, h["Content-Length"]
@@ -181,8 +186,7 @@ func (c *capture) WriteHeader(code int) {
 			}
 		}
 	}
-	unannounceTrailer(h, pol.UpstreamControlHeader)
-	keepContentTypeUnset(h, code)
+	finishHeader(h, pol.UpstreamControlHeader, code)
 	// Not recorded, so no expiry to advertise; nor on the proxy's own
 	// problem responses (upstreamErr is set before they are written).
 	// A shadow route adds no header.
@@ -270,7 +274,7 @@ func (c *capture) end(gauge prometheus.Gauge) (detached bool) {
 	defer c.mu.Unlock()
 	c.ended = true
 	if c.flushed {
-		dropControlTrailers(c.hdr, c.route.policy.UpstreamControlHeader)
+		dropControlTrailers(c.hdr, c.policy.UpstreamControlHeader)
 		if c.toClient() && c.wroteClient != 0 {
 			c.copyHeader()
 		}
@@ -353,7 +357,7 @@ func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash strin
 	c.upstreamErr = err
 	sent = c.sent.Load()
 	f = upstreamFailure(err, sent, c.stopCause())
-	if c.route.reconciles() && (f == failUpstream || f == failUpstreamTimeout || f == failMaxExecution) {
+	if c.reconciles && (f == failUpstream || f == failUpstreamTimeout || f == failMaxExecution) {
 		c.mu.Lock() // the lookup's answer goes to the client instead of this 502
 		c.withheld = true
 		c.mu.Unlock()

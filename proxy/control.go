@@ -106,6 +106,15 @@ func dropControlTrailers(h http.Header, name string) {
 	}
 }
 
+// finishHeader readies an upstream response's final header section h,
+// with status code, for the client: the control header name is neither
+// announced as a trailer nor given a sniffed Content-Type the upstream
+// did not send. Executed and forwarded responses alike.
+func finishHeader(h http.Header, name string, code int) {
+	unannounceTrailer(h, name)
+	keepContentTypeUnset(h, code)
+}
+
 // keepContentTypeUnset stops net/http's server from adding a sniffed
 // Content-Type to a response whose upstream sent none: a nil value
 // suppresses the header. A client gets the header section the upstream
@@ -148,8 +157,7 @@ func (u *unrecorded) WriteHeader(code int) {
 	name := u.route.policy.UpstreamControlHeader
 	takeUpstreamControl(h, name)
 	if code >= 200 {
-		unannounceTrailer(h, name)
-		keepContentTypeUnset(h, code)
+		finishHeader(h, name, code)
 	}
 	u.capture.rw.WriteHeader(code)
 }

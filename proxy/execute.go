@@ -38,8 +38,7 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithCancel(detached)
 	q.cancel = cancel
-	q.capture = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
-		route: q.route, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
+	h.startCapture(&q.capture, w, q)
 	q.done = h.owners.Add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()
@@ -55,6 +54,13 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(q.upstream, q.body, &q.bodyReader)
+}
+
+// startCapture readies c to capture the answer to q for w: all the
+// capture knows of q's route is the policy and whether it reconciles.
+func (h *Handler) startCapture(c *capture, w http.ResponseWriter, q *request) {
+	*c = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
+		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
 }
 
 // call makes the upstream call of q (q.upstream) and settles its key. It

@@ -231,7 +231,7 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		writeGRPCProblem(w, p, detail)
 		return
 	}
-	if c, ok := w.(*capture); ok && c.route.policy.GraphQL {
+	if c, ok := w.(*capture); ok && c.policy.GraphQL {
 		// An executed request on a GraphQL route: its client, and the
 		// retries its record answers under keep, read GraphQL.
 		problemjson.WriteGraphQL(w, r.Header.Get("Accept"), p.Body(detail), p.RetryAfter)

@@ -22,6 +22,59 @@ var identifySteps = []string{"ServeHTTP", "identify", "readBody", "fingerprint"}
 // q.identity, or to an element of one, anywhere else fails here with its
 // position.
 func TestIdentityIsWrittenOnlyUntilIdentify(t *testing.T) {
+	fset, parsed := parseProductFiles(t)
+	fields := structFields(t, parsed["request.go"], "identity")
+	if len(fields) == 0 {
+		t.Fatal("request.go declares no identity struct")
+	}
+	eachAssignment(parsed, func(file string, fn *ast.FuncDecl, e ast.Expr) {
+		if file == "handler.go" && slices.Contains(identifySteps, fn.Name.Name) {
+			return
+		}
+		if field, ok := fieldWrite(e, "identity", fields); ok {
+			t.Errorf("%s: %s writes the identity's %s after identify", fset.Position(e.Pos()), fn.Name.Name, field)
+		}
+	})
+}
+
+// executingFiles are the files that execute a key: only they write a
+// request's execution (execState, request.go).
+var executingFiles = []string{
+	"execute.go", "detach.go", "lease.go", "capture.go", "async.go",
+	"reconcile.go", "reconcilelookup.go", "reconcilemarker.go",
+}
+
+// TestExecutionIsWrittenOnlyByTheExecutingFiles holds the package to the
+// execution's rule: a field of execState is assigned only in the files
+// that execute a key, and by serveKeyed, which notes when Begin was sent
+// and the token it took. An assignment to q.<field> or q.execState.<field>
+// anywhere else fails here with its position; a new writer either belongs
+// with the execution or reads the execution instead. The one exception is
+// the writer of a request forwarded without a key (control.go), which
+// never executes and keeps its client's writer in the capture it does not
+// use, to cost the pooled request no field more.
+func TestExecutionIsWrittenOnlyByTheExecutingFiles(t *testing.T) {
+	fset, parsed := parseProductFiles(t)
+	fields := structFields(t, parsed["request.go"], "execState")
+	if len(fields) == 0 {
+		t.Fatal("request.go declares no execState struct")
+	}
+	eachAssignment(parsed, func(file string, fn *ast.FuncDecl, e ast.Expr) {
+		if slices.Contains(executingFiles, file) || file == "handler.go" && fn.Name.Name == "serveKeyed" {
+			return
+		}
+		if file == "control.go" && fn.Name.Name == "unrecorded" {
+			return // a request that never executes borrows its unused capture.rw
+		}
+		if field, ok := fieldWrite(e, "execState", fields); ok {
+			t.Errorf("%s: %s writes the execution's %s outside the executing files", fset.Position(e.Pos()), fn.Name.Name, field)
+		}
+	})
+}
+
+// parseProductFiles parses the package's files, its tests left out.
+func parseProductFiles(t *testing.T) (*token.FileSet, map[string]*ast.File) {
+	t.Helper()
 	fset := token.NewFileSet()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -42,31 +95,26 @@ func TestIdentityIsWrittenOnlyUntilIdentify(t *testing.T) {
 		}
 		parsed[name] = f
 	}
-	fields := identityFields(t, parsed["request.go"])
-	if len(fields) == 0 {
-		t.Fatal("request.go declares no identity struct")
-	}
+	return fset, parsed
+}
+
+// eachAssignment calls visit with every expression assigned to (or
+// incremented) in a function body of the parsed files.
+func eachAssignment(parsed map[string]*ast.File, visit func(file string, fn *ast.FuncDecl, e ast.Expr)) {
 	for name, f := range parsed {
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
 				continue
 			}
-			if name == "handler.go" && slices.Contains(identifySteps, fn.Name.Name) {
-				continue
-			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				var lhs []ast.Expr
 				switch s := n.(type) {
 				case *ast.AssignStmt:
-					lhs = s.Lhs
-				case *ast.IncDecStmt:
-					lhs = []ast.Expr{s.X}
-				}
-				for _, e := range lhs {
-					if field, ok := identityWrite(e, fields); ok {
-						t.Errorf("%s: %s writes the identity's %s after identify", fset.Position(e.Pos()), fn.Name.Name, field)
+					for _, e := range s.Lhs {
+						visit(name, fn, e)
 					}
+				case *ast.IncDecStmt:
+					visit(name, fn, s.X)
 				}
 				return true
 			})
@@ -74,13 +122,13 @@ func TestIdentityIsWrittenOnlyUntilIdentify(t *testing.T) {
 	}
 }
 
-// identityFields returns the field names of the identity struct in f.
-func identityFields(t *testing.T, f *ast.File) map[string]bool {
+// structFields returns the field names of the struct type name in f.
+func structFields(t *testing.T, f *ast.File, name string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
-		if !ok || ts.Name.Name != "identity" {
+		if !ok || ts.Name.Name != name {
 			return true
 		}
 		for _, fl := range ts.Type.(*ast.StructType).Fields.List {
@@ -93,10 +141,10 @@ func identityFields(t *testing.T, f *ast.File) map[string]bool {
 	return out
 }
 
-// identityWrite reports whether assigning to e writes a field of a
-// request's identity: q.<field>, q.identity.<field> or q.identity, or an
-// element or field of one of them.
-func identityWrite(e ast.Expr, fields map[string]bool) (string, bool) {
+// fieldWrite reports whether assigning to e writes a field of the struct
+// a request embeds as embed: q.<field>, q.<embed>.<field> or q.<embed>,
+// or an element or field of one of them.
+func fieldWrite(e ast.Expr, embed string, fields map[string]bool) (string, bool) {
 	for {
 		switch x := e.(type) {
 		case *ast.IndexExpr:
@@ -110,12 +158,12 @@ func identityWrite(e ast.Expr, fields map[string]bool) (string, bool) {
 			continue
 		case *ast.SelectorExpr:
 			if id, ok := x.X.(*ast.Ident); ok && id.Name == "q" {
-				if fields[x.Sel.Name] || x.Sel.Name == "identity" {
+				if fields[x.Sel.Name] || x.Sel.Name == embed {
 					return x.Sel.Name, true
 				}
 				return "", false
 			}
-			if inner, ok := x.X.(*ast.SelectorExpr); ok && inner.Sel.Name == "identity" {
+			if inner, ok := x.X.(*ast.SelectorExpr); ok && inner.Sel.Name == embed {
 				return x.Sel.Name, true
 			}
 			e = x.X

@@ -123,8 +123,8 @@ func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, se
 	defer cancel()
 	// A capture of its own: the original call's may still be read by
 	// the goroutine that ran it.
-	c := &capture{rw: discard{hdr: http.Header{}}, hdr: newHeader(), aborted: &h.aborted,
-		limit: q.route.policy.MaxResponseBody, route: q.route, keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
+	c := new(capture)
+	h.startCapture(c, discard{hdr: http.Header{}}, q)
 	out := q.in.WithContext(httptrace.WithClientTrace(ctx, c.trace()))
 	setBody(out, q.body, nil)
 	aborted := h.resendUpstream(c, out)

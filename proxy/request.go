@@ -83,7 +83,7 @@ type request struct {
 // settling of its key. serveKeyed notes when Begin was sent and the
 // token it acquired; the rest is written by the files that execute the
 // key (execute.go, detach.go, lease.go, capture.go, async.go,
-// reconcile*.go).
+// reconcile*.go), and no other (TestExecutionIsWrittenOnlyByTheExecutingFiles).
 type execState struct {
 	executed bool
 	token    string    // the lease's owner token

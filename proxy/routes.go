@@ -85,10 +85,6 @@ func (rt *route) protectsTarget(t *target) bool {
 	return rt.protects(t.method) || rt.protects(t.own)
 }
 
-func (rt *route) releases(status int) bool {
-	return slices.Contains(rt.policy.ReleaseStatuses, status)
-}
-
 func (rt *route) insensitive() bool { return rt.policy.PathCase == PathCaseInsensitive }
 
 // routeTable is an immutable snapshot of the routes; a reload swaps the
