@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -21,7 +22,7 @@ const (
 
 // slowEnv is an env whose upstream blocks until released, with a fake
 // clock that moves upstream.timeout and upstream.max_execution.
-func slowEnv(t *testing.T, opts ...envOption) (e *env, clock *fakeClock, arrived chan struct{}, release chan struct{}) {
+func slowEnv(t *testing.T, opts ...envOption) (e *env, clock *executiontest.FakeClock, arrived chan struct{}, release chan struct{}) {
 	t.Helper()
 	arrived, release = make(chan struct{}, 8), make(chan struct{})
 	opts = append([]envOption{func(o *Options) {
@@ -38,7 +39,7 @@ func slowEnv(t *testing.T, opts ...envOption) (e *env, clock *fakeClock, arrived
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte("charged once"))
 	}, opts...)
-	clock = newFakeClock()
+	clock = executiontest.NewFakeClock()
 	e.handler.clock = clock
 	t.Cleanup(func() {
 		select {
@@ -227,7 +228,7 @@ func TestTimeoutDuringBodyRecordsWholeAnswer(t *testing.T) {
 		<-release
 		w.Write([]byte(" part two"))
 	}, func(o *Options) { o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution })
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	e.handler.clock = clock
 	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
 	if err != nil {
@@ -264,7 +265,7 @@ func TestAnswerCutAtMaxExecutionIsRecordedAsMaxExecution(t *testing.T) {
 		o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution
 		o.Default.OnUpstreamError = UpstreamErrorKeep
 	})
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	e.handler.clock = clock
 	res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -41,7 +42,7 @@ func TestLeaseRenewalsResumeAfterAStoreError(t *testing.T) {
 	const lockTTL = 30 * time.Second
 	for _, failures := range []int64{1, 2} {
 		t.Run(itoa(failures)+" failed renewals", func(t *testing.T) {
-			clock := newFakeClock()
+			clock := executiontest.NewFakeClock()
 			mem := memory.New(memory.Options{Now: clock.Now})
 			t.Cleanup(func() { mem.Close() })
 			st := &extendBlips{Store: mem}

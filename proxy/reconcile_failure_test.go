@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -109,7 +110,7 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 		w.Write([]byte(`{"id":"ch"}`))
 	}
 	const lockTTL = 300 * time.Millisecond
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	pol := func(o *Options) {
@@ -141,13 +142,13 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 	// A looks the key up after reconcile.after, finds it absent, and
 	// resends it.
 	for posts, _ := l.counts(); posts < 2; posts, _ = l.counts() {
-		clock.advanceToNext(t, lockTTL, "A's next step settling the key")
+		clock.AdvanceToNext(t, lockTTL, "A's next step settling the key")
 	}
 	// While A's resend runs, B must answer 409 (being settled) and never
 	// forward: five lock_ttls pass, a renewal of A's lease at a time.
 	resent := clock.Now()
 	for clock.Now().Before(resent.Add(5 * lockTTL)) {
-		clock.advanceToNext(t, lockTTL, "the next renewal of A's lease while its resend runs")
+		clock.AdvanceToNext(t, lockTTL, "the next renewal of A's lease while its resend runs")
 		if err := answersSettling(t, b, l); err != nil {
 			release()
 			t.Fatalf("%s into A's resend: %v", clock.Now().Sub(resent), err)

@@ -12,16 +12,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
 
 // slowFirstEnv is a handler on a memory store and a fake clock, with a
 // lock_ttl of lockTTL, whose upstream blocks the request carrying X-First
 // until release is closed, after saying so on arrived.
-func slowFirstEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (e *env, clock *fakeClock, arrived, release chan struct{}) {
+func slowFirstEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (e *env, clock *executiontest.FakeClock, arrived, release chan struct{}) {
 	t.Helper()
 	arrived, release = make(chan struct{}, 2), make(chan struct{})
-	clock = newFakeClock()
+	clock = executiontest.NewFakeClock()
 	st := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { st.Close() })
 	options := []envOption{withStore(st), withPolicy(func(p *Policy) { p.LockTTL = lockTTL })}
@@ -40,7 +41,7 @@ func slowFirstEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (e *en
 // third at a time, and checks that a duplicate of the request holding k is
 // refused with 409 after each: without renewal the lease would expire and
 // the duplicate would execute again. On failure it releases the first.
-func duplicatesConflictForFourLockTTLs(t *testing.T, e *env, clock *fakeClock, lockTTL time.Duration, release chan struct{}) {
+func duplicatesConflictForFourLockTTLs(t *testing.T, e *env, clock *executiontest.FakeClock, lockTTL time.Duration, release chan struct{}) {
 	t.Helper()
 	for i := range 12 {
 		clock.Advance(lockTTL / 3)
@@ -137,7 +138,7 @@ func (s *extendCounter) Extend(ctx context.Context, key, token string, ttl time.
 // renewals: the detached call renews on the same schedule as any other.
 func TestFirstRenewalAfterTimeoutIsAThirdOfLockTTLAfterTheStart(t *testing.T) {
 	const lockTTL = 30 * time.Second
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	st := &extendCounter{Store: mem}
@@ -239,7 +240,7 @@ func TestLostLeaseWarningSaysWhenItWasFound(t *testing.T) {
 		var logs lockedBuffer
 		arrived, release := make(chan struct{}), make(chan struct{})
 		const lockTTL = 30 * time.Second
-		clock := newFakeClock()
+		clock := executiontest.NewFakeClock()
 		st := memory.New(memory.Options{Now: clock.Now})
 		t.Cleanup(func() { st.Close() })
 		e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {

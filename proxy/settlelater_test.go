@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -22,7 +23,7 @@ import (
 // Extend), counting every try.
 type outageStore struct {
 	Store
-	clock            *fakeClock
+	clock            *executiontest.FakeClock
 	back, extendBack atomic.Pointer[time.Time]
 	completes        atomic.Int64
 	// refuse makes Complete fail as a store that refuses the write does.
@@ -87,9 +88,9 @@ func (s *outageStore) Complete(ctx context.Context, key, token string, rec *stor
 
 // outageEnv is a handler with a lock_ttl of lockTTL on a memory store, both
 // on a fake clock, behind an outageStore.
-func outageEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (*env, *fakeClock, *outageStore) {
+func outageEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (*env, *executiontest.FakeClock, *outageStore) {
 	t.Helper()
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	st := &outageStore{Store: mem, clock: clock}
@@ -101,13 +102,13 @@ func outageEnv(t *testing.T, lockTTL time.Duration, opts ...envOption) (*env, *f
 // settleInBackground moves the clock from one try at settling to the next,
 // each as soon as it is armed, until no key is left to settle or the
 // clock reaches end.
-func settleInBackground(t *testing.T, e *env, clock *fakeClock, end time.Time) {
+func settleInBackground(t *testing.T, e *env, clock *executiontest.FakeClock, end time.Time) {
 	t.Helper()
 	for clock.Now().Before(end) {
 		var due time.Time
 		wait.SucceedsSoon(t, 10*time.Second, func() error {
 			var ok bool
-			if due, ok = clock.nextTimer(); ok || e.handler.settling.Load() == 0 {
+			if due, ok = clock.NextTimer(); ok || e.handler.settling.Load() == 0 {
 				return nil
 			}
 			return errors.New("a key is left to settle, and no try at it is armed")
@@ -123,7 +124,7 @@ func settleInBackground(t *testing.T, e *env, clock *fakeClock, end time.Time) {
 // until no key is left to settle, by end at the latest, then retries the
 // key advance later, past the lease: the retry must replay the one
 // execution (its body, when body is not "").
-func settlesAndReplays(t *testing.T, e *env, clock *fakeClock, st *outageStore, end time.Time, advance time.Duration, body string) {
+func settlesAndReplays(t *testing.T, e *env, clock *executiontest.FakeClock, st *outageStore, end time.Time, advance time.Duration, body string) {
 	t.Helper()
 	settleInBackground(t, e, clock, end)
 	if n := e.handler.settling.Load(); n != 0 {
@@ -193,7 +194,7 @@ func TestLeaseRenewedWhileTheRecordIsRetried(t *testing.T) {
 // its renewed one, still gets the record.
 func TestRenewalAnsweredAfterTheCallEndedLengthensTheRetries(t *testing.T) {
 	const lockTTL = 3 * time.Second
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	st := &outageStore{Store: mem, clock: clock}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/lograte"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 )
 
 // While the store is down every keyed request fails to take its key, and
@@ -24,7 +25,7 @@ func TestStoreDownIsWarnedOnceAPeriodNotPerRequest(t *testing.T) {
 			var logs lockedBuffer
 			st := newFlaky(t)
 			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {}, withStore(st), withLog(&logs), withAccessLog, withPolicy(tc.policy))
-			clock := newFakeClock()
+			clock := executiontest.NewFakeClock()
 			e.handler.clock = clock
 			st.down.Store(true)
 			const n = 20

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -157,7 +158,7 @@ func TestFullStoreNeverMarksAnEmptyBodyOmitted(t *testing.T) {
 // before it.
 func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 	var logs lockedBuffer
-	clock := newFakeClock()
+	clock := executiontest.NewFakeClock()
 	st := newFullStore(t, clock.Now)
 	st.noRoom.Store(true)
 	const lockTTL = 150 * time.Millisecond
@@ -171,7 +172,7 @@ func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 	// have expired long before their end.
 	renewals := 0
 	for end := clock.Now().Add(3 * lockTTL); clock.Now().Before(end); renewals++ {
-		clock.advanceToNext(t, lockTTL, "the held key's next renewal")
+		clock.AdvanceToNext(t, lockTTL, "the held key's next renewal")
 		select {
 		case <-st.extends:
 		case <-time.After(10 * time.Second): // a bound on a hang, not a timing threshold
@@ -188,7 +189,7 @@ func TestFullStoreKeepsKeyLockedUntilRecorded(t *testing.T) {
 		t.Fatal("Wait returned nil while a key was still held")
 	}
 	st.noRoom.Store(false)
-	clock.advanceToNext(t, lockTTL, "the next try at recording the held key")
+	clock.AdvanceToNext(t, lockTTL, "the next try at recording the held key")
 	// A bound on a hang, not a timing threshold.
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

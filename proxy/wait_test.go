@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 )
 
 // A wait for an in-flight key runs on the handler's clock: a fake clock
 // ends it at wait_timeout, however little real time has passed.
 func TestWaitRunsOnTheHandlersClock(t *testing.T) {
-	clk := newFakeClock()
+	clk := executiontest.NewFakeClock()
 	start := clk.Now()
 	const timeout = time.Hour
 	ended := make(chan time.Time, 1)

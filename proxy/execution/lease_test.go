@@ -1,4 +1,4 @@
-package execution
+package execution_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -17,92 +19,14 @@ import (
 // an outage begins, and a lease a millisecond shorter has not.
 func TestMinLockTTLIsWhatTheRenewalsLeave(t *testing.T) {
 	for _, d := range []time.Duration{time.Second, 2 * time.Second, 10 * time.Second, 90 * time.Second} {
-		ttl := MinLockTTL(d)
-		if left := ttl - RenewEvery(ttl); left < d {
+		ttl := execution.MinLockTTL(d)
+		if left := ttl - execution.RenewEvery(ttl); left < d {
 			t.Errorf("MinLockTTL(%v) = %v leaves %v after a renewal's interval, less than %v", d, ttl, left, d)
 		}
 		shorter := ttl - time.Millisecond
-		if left := shorter - RenewEvery(shorter); left >= d {
+		if left := shorter - execution.RenewEvery(shorter); left >= d {
 			t.Errorf("lock_ttl %v, below MinLockTTL(%v) = %v, leaves %v: MinLockTTL is not the shortest", shorter, d, ttl, left)
 		}
-	}
-}
-
-// fakeClock moves only when a test advances it. Timers due by then fire in
-// the advancing goroutine, in order, before Advance returns, so a test
-// knows a renewal has run.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c    *fakeClock
-	at   time.Time
-	f    func()
-	live bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, live: true}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	c.AfterFunc(d, func() { ch <- c.Now() })
-	return ch
-}
-
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := t.live
-	t.at, t.live = t.c.now.Add(d), true
-	return was
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := t.live
-	t.live = false
-	return was
-}
-
-// Advance moves the clock by d, firing every timer that falls due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		for _, t := range c.timers {
-			if t.live && !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		if next == nil {
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		c.now, next.live = next.at, false
-		c.mu.Unlock()
-		next.f()
 	}
 }
 
@@ -167,12 +91,12 @@ const (
 )
 
 // startLease starts a lease of leaseTTL now, renewed first after first.
-func startLease(t *testing.T, c *fakeClock, h *holder, first time.Duration, thenDeadline bool) *Lease {
+func startLease(t *testing.T, c *executiontest.FakeClock, h *holder, first time.Duration, thenDeadline bool) *execution.Lease {
 	t.Helper()
-	if got := RenewEvery(leaseTTL); got != leaseEvery {
+	if got := execution.RenewEvery(leaseTTL); got != leaseEvery {
 		t.Fatalf("RenewEvery(%v) = %v, want %v", leaseTTL, got, leaseEvery)
 	}
-	l := &Lease{}
+	l := &execution.Lease{}
 	l.Start(c.Now(), leaseTTL)
 	l.Renew(context.Background(), c, h, leaseTTL, first, thenDeadline)
 	return l
@@ -182,7 +106,7 @@ func startLease(t *testing.T, c *fakeClock, h *holder, first time.Duration, then
 // it was sent, and the next is due RenewEvery later; only the first arms
 // the call's deadline.
 func TestALeaseRenewedRunsFromTheRenewalAndRenewsAgainEveryThirdOfItsTTL(t *testing.T) {
-	c, h := newFakeClock(), &holder{}
+	c, h := executiontest.NewFakeClock(), &holder{}
 	began := c.Now()
 	l := startLease(t, c, h, leaseEvery/2, true)
 	// A second Renew, as a retried start would make, arms nothing more.
@@ -227,7 +151,7 @@ func TestALeaseRenewedRunsFromTheRenewalAndRenewsAgainEveryThirdOfItsTTL(t *test
 // retry the store accepts renews the lease from when it was sent.
 func TestALeaseRenewalThatFailsIsRetriedSooner(t *testing.T) {
 	down := errors.New("store unreachable")
-	c, h := newFakeClock(), &holder{answers: []error{down}}
+	c, h := executiontest.NewFakeClock(), &holder{answers: []error{down}}
 	began := c.Now()
 	l := startLease(t, c, h, leaseEvery, false)
 
@@ -264,7 +188,7 @@ func TestALeaseRenewalThatFailsIsRetriedSooner(t *testing.T) {
 // A renewal that finds the lease lost reports it, stops renewing, and Stop
 // says so.
 func TestALeaseRenewalThatFindsItLostStopsRenewing(t *testing.T) {
-	c, h := newFakeClock(), &holder{answers: []error{fmt.Errorf("extend: %w", store.ErrLockLost)}}
+	c, h := executiontest.NewFakeClock(), &holder{answers: []error{fmt.Errorf("extend: %w", store.ErrLockLost)}}
 	began := c.Now()
 	l := startLease(t, c, h, leaseEvery, false)
 
@@ -287,7 +211,7 @@ func TestALeaseRenewalThatFindsItLostStopsRenewing(t *testing.T) {
 // Stop ends the renewals: none runs after it, whether or not one was ever
 // due.
 func TestAStoppedLeaseIsNotRenewed(t *testing.T) {
-	c, h := newFakeClock(), &holder{}
+	c, h := executiontest.NewFakeClock(), &holder{}
 	l := startLease(t, c, h, leaseEvery, false)
 	c.Advance(leaseEvery)
 	if lost := l.Stop(); lost {
@@ -300,7 +224,7 @@ func TestAStoppedLeaseIsNotRenewed(t *testing.T) {
 
 	// Stopped before it was renewed, a lease arms no renewal.
 	h = &holder{}
-	l = &Lease{}
+	l = &execution.Lease{}
 	l.Start(c.Now(), leaseTTL)
 	l.Stop()
 	l.Renew(context.Background(), c, h, leaseTTL, leaseEvery, false)
@@ -326,7 +250,7 @@ func TestALeaseRenewalAnsweredAfterStopLengthensOnlyWhatItRenewed(t *testing.T) 
 		{name: "accepted, settled later", answer: nil, settled: leaseEvery + leaseTTL + time.Second, wantEnds: leaseEvery + leaseTTL + time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newFakeClock()
+			c := executiontest.NewFakeClock()
 			h := &holder{asked: make(chan struct{}), answer: make(chan error)}
 			began := c.Now()
 			l := startLease(t, c, h, leaseEvery, false)

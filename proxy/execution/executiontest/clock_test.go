@@ -1,0 +1,110 @@
+package executiontest_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
+)
+
+// Advance runs the timers it passes in the order they fall due, each with
+// the clock at its due time, and one armed by a firing timer too when it
+// falls due by the end.
+func TestAdvanceFiresDueTimersInOrderAtTheirTimes(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	start := c.Now()
+	var fired []time.Duration
+	note := func() { fired = append(fired, c.Now().Sub(start)) }
+	c.AfterFunc(3*time.Second, note)
+	c.AfterFunc(time.Second, func() {
+		note()
+		c.AfterFunc(time.Second, note) // due at 2s
+	})
+	c.AfterFunc(10*time.Second, note)
+
+	c.Advance(5 * time.Second)
+	if want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}; !slices.Equal(fired, want) {
+		t.Errorf("fired at %v, want %v", fired, want)
+	}
+	if got, want := c.Now().Sub(start), 5*time.Second; got != want {
+		t.Errorf("the clock stands %v after its start, want %v", got, want)
+	}
+	if next, ok := c.NextTimer(); !ok || !next.Equal(start.Add(10*time.Second)) {
+		t.Errorf("NextTimer = %v, %t, want the one due at 10s", next.Sub(start), ok)
+	}
+}
+
+// A stopped timer never fires; Reset arms a fired or stopped timer again,
+// from the time it is reset, and each reports whether the timer was armed.
+func TestStopAndResetArmAndDisarm(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	fired := 0
+	timer := c.AfterFunc(time.Second, func() { fired++ })
+
+	if !timer.Stop() {
+		t.Error("Stop of an armed timer reported it was not armed")
+	}
+	if timer.Stop() {
+		t.Error("Stop of a stopped timer reported it was armed")
+	}
+	c.Advance(time.Minute)
+	if fired != 0 {
+		t.Fatalf("a stopped timer fired %d times", fired)
+	}
+	if _, ok := c.NextTimer(); ok {
+		t.Error("NextTimer found a stopped timer")
+	}
+
+	if timer.Reset(time.Second) {
+		t.Error("Reset of a stopped timer reported it was armed")
+	}
+	c.Advance(time.Second)
+	if timer.Reset(time.Second) {
+		t.Error("Reset of a fired timer reported it was armed")
+	}
+	if !timer.Reset(2 * time.Second) {
+		t.Error("Reset of an armed timer reported it was not armed")
+	}
+	c.Advance(2*time.Second - time.Nanosecond)
+	if fired != 1 {
+		t.Fatalf("fired %d times before the last Reset's time, want 1", fired)
+	}
+	c.Advance(time.Nanosecond)
+	if fired != 2 {
+		t.Errorf("fired %d times, want 2: once per Reset that was not reset again", fired)
+	}
+}
+
+// After sends the time it falls due once the clock is advanced to it.
+func TestAfterSendsWhenAdvancedToIt(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	due := c.Now().Add(time.Second)
+	ch := c.After(time.Second)
+	select {
+	case <-ch:
+		t.Fatal("After sent before the clock moved")
+	default:
+	}
+	c.Advance(time.Hour)
+	if got := <-ch; !got.Equal(due) {
+		t.Errorf("After sent %v, want %v", got, due)
+	}
+}
+
+// AdvanceToNext waits for a timer another goroutine arms, and moves the
+// clock to it, not past it.
+func TestAdvanceToNextWaitsForTheTimerAndStopsAtIt(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	start := c.Now()
+	fired := make(chan time.Time, 1)
+	go c.AfterFunc(time.Second, func() { fired <- c.Now() })
+
+	c.AdvanceToNext(t, time.Minute, "the timer")
+	if got, want := (<-fired).Sub(start), time.Second; got != want {
+		t.Errorf("the timer fired %v after the start, want %v", got, want)
+	}
+	if got, want := c.Now().Sub(start), time.Second; got != want {
+		t.Errorf("the clock stands %v after its start, want %v", got, want)
+	}
+}
