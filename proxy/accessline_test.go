@@ -51,7 +51,7 @@ func slogAccessLine(t testing.TB, f *accessFormat, now time.Time, q *request, ou
 func accessRequest(method, path, label, keyHash string, sent int64) *request {
 	return &request{
 		in:        &http.Request{Method: method, URL: &url.URL{Path: path}, RemoteAddr: "192.0.2.7:50123", Header: http.Header{}},
-		identity:  identity{route: &route{label: label}, keyHash: keyHash},
+		identity:  identity{route: &route{terms: terms{label: label}}, keyHash: keyHash},
 		sentBytes: sent,
 	}
 }

@@ -172,3 +172,77 @@ func fieldWrite(e ast.Expr, embed string, fields map[string]bool) (string, bool)
 		return "", false
 	}
 }
+
+// TestExecutionKnowsItsRouteOnlyByItsTerms holds the executing files to
+// what they may know of a route: its terms (routes.go), nothing of how a
+// request matched it or where its key came from. In those files a
+// request's route is read only as q.route.<a field or method of terms>;
+// the route passed whole, a *route or a key source named, or the
+// request's key source kind read fails here with its position.
+func TestExecutionKnowsItsRouteOnlyByItsTerms(t *testing.T) {
+	fset, parsed := parseProductFiles(t)
+	known := structFields(t, parsed["routes.go"], "terms")
+	if len(known) == 0 {
+		t.Fatal("routes.go declares no terms struct")
+	}
+	for _, f := range parsed {
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && isTermsMethod(fn) {
+				known[fn.Name.Name] = true
+			}
+		}
+	}
+	for _, name := range executingFiles {
+		f := parsed[name]
+		if f == nil {
+			t.Errorf("%s, an executing file, does not exist", name)
+			continue
+		}
+		// parents maps each selector q.route to the selector around it;
+		// fields are the names selected or keyed, which name no type.
+		parents := map[ast.Node]*ast.SelectorExpr{}
+		fields := map[*ast.Ident]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.SelectorExpr:
+				parents[x.X], fields[x.Sel] = x, true
+			case *ast.KeyValueExpr:
+				if id, ok := x.Key.(*ast.Ident); ok {
+					fields[id] = true
+				}
+			}
+			return true
+		})
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.SelectorExpr:
+				switch x.Sel.Name {
+				case "route":
+					if p := parents[x]; p == nil || !known[p.Sel.Name] {
+						t.Errorf("%s: an executing file reads the route beyond its terms", fset.Position(x.Pos()))
+					}
+				case "keyFrom":
+					t.Errorf("%s: an executing file reads the key's source", fset.Position(x.Pos()))
+				}
+			case *ast.Ident:
+				if !fields[x] && (x.Name == "route" || x.Name == "KeySource" || x.Name == "KeySourceKind") {
+					t.Errorf("%s: an executing file names the type %s", fset.Position(x.Pos()), x.Name)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// isTermsMethod reports whether fn is a method of *terms.
+func isTermsMethod(fn *ast.FuncDecl) bool {
+	if fn.Recv == nil || len(fn.Recv.List) != 1 {
+		return false
+	}
+	star, ok := fn.Recv.List[0].Type.(*ast.StarExpr)
+	if !ok {
+		return false
+	}
+	id, ok := star.X.(*ast.Ident)
+	return ok && id.Name == "terms"
+}

@@ -29,7 +29,7 @@ var (
 	probKeyExpired      = problem{Type: problemjson.Base + "key-expired", Title: "Idempotency key expired", Status: http.StatusGone}
 	// The request goes on: a retry after a second gets 409 or its answer.
 	probUpstreamTimeout = problem{Type: problemjson.Base + "upstream-timeout", Title: "Upstream did not answer in time; the request is still running", Status: http.StatusGatewayTimeout, RetryAfter: 1}
-	// An unknown, expired or foreign status URL (async.go).
+	// An unknown, expired or foreign status URL (asyncstatus.go).
 	probStatusUnknown = problem{Type: problemjson.Base + "status-unknown", Title: "No such request status", Status: http.StatusNotFound}
 	probStatusMethod  = problem{Type: problemjson.Base + "status-method", Title: "A status URL answers GET and HEAD only", Status: http.StatusMethodNotAllowed}
 )

@@ -116,8 +116,8 @@ func reconcileProbe(p Policy, scope []ScopeHeader) (t *probeTemplate, names, coo
 	return t, names, cookies
 }
 
-// reconciles reports whether rt settles unknown outcomes with a lookup.
-func (rt *route) reconciles() bool { return rt.probe != nil }
+// reconciles reports whether unknown outcomes are settled with a lookup.
+func (t *terms) reconciles() bool { return t.probe != nil }
 
 // startReconcile keeps q's key, whose outcome is unknown, and settles it in
 // the background; the client, if still there, waits for the answer

@@ -11,12 +11,11 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/internal/pathread"
 )
 
-// route is a Route compiled for the request path.
+// route is a Route compiled for the request path: the terms its keys
+// execute under, and what matching a request and identifying its key need.
 type route struct {
-	label    string
+	terms
 	disabled bool
-	policy   Policy
-	metrics  *routeMetrics
 	// methods are policy.Methods upper-cased: methods are compared
 	// upper-cased ("post" is POST).
 	methods []string
@@ -30,21 +29,31 @@ type route struct {
 	unscoped [16]byte
 	// sources are the key sources in force: key_sources or [header:NAME].
 	sources []KeySource
+	// churn remembers fingerprints for key churn; nil when churn_window
+	// is 0.
+	churn *churn
+}
+
+// terms are all that the files executing a key know of its route: its
+// label for logs and metrics, its policy, its metrics and the lookup that
+// settles its unknown outcomes. Nothing of how a request matched it or
+// where its key came from (TestExecutionKnowsItsRouteOnlyByItsTerms).
+type terms struct {
+	label   string
+	policy  Policy
+	metrics *routeMetrics
 	// probe is the lookup of unknown outcomes under on_upstream_error:
 	// reconcile (nil otherwise), and probeHeaders the canonical names of
 	// the headers it copies from the original request.
 	probe        *probeTemplate
 	probeHeaders []string
-	// churn remembers fingerprints for key churn; nil when churn_window
-	// is 0.
-	churn *churn
 	// probeCookies are the cookies of cookie scopes, the only ones of
 	// the Cookie header that a lookup carries.
 	probeCookies []string
 }
 
 func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
-	rt := &route{label: label, disabled: disabled, policy: p, metrics: m.route(label), sources: p.sources()}
+	rt := &route{terms: terms{label: label, policy: p, metrics: m.route(label)}, disabled: disabled, sources: p.sources()}
 	if p.Mode == ModeShadow {
 		rt.metrics.shadow = m.shadowed(label)
 	}
