@@ -20,8 +20,9 @@ import (
 //     method, host, path, query and fingerprint_headers.
 //   - A request that can be read two ways (several operations holding a
 //     mutation, a batch holding one, an operationName naming no operation,
-//     two directive keys, a repeated JSON member name) is refused
-//     ambiguous-body; a mutation sent with GET, ambiguous-method.
+//     two directive keys, a repeated JSON member name, a mutation in the
+//     query string of a method other than GET) is refused ambiguous-body;
+//     a mutation sent with GET, ambiguous-method.
 //   - A body that is not a GraphQL request the proxy reads (another
 //     content type, a document that does not parse, a persisted query sent
 //     without its document) is protected as any request on the route.
@@ -51,6 +52,14 @@ func (h *Handler) graphqlOverGET(w http.ResponseWriter, q *request) bool {
 	return true
 }
 
+// errMutationInQueryString refuses a request whose query string carries a
+// mutation on a method other than GET. graphql-go/handler and
+// express-graphql read the query string's query before the body, whatever
+// the method, and graphql-http the body alone: the proxy cannot tell which
+// one the server runs, and a body read as a query would pass the mutation
+// through unprotected.
+var errMutationInQueryString = &graphqlop.Error{Err: graphqlop.ErrAmbiguous, Reason: "the query string carries a mutation beside the body, and servers differ on which of the two they run (send the mutation in the body alone)"}
+
 // readGraphQL reads the body of a protected request on a GraphQL route
 // and answers what needs no key: a query passes through, an ambiguous
 // request or an unreadable directive key is refused; ok is false then.
@@ -62,6 +71,10 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 		return nil, "", false
 	}
 	q.graphql = graphqlRoute
+	if graphqlop.MutationInQuery(q.in.URL.RawQuery) {
+		h.refuse(w, q, failAmbiguousGraphQL, errMutationInQueryString)
+		return nil, "", false
+	}
 	if !h.readBody(w, q) {
 		return nil, "", false
 	}

@@ -154,6 +154,30 @@ func TestGraphQLMutationOverGETIsRefused(t *testing.T) {
 	}
 }
 
+// graphql-go/handler and express-graphql read the query string's query
+// before the body, whatever the method: a POST whose body is a query and
+// whose query string is a mutation runs the mutation there, while a
+// server that reads the body alone (graphql-http) runs the query. Passed
+// through as a query, the mutation would run on every retry.
+func TestGraphQLMutationInAPOSTQueryStringNeverPassesThrough(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	path := "/graphql?query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`)
+	for range 2 {
+		r := e.do(t, "POST", path, "q-1", gql(`{ charges }`))
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("code %s, want AMBIGUOUS_BODY", code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+	// A query in the query string is no mutation: the body decides.
+	e.do(t, "POST", "/graphql?query="+url.QueryEscape(`{ charges }`), "q-2", gql(`{ charges }`))
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want the query passed through", got)
+	}
+}
+
 func TestNonGraphQLBodyOnAGraphQLRouteIsProtectedAsAnyRequest(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(onGraphQL))
 	for range 2 {

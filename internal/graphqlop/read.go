@@ -357,10 +357,11 @@ func (k *keys) add(key string, err error) {
 	}
 }
 
-// MutationInQuery reports whether a GET request's query string carries a
+// MutationInQuery reports whether a request's query string carries a
 // mutation in any of its query parameters. GraphQL over HTTP forbids
 // mutations over GET, but a server that executes one anyway would run it
-// unprotected.
+// unprotected; and some servers (graphql-go/handler, express-graphql)
+// read the query string before the body of any method.
 func MutationInQuery(rawQuery string) bool {
 	if rawQuery == "" {
 		return false
