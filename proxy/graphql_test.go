@@ -178,6 +178,26 @@ func TestGraphQLMutationInAPOSTQueryStringNeverPassesThrough(t *testing.T) {
 	}
 }
 
+// A mutation nested past what the proxy's parser reads (gqlparser stops
+// at 1000 levels) still parses, validates and runs in graphql-js 16,
+// which sets no such bound: in a query string it is a mutation all the
+// same.
+func TestGraphQLMutationInAQueryStringIsRefusedWhereTheParserGivesUp(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	deep := "mutation { " + strings.Repeat("... { ", 1000) + "charge(amount: 5) { id }" + strings.Repeat(" }", 1000) + " }"
+	get := e.do(t, "GET", "/graphql?query="+url.QueryEscape(deep), "", "")
+	if code, _ := graphqlError(t, get); code != "AMBIGUOUS_METHOD" {
+		t.Errorf("GET: code %s, want AMBIGUOUS_METHOD", code)
+	}
+	post := e.do(t, "POST", "/graphql?query="+url.QueryEscape(deep), "d-1", gql(`{ charges }`))
+	if code, _ := graphqlError(t, post); code != "AMBIGUOUS_BODY" {
+		t.Errorf("POST: code %s, want AMBIGUOUS_BODY", code)
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the nested mutation ran unprotected", got)
+	}
+}
+
 func TestNonGraphQLBodyOnAGraphQLRouteIsProtectedAsAnyRequest(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(onGraphQL))
 	for range 2 {

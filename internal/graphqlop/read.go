@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"mime"
 	"net/url"
+	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
@@ -371,6 +372,12 @@ func MutationInQuery(rawQuery string) bool {
 	for _, doc := range vals["query"] {
 		d, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: doc}, MaxTokens)
 		if err != nil {
+			// Past MaxTokens or parser.MaxNestingDepth this parser gives
+			// up where graphql-js reads on: a document it cannot read may
+			// still be a mutation to the server.
+			if namesMutation(doc) {
+				return true
+			}
 			continue
 		}
 		for _, o := range d.Operations {
@@ -380,6 +387,29 @@ func MutationInQuery(rawQuery string) bool {
 		}
 	}
 	return false
+}
+
+// namesMutation reports whether doc holds the name "mutation" on its own,
+// as the keyword of every mutation operation is written: a document
+// without it runs no mutation in any GraphQL parser.
+func namesMutation(doc string) bool {
+	const kw = "mutation"
+	for i := 0; ; {
+		j := strings.Index(doc[i:], kw)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(kw)
+		if (start == 0 || !nameByte(doc[start-1])) && (end == len(doc) || !nameByte(doc[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
+// nameByte reports whether c may be part of a GraphQL name.
+func nameByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // Canonical is AppendCanonical into a new slice of the size it needs.
