@@ -178,6 +178,23 @@ func TestGraphQLMutationInAPOSTQueryStringNeverPassesThrough(t *testing.T) {
 	}
 }
 
+// url.ParseQuery drops a pair holding a ";" or a malformed escape; Node's
+// URLSearchParams (express-graphql) keeps it whole, and a ";" or a "%" in
+// a comment or a string leaves the mutation a mutation to graphql-js.
+func TestGraphQLMutationInAQueryStringIsFoundWhereGoDropsThePair(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	mutation := "query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`) + "%23"
+	for _, raw := range []string{mutation + ";", mutation + "%zz", "x=1;" + mutation} {
+		r := e.do(t, "POST", "/graphql?"+raw, "s-1", gql(`{ charges }`))
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("?%s: code %s, want AMBIGUOUS_BODY", raw, code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+}
+
 // A mutation nested past what the proxy's parser reads (gqlparser stops
 // at 1000 levels) still parses, validates and runs in graphql-js 16,
 // which sets no such bound: in a query string it is a mutation all the
