@@ -178,6 +178,27 @@ func TestGraphQLMutationInAPOSTQueryStringNeverPassesThrough(t *testing.T) {
 	}
 }
 
+// graphql-go/handler runs the query string's query whatever the method,
+// one the route does not protect included: a mutation there is refused
+// as over GET, never passed through.
+func TestGraphQLMutationInTheQueryStringOfAnUnprotectedMethodIsRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.Methods = true, []string{"POST"} }))
+	path := "/graphql?query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`)
+	for _, method := range []string{"PUT", "OPTIONS"} {
+		r := e.do(t, method, path, "", "")
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("%s: code %s, want AMBIGUOUS_BODY", method, code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+	e.do(t, "PUT", "/graphql?query="+url.QueryEscape(`{ charges }`), "", "")
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want the query passed through", got)
+	}
+}
+
 // url.ParseQuery drops a pair holding a ";" or a malformed escape; Node's
 // URLSearchParams (express-graphql) keeps it whole, and a ";" or a "%" in
 // a comment or a string leaves the mutation a mutation to graphql-js.
