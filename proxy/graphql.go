@@ -20,8 +20,9 @@ import (
 //     method, host, path, query and fingerprint_headers.
 //   - A request that can be read two ways (several operations holding a
 //     mutation, a batch holding one, an operationName naming no operation,
-//     two directive keys, a repeated JSON member name) is refused
-//     ambiguous-body; a mutation sent with GET, ambiguous-method.
+//     two directive keys, a repeated JSON member name, a mutation in the
+//     query string of a method other than GET, protected or not) is
+//     refused ambiguous-body; a mutation sent with GET, ambiguous-method.
 //   - A body that is not a GraphQL request the proxy reads (another
 //     content type, a document that does not parse, a persisted query sent
 //     without its document) is protected as any request on the route.
@@ -38,18 +39,32 @@ const (
 	graphqlRoute                       // on one: the proxy answers in GraphQL
 )
 
-// graphqlOverGET refuses a GET on a GraphQL route whose query string
-// carries a mutation. GraphQL over HTTP forbids it, so a server that
-// follows it refuses it too; one that does not would run it unprotected.
-// It reports whether it answered.
-func (h *Handler) graphqlOverGET(w http.ResponseWriter, q *request) bool {
-	if q.target.method != http.MethodGet || !graphqlop.MutationInQuery(q.in.URL.RawQuery) {
+// graphqlInQueryString refuses a request on a GraphQL route whose query
+// string carries a mutation, whatever its method and whether the route
+// protects it. GraphQL over HTTP forbids a mutation over GET, so a server
+// that follows it refuses it too (ambiguous-method); graphql-go/handler
+// and express-graphql run the query string's query before the body's
+// whatever the method (ambiguous-body). Passed through, either would run
+// the mutation unprotected. It reports whether it answered.
+func (h *Handler) graphqlInQueryString(w http.ResponseWriter, q *request) bool {
+	if !graphqlop.MutationInQuery(q.in.URL.RawQuery) {
 		return false
 	}
 	q.graphql = graphqlRoute
-	h.refuse(w, q, failMutationOverGET, nil)
+	if q.target.method == http.MethodGet {
+		h.refuse(w, q, failMutationOverGET, nil)
+		return true
+	}
+	h.refuse(w, q, failAmbiguousGraphQL, errMutationInQueryString)
 	return true
 }
+
+// errMutationInQueryString is why a request whose query string carries a
+// mutation, on a method other than GET, is refused: graphql-go/handler and
+// express-graphql read the query string's query before the body, and
+// graphql-http the body alone, so the proxy cannot tell which one the
+// server runs.
+var errMutationInQueryString = &graphqlop.Error{Err: graphqlop.ErrAmbiguous, Reason: "the query string carries a mutation beside the body, and servers differ on which of the two they run (send the mutation in the body alone)"}
 
 // readGraphQL reads the body of a protected request on a GraphQL route
 // and answers what needs no key: a query passes through, an ambiguous
@@ -58,7 +73,7 @@ func (h *Handler) graphqlOverGET(w http.ResponseWriter, q *request) bool {
 // mutation, form is its canonical form, which the fingerprint hashes
 // instead of the body, and key its directive's key ("" for none).
 func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, key string, ok bool) {
-	if h.graphqlOverGET(w, q) { // on a route that protects GET
+	if h.graphqlInQueryString(w, q) {
 		return nil, "", false
 	}
 	q.graphql = graphqlRoute

@@ -154,6 +154,88 @@ func TestGraphQLMutationOverGETIsRefused(t *testing.T) {
 	}
 }
 
+// graphql-go/handler and express-graphql read the query string's query
+// before the body, whatever the method: a POST whose body is a query and
+// whose query string is a mutation runs the mutation there, while a
+// server that reads the body alone (graphql-http) runs the query. Passed
+// through as a query, the mutation would run on every retry.
+func TestGraphQLMutationInAPOSTQueryStringNeverPassesThrough(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	path := "/graphql?query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`)
+	for range 2 {
+		r := e.do(t, "POST", path, "q-1", gql(`{ charges }`))
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("code %s, want AMBIGUOUS_BODY", code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+	// A query in the query string is no mutation: the body decides.
+	e.do(t, "POST", "/graphql?query="+url.QueryEscape(`{ charges }`), "q-2", gql(`{ charges }`))
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want the query passed through", got)
+	}
+}
+
+// graphql-go/handler runs the query string's query whatever the method,
+// one the route does not protect included: a mutation there is refused
+// as over GET, never passed through.
+func TestGraphQLMutationInTheQueryStringOfAnUnprotectedMethodIsRefused(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(func(p *Policy) { p.GraphQL, p.Methods = true, []string{"POST"} }))
+	path := "/graphql?query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`)
+	for _, method := range []string{"PUT", "OPTIONS"} {
+		r := e.do(t, method, path, "", "")
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("%s: code %s, want AMBIGUOUS_BODY", method, code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+	e.do(t, "PUT", "/graphql?query="+url.QueryEscape(`{ charges }`), "", "")
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("executions = %d, want the query passed through", got)
+	}
+}
+
+// url.ParseQuery drops a pair holding a ";" or a malformed escape; Node's
+// URLSearchParams (express-graphql) keeps it whole, and a ";" or a "%" in
+// a comment or a string leaves the mutation a mutation to graphql-js.
+func TestGraphQLMutationInAQueryStringIsFoundWhereGoDropsThePair(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	mutation := "query=" + url.QueryEscape(`mutation { charge(amount: 5) { id } }`) + "%23"
+	for _, raw := range []string{mutation + ";", mutation + "%zz", "x=1;" + mutation} {
+		r := e.do(t, "POST", "/graphql?"+raw, "s-1", gql(`{ charges }`))
+		if code, _ := graphqlError(t, r); code != "AMBIGUOUS_BODY" {
+			t.Errorf("?%s: code %s, want AMBIGUOUS_BODY", raw, code)
+		}
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the mutation in the query string ran unprotected", got)
+	}
+}
+
+// A mutation nested past what the proxy's parser reads (gqlparser stops
+// at 1000 levels) still parses, validates and runs in graphql-js 16,
+// which sets no such bound: in a query string it is a mutation all the
+// same.
+func TestGraphQLMutationInAQueryStringIsRefusedWhereTheParserGivesUp(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	deep := "mutation { " + strings.Repeat("... { ", 1000) + "charge(amount: 5) { id }" + strings.Repeat(" }", 1000) + " }"
+	get := e.do(t, "GET", "/graphql?query="+url.QueryEscape(deep), "", "")
+	if code, _ := graphqlError(t, get); code != "AMBIGUOUS_METHOD" {
+		t.Errorf("GET: code %s, want AMBIGUOUS_METHOD", code)
+	}
+	post := e.do(t, "POST", "/graphql?query="+url.QueryEscape(deep), "d-1", gql(`{ charges }`))
+	if code, _ := graphqlError(t, post); code != "AMBIGUOUS_BODY" {
+		t.Errorf("POST: code %s, want AMBIGUOUS_BODY", code)
+	}
+	if got := e.up.calls.Load(); got != 0 {
+		t.Fatalf("executions = %d, want none: the nested mutation ran unprotected", got)
+	}
+}
+
 func TestNonGraphQLBodyOnAGraphQLRouteIsProtectedAsAnyRequest(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(onGraphQL))
 	for range 2 {

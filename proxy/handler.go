@@ -224,7 +224,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A real protocol upgrade (WebSocket) hands the connection over: there
 	// is no response to record. Any other upgrade offer is dropped.
 	if !q.route.protectsTarget(&q.target) || isUpgrade(r) && q.target.method == http.MethodGet {
-		if q.route.policy.GraphQL && h.graphqlOverGET(w, q) {
+		if q.route.policy.GraphQL && h.graphqlInQueryString(w, q) {
 			return
 		}
 		h.passThrough(w, q, r)

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"net/url"
+	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
@@ -357,19 +357,24 @@ func (k *keys) add(key string, err error) {
 	}
 }
 
-// MutationInQuery reports whether a GET request's query string carries a
+// MutationInQuery reports whether a request's query string carries a
 // mutation in any of its query parameters. GraphQL over HTTP forbids
 // mutations over GET, but a server that executes one anyway would run it
-// unprotected.
+// unprotected; and some servers (graphql-go/handler, express-graphql)
+// read the query string before the body of any method.
 func MutationInQuery(rawQuery string) bool {
 	if rawQuery == "" {
 		return false
 	}
-	// Whole, not looked for: a parameter's name may be percent-encoded.
-	vals, _ := url.ParseQuery(rawQuery) // what parses; a server reads no more
-	for _, doc := range vals["query"] {
+	for _, doc := range queryParams(rawQuery) {
 		d, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: doc}, MaxTokens)
 		if err != nil {
+			// Past MaxTokens or parser.MaxNestingDepth this parser gives
+			// up where graphql-js reads on: a document it cannot read may
+			// still be a mutation to the server.
+			if namesMutation(doc) {
+				return true
+			}
 			continue
 		}
 		for _, o := range d.Operations {
@@ -379,6 +384,88 @@ func MutationInQuery(rawQuery string) bool {
 		}
 	}
 	return false
+}
+
+// queryParams returns every value a server may read as the "query"
+// parameter of rawQuery. url.ParseQuery drops a pair holding a ";" or a
+// malformed escape, where Node's URLSearchParams keeps it, ";" and "%"
+// as they are, and Rack before 3 splits at ";" as at "&": a ";" or a "%"
+// in a comment or a string leaves a mutation a mutation to graphql-js.
+func queryParams(rawQuery string) []string {
+	var docs []string
+	add := func(pair string) {
+		k, v, _ := strings.Cut(pair, "=")
+		if unescapeLeniently(k) == "query" {
+			docs = append(docs, unescapeLeniently(v))
+		}
+	}
+	for _, pair := range strings.Split(rawQuery, "&") {
+		add(pair)
+		if strings.Contains(pair, ";") {
+			for _, p := range strings.Split(pair, ";") {
+				add(p)
+			}
+		}
+	}
+	return docs
+}
+
+// unescapeLeniently decodes s as a form value, as the WHATWG URL standard
+// does: "+" is a space, a "%" not followed by two hex digits stays.
+func unescapeLeniently(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b = append(b, ' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// namesMutation reports whether doc holds the name "mutation" on its own,
+// as the keyword of every mutation operation is written: a document
+// without it runs no mutation in any GraphQL parser.
+func namesMutation(doc string) bool {
+	const kw = "mutation"
+	for i := 0; ; {
+		j := strings.Index(doc[i:], kw)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(kw)
+		if (start == 0 || !nameByte(doc[start-1])) && (end == len(doc) || !nameByte(doc[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
+// nameByte reports whether c may be part of a GraphQL name.
+func nameByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // Canonical is AppendCanonical into a new slice of the size it needs.

@@ -2,6 +2,7 @@ package graphqlop
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -119,8 +120,16 @@ func TestMutationInQuery(t *testing.T) {
 		{"query=%7B+a+%7D&query=mutation+%7B+b+%7D", true},
 		{"query=query+A+%7B+a+%7D+mutation+B+%7B+b+%7D&operationName=A", true},
 		{"x=1", false},
-		{"query=mutation+%7B", false},
+		// A document this parser cannot read may be one another reads.
+		{"query=mutation+%7B", true},
+		{"query=%7B+mutationLog+", false},
+		{"query=" + url.QueryEscape("mutation { "+strings.Repeat("... { ", 1000)+"a"+strings.Repeat(" }", 1001)), true},
 		{"%71uery=mutation+%7B+a+%7D", true},
+		// Pairs url.ParseQuery drops, and URLSearchParams or Rack keep.
+		{"query=mutation+%7B+a+%7D%23;", true},
+		{"query=mutation+%7B+a+%7D%23%zz", true},
+		{"x=1;query=mutation+%7B+a+%7D", true},
+		{"query=%7B+a+%7D%23;", false},
 	}
 	for _, tt := range tests {
 		if got := MutationInQuery(tt.raw); got != tt.want {
