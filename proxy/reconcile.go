@@ -309,7 +309,12 @@ func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost boo
 }
 
 // record stores rec as q's key's record, trying again while the store is
-// unavailable, as settleKey does for any record.
+// unavailable, as settleKey does for any record. A record the store
+// refused (store.ErrRefused: a constraint, a trigger) is refused again:
+// it is not held for, which would keep the key answering 409 for ever.
+// Once the key's marker is in place, the lease is left to run out, and
+// the marker has the key's next owner ask the upstream again; without
+// one, the next owner would forward the key, so it stays held.
 func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, outcome Outcome) settlement {
 	rec.Request = q.desc
 	if q.route.policy.ExpiredKeys == ExpiredReject {
@@ -317,6 +322,11 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 	}
 	q.rec, q.retried = rec, true
 	for h.trySettle(ctx, q, false) != settled {
+		if q.refused && h.markReconciling(ctx, q) {
+			h.log.Warn("the store refused the settled answer's record: the key is left to its next request after lock_ttl",
+				"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
+			return settlement{}
+		}
 		if h.holdFor(ctx, q, time.Second) {
 			return settlement{lost: true}
 		}

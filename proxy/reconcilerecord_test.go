@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// refusingRecords is a store that takes the lease of key, and renewals
+// of it, but refuses its record, as a constraint or a trigger does: the
+// same write is refused every time. With markers set it refuses the
+// key's marker too, until accept is set.
+type refusingRecords struct {
+	*memory.Store
+	key             string
+	markers, accept atomic.Bool
+}
+
+func (s *refusingRecords) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	refused := key == s.key || s.markers.Load() && key == s.key+ReconcileSuffix
+	if refused && !s.accept.Load() {
+		return fmt.Errorf("a trigger refused it: %w", store.ErrRefused)
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// refusingEnv is a reconciling route whose upstream commits each charge
+// and hangs up, and whose lookup finds it, on a store that refuses the
+// key's record, all on a fake clock; the first request is on its way.
+func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool) (*env, *executiontest.FakeClock, *refusingRecords, *chargeLedger, <-chan *response) {
+	t.Helper()
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r) // found
+			return
+		}
+		l.commit(r.Header.Get("Idempotency-Key"))
+		hangUp(w)
+	}
+	clock := executiontest.NewFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	st := &refusingRecords{Store: mem}
+	st.markers.Store(refuseMarkers)
+	e := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = lockTTL
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}, withStore(st))
+	e.handler.clock = clock
+	kh := e.keyHash(t, "k1")
+	st.key = kh
+
+	ctx, leave := context.WithCancel(context.Background())
+	first := make(chan *response, 1)
+	go func() {
+		defer close(first)
+		res, err := e.srv.Client().Do(e.request(t, ctx, "/x", "k1"))
+		if err != nil {
+			return // it left
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		first <- &response{Response: res, body: string(b)}
+	}()
+	t.Cleanup(func() {
+		leave() // on a failure the caller may still wait on the stopped clock
+		<-first
+	})
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if _, _, ok := e.handler.Settling(kh); !ok {
+			return errors.New("the unknown outcome is not being settled yet")
+		}
+		return nil
+	})
+	return e, clock, st, l, first
+}
+
+// settleUntil moves the clock from one step of the settlement to the
+// next, each due within a minute, until none is left to settle or the
+// clock reaches end.
+func settleUntil(t *testing.T, e *env, clock *executiontest.FakeClock, end time.Time) {
+	t.Helper()
+	for clock.Now().Before(end) {
+		var due time.Time
+		wait.SucceedsSoon(t, 10*time.Second, func() error {
+			next, ok := clock.NextTimer()
+			if ok && !next.After(clock.Now().Add(time.Minute)) {
+				due = next
+				return nil
+			}
+			if e.handler.settling.Load() == 0 {
+				return nil
+			}
+			return errors.New("a key is left to settle, and its next step is not armed within a minute")
+		})
+		if due.IsZero() {
+			return // settled
+		}
+		clock.Advance(due.Sub(clock.Now()))
+	}
+}
+
+// A settled answer the store refuses to record is not held for: the
+// settlement gives up, its caller hears the key is being settled, and the
+// key unlocks when its lease ends, its marker left for the next owner to
+// ask again. Renewing the lease for a record the store always refuses
+// would keep the key answering 409 for ever.
+func TestSettledAnswerTheStoreRefusesDoesNotLockTheKeyForEver(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st, l, first := refusingEnv(t, lockTTL, false)
+	mem, kh := st.Store, st.key
+
+	began := clock.Now()
+	end := began.Add(100 * lockTTL)
+	settleUntil(t, e, clock, end)
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling %v after the lookup began, their record refused every time", n, clock.Now().Sub(began))
+	}
+	if r := <-first; r == nil {
+		t.Error("caller got no answer, want the 502 saying the key is being settled")
+	} else if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Errorf("caller: %d %q, want the 502 saying the key is being settled", r.StatusCode, r.body)
+	}
+	clock.Advance(lockTTL)
+	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
+	}
+	if _, err := mem.Inspect(context.Background(), kh+ReconcileSuffix); err != nil {
+		t.Errorf("the key's marker: %v, want it kept for the next owner", err)
+	}
+	if _, effects := l.counts(); effects != 1 {
+		t.Errorf("effects %d, want 1", effects)
+	}
+}
+
+// A settled answer the store refuses is held for while the key's marker
+// cannot be written either: without the marker, the key's next owner
+// would forward it again. It is recorded once the store takes it.
+func TestSettledAnswerTheStoreRefusesIsHeldWhileTheKeyHasNoMarker(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st, l, first := refusingEnv(t, lockTTL, true)
+	settleUntil(t, e, clock, clock.Now().Add(10*lockTTL))
+	if n := e.handler.settling.Load(); n != 1 {
+		t.Fatalf("%d keys settling 10 lock_ttls on, want the key still held", n)
+	}
+	if r := e.do(t, "POST", "/x", "k1", `{}`); r.StatusCode != http.StatusConflict {
+		t.Errorf("retry: %d %q, want 409: the key held", r.StatusCode, r.body)
+	}
+	st.accept.Store(true)
+	settleUntil(t, e, clock, clock.Now().Add(lockTTL))
+	if r := <-first; r == nil || r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Errorf("caller: %v, want the found answer once the store took it", r)
+	}
+	if _, effects := l.counts(); effects != 1 {
+		t.Errorf("effects %d, want 1", effects)
+	}
+}
