@@ -309,22 +309,28 @@ func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost boo
 }
 
 // record stores rec as q's key's record, trying again while the store is
-// unavailable, as settleKey does for any record. A record the store
-// refused (store.ErrRefused: a constraint, a trigger) is refused again:
-// it is not held for, which would keep the key answering 409 for ever.
-// Once the key's marker is in place, the lease is left to run out, and
-// the marker has the key's next owner ask the upstream again; without
-// one, the next owner would forward the key, so it stays held.
+// unavailable, as settleKey does for any record, and for as long: one
+// lock_ttl, the longest the operator lets a key stay locked for an owner
+// that no longer answers. A record the store refused (store.ErrRefused: a
+// constraint, a trigger) is refused again, and is not held for at all.
+// Either way the key is let go only once its marker is in place: the
+// lease is left to run out, and the marker has the key's next owner ask
+// the upstream again. Without a marker the next owner would forward the
+// key, so it stays held until the store takes one or the other.
 func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, outcome Outcome) settlement {
 	rec.Request = q.desc
 	if q.route.policy.ExpiredKeys == ExpiredReject {
 		rec.Tombstone = q.route.policy.ExpiredKeyWindow
 	}
 	q.rec, q.retried = rec, true
+	holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
 	for h.trySettle(ctx, q, false) != settled {
-		if q.refused && h.markReconciling(ctx, q) {
-			h.log.Warn("the store refused the settled answer's record: the key is left to its next request after lock_ttl",
-				"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
+		if (q.refused || !h.clock.Now().Before(holdUntil)) && h.markReconciling(ctx, q) {
+			msg := "the store did not take the settled answer's record within lock_ttl: the key is left to its next request after lock_ttl"
+			if q.refused {
+				msg = "the store refused the settled answer's record: the key is left to its next request after lock_ttl"
+			}
+			h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
 			return settlement{}
 		}
 		if h.holdFor(ctx, q, time.Second) {

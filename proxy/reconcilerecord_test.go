@@ -21,15 +21,20 @@ import (
 // of it, but refuses its record, as a constraint or a trigger does: the
 // same write is refused every time. With markers set it refuses the
 // key's marker too, until accept is set.
+// With timeouts set it times the record out instead, as a store does
+// whose write of a large body never finishes in time.
 type refusingRecords struct {
 	*memory.Store
-	key             string
-	markers, accept atomic.Bool
+	key                       string
+	markers, accept, timeouts atomic.Bool
 }
 
 func (s *refusingRecords) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	refused := key == s.key || s.markers.Load() && key == s.key+ReconcileSuffix
 	if refused && !s.accept.Load() {
+		if s.timeouts.Load() && key == s.key {
+			return fmt.Errorf("the write timed out: %w", store.ErrUnavailable)
+		}
 		return fmt.Errorf("a trigger refused it: %w", store.ErrRefused)
 	}
 	return s.Store.Complete(ctx, key, token, rec, ttl)
@@ -130,6 +135,9 @@ func TestSettledAnswerTheStoreRefusesDoesNotLockTheKeyForEver(t *testing.T) {
 	if n := e.handler.settling.Load(); n != 0 {
 		t.Fatalf("%d keys still settling %v after the lookup began, their record refused every time", n, clock.Now().Sub(began))
 	}
+	if held := clock.Now().Sub(began); held >= lockTTL {
+		t.Errorf("settling gave up %v after the lookup began, want at once: a refused record is refused again", held)
+	}
 	if r := <-first; r == nil {
 		t.Error("caller got no answer, want the 502 saying the key is being settled")
 	} else if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
@@ -164,6 +172,39 @@ func TestSettledAnswerTheStoreRefusesIsHeldWhileTheKeyHasNoMarker(t *testing.T) 
 	settleUntil(t, e, clock, clock.Now().Add(lockTTL))
 	if r := <-first; r == nil || r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
 		t.Errorf("caller: %v, want the found answer once the store took it", r)
+	}
+	if _, effects := l.counts(); effects != 1 {
+		t.Errorf("effects %d, want 1", effects)
+	}
+}
+
+// A settled answer the store never takes — its write times out every
+// time while the lease's renewals go through — is held for one lock_ttl,
+// as any record is (settleKey), then let go as a refused one is: the key
+// unlocks when its lease ends, its marker left for the next owner.
+func TestSettledAnswerTheStoreNeverTakesIsHeldForOneLockTTL(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st, l, first := refusingEnv(t, lockTTL, false)
+	st.timeouts.Store(true)
+	mem, kh := st.Store, st.key
+
+	began := clock.Now()
+	settleUntil(t, e, clock, began.Add(100*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling %v after the lookup began, their record timed out every time", n, clock.Now().Sub(began))
+	}
+	if held := clock.Now().Sub(began); held < lockTTL {
+		t.Errorf("settling gave up %v after the lookup began, want at least lock_ttl (%v) of tries", held, lockTTL)
+	}
+	if r := <-first; r == nil || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Errorf("caller: %v, want the 502 saying the key is being settled", r)
+	}
+	clock.Advance(lockTTL)
+	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
+	}
+	if _, err := mem.Inspect(context.Background(), kh+ReconcileSuffix); err != nil {
+		t.Errorf("the key's marker: %v, want it kept for the next owner", err)
 	}
 	if _, effects := l.counts(); effects != 1 {
 		t.Errorf("effects %d, want 1", effects)
