@@ -360,7 +360,16 @@ func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
 	h.log.Error("no lookup settled the unknown outcome within reconcile.for: applying reconcile.then",
 		"route", q.route.label, "key_hash", q.keyHash, "then", q.route.policy.Reconcile.Then.String(), "probes", q.recon.probes.Load())
 	if q.route.policy.Reconcile.Then == ThenRelease {
+		// Tried for one lock_ttl, as a record is (record): a store that
+		// takes the renewals but never the release would otherwise hold
+		// the key for ever. Left to run out, the lease releases it too.
+		holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
 		for !h.releaseSettled(ctx, q) {
+			if !h.clock.Now().Before(holdUntil) {
+				h.log.Warn("the store did not take the key's release within lock_ttl: the key unlocks at its lease's end",
+					"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
+				break
+			}
 			if h.holdFor(ctx, q, time.Second) {
 				return settlement{lost: true}
 			}

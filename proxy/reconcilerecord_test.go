@@ -22,11 +22,20 @@ import (
 // same write is refused every time. With markers set it refuses the
 // key's marker too, until accept is set.
 // With timeouts set it times the record out instead, as a store does
-// whose write of a large body never finishes in time.
+// whose write of a large body never finishes in time; with releases set,
+// the key's release.
 type refusingRecords struct {
 	*memory.Store
-	key                       string
-	markers, accept, timeouts atomic.Bool
+	key                                 string
+	markers, accept, timeouts, releases atomic.Bool
+}
+
+// Release times the key's release out while releases is set.
+func (s *refusingRecords) Release(ctx context.Context, key, token string) error {
+	if s.releases.Load() && key == s.key {
+		return fmt.Errorf("the release timed out: %w", store.ErrUnavailable)
+	}
+	return s.Store.Release(ctx, key, token)
 }
 
 func (s *refusingRecords) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
@@ -43,11 +52,16 @@ func (s *refusingRecords) Complete(ctx context.Context, key, token string, rec *
 // refusingEnv is a reconciling route whose upstream commits each charge
 // and hangs up, and whose lookup finds it, on a store that refuses the
 // key's record, all on a fake clock; the first request is on its way.
-func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool) (*env, *executiontest.FakeClock, *refusingRecords, *chargeLedger, <-chan *response) {
+func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool, opts ...func(*Options)) (*env, *executiontest.FakeClock, *refusingRecords, *chargeLedger, <-chan *response) {
 	t.Helper()
 	l := &chargeLedger{charges: map[string]bool{}}
+	lookupDown := false
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
+			if lookupDown {
+				http.Error(w, "lookup down", http.StatusServiceUnavailable)
+				return
+			}
 			l.lookup(w, r) // found
 			return
 		}
@@ -64,6 +78,10 @@ func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool) (*env,
 		reviewPolicy(&o.Default)
 		o.Default.LockTTL = lockTTL
 		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+		for _, opt := range opts {
+			opt(o)
+		}
+		lookupDown = o.Default.Reconcile.Then == ThenRelease
 	}, withStore(st))
 	e.handler.clock = clock
 	kh := e.keyHash(t, "k1")
@@ -208,5 +226,35 @@ func TestSettledAnswerTheStoreNeverTakesIsHeldForOneLockTTL(t *testing.T) {
 	}
 	if _, effects := l.counts(); effects != 1 {
 		t.Errorf("effects %d, want 1", effects)
+	}
+}
+
+// Under then: release, a key whose release the store never takes — it
+// times out every time while the renewals go through — is tried for one
+// lock_ttl, then left to its lease, which releases it as well: it does
+// not stay locked for ever.
+func TestReleaseTheStoreNeverTakesIsTriedForOneLockTTL(t *testing.T) {
+	const lockTTL = 3 * time.Second
+	e, clock, st, _, first := refusingEnv(t, lockTTL, false, func(o *Options) {
+		o.Default.Reconcile.Then = ThenRelease
+		o.Default.Reconcile.For = 200 * time.Millisecond
+	})
+	st.releases.Store(true)
+	mem, kh := st.Store, st.key
+
+	began := clock.Now()
+	settleUntil(t, e, clock, began.Add(100*lockTTL))
+	if n := e.handler.settling.Load(); n != 0 {
+		t.Fatalf("%d keys still settling %v after the lookup began, their release timed out every time", n, clock.Now().Sub(began))
+	}
+	if held := clock.Now().Sub(began); held < lockTTL {
+		t.Errorf("settling gave up %v after the lookup began, want at least lock_ttl (%v) of tries", held, lockTTL)
+	}
+	if r := <-first; r == nil || r.StatusCode != http.StatusBadGateway {
+		t.Errorf("caller: %v, want the 502 saying the key is released", r)
+	}
+	clock.Advance(lockTTL)
+	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
 	}
 }
