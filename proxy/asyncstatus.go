@@ -66,13 +66,7 @@ func (a *asyncStatus) mac(keyHash string, r *http.Request, rt *route) []byte {
 // does.
 func scopeDigest(r *http.Request, scope []ScopeHeader) [sha256.Size]byte {
 	hs := getHasher()
-	for _, p := range scope {
-		if p.Cookie != "" {
-			hs.cookie(r.Header["Cookie"], p.Cookie)
-			continue
-		}
-		hs.values(r.Header[p.Header])
-	}
+	hs.scopeValues(r, scope)
 	return hs.finish()
 }
 

@@ -194,13 +194,7 @@ func normalHost(host string) string {
 // those of earlier versions.
 func storageKeyFrom(r *http.Request, at readAs, key string, scope []ScopeHeader, from KeySourceKind, host string) string {
 	hs := getHasher()
-	for _, p := range scope {
-		if p.Cookie != "" {
-			hs.cookie(r.Header["Cookie"], p.Cookie)
-			continue
-		}
-		hs.values(r.Header[p.Header])
-	}
+	hs.scopeValues(r, scope)
 	hs.field(key)
 	// The kind's word and payload flag, as its registration worked them
 	// out once (kinds, keysource.go).
@@ -298,6 +292,13 @@ func churnIDOf(fp [32]byte, scope []byte) churnID {
 // scope adds the scope values of r to hs, as scopeHash hashes them.
 func (hs *hasher) scope(r *http.Request, scope []ScopeHeader) {
 	hs.field("scope")
+	hs.scopeValues(r, scope)
+}
+
+// scopeValues adds r's values of each scope header, or cookie, in the
+// order the route names them: what binds a storage key, a churn identity
+// or a status URL to the tenant that sent them.
+func (hs *hasher) scopeValues(r *http.Request, scope []ScopeHeader) {
 	for _, p := range scope {
 		if p.Cookie != "" {
 			hs.cookie(r.Header["Cookie"], p.Cookie)
