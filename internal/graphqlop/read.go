@@ -3,6 +3,7 @@ package graphqlop
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -421,28 +422,18 @@ func unescapeLeniently(s string) string {
 		switch c := s[i]; {
 		case c == '+':
 			b = append(b, ' ')
-		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
+		case c == '%' && i+2 < len(s):
+			if v, err := hex.DecodeString(s[i+1 : i+3]); err == nil {
+				b = append(b, v[0])
+				i += 2
+				continue
+			}
+			b = append(b, c)
 		default:
 			b = append(b, c)
 		}
 	}
 	return string(b)
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
 }
 
 // namesMutation reports whether doc holds the name "mutation" on its own,
