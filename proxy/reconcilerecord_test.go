@@ -145,8 +145,6 @@ func settleUntil(t *testing.T, e *env, clock *executiontest.FakeClock, end time.
 func TestSettledAnswerTheStoreRefusesDoesNotLockTheKeyForEver(t *testing.T) {
 	const lockTTL = 3 * time.Second
 	e, clock, st, l, first := refusingEnv(t, lockTTL, false)
-	mem, kh := st.Store, st.key
-
 	began := clock.Now()
 	end := began.Add(100 * lockTTL)
 	settleUntil(t, e, clock, end)
@@ -161,16 +159,7 @@ func TestSettledAnswerTheStoreRefusesDoesNotLockTheKeyForEver(t *testing.T) {
 	} else if r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
 		t.Errorf("caller: %d %q, want the 502 saying the key is being settled", r.StatusCode, r.body)
 	}
-	clock.Advance(lockTTL)
-	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
-	}
-	if _, err := mem.Inspect(context.Background(), kh+ReconcileSuffix); err != nil {
-		t.Errorf("the key's marker: %v, want it kept for the next owner", err)
-	}
-	if _, effects := l.counts(); effects != 1 {
-		t.Errorf("effects %d, want 1", effects)
-	}
+	leftToTheNextOwner(t, clock, st, l, lockTTL)
 }
 
 // A settled answer the store refuses is held for while the key's marker
@@ -204,7 +193,6 @@ func TestSettledAnswerTheStoreNeverTakesIsHeldForOneLockTTL(t *testing.T) {
 	const lockTTL = 3 * time.Second
 	e, clock, st, l, first := refusingEnv(t, lockTTL, false)
 	st.timeouts.Store(true)
-	mem, kh := st.Store, st.key
 
 	began := clock.Now()
 	settleUntil(t, e, clock, began.Add(100*lockTTL))
@@ -217,16 +205,7 @@ func TestSettledAnswerTheStoreNeverTakesIsHeldForOneLockTTL(t *testing.T) {
 	if r := <-first; r == nil || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
 		t.Errorf("caller: %v, want the 502 saying the key is being settled", r)
 	}
-	clock.Advance(lockTTL)
-	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
-	}
-	if _, err := mem.Inspect(context.Background(), kh+ReconcileSuffix); err != nil {
-		t.Errorf("the key's marker: %v, want it kept for the next owner", err)
-	}
-	if _, effects := l.counts(); effects != 1 {
-		t.Errorf("effects %d, want 1", effects)
-	}
+	leftToTheNextOwner(t, clock, st, l, lockTTL)
 }
 
 // Under then: release, a key whose release the store never takes — it
@@ -256,5 +235,22 @@ func TestReleaseTheStoreNeverTakesIsTriedForOneLockTTL(t *testing.T) {
 	clock.Advance(lockTTL)
 	if _, err := mem.Inspect(context.Background(), kh); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
+	}
+}
+
+// leftToTheNextOwner checks a key whose settlement gave up: a lock_ttl
+// later its lease has run out, its marker is kept for the next owner to
+// ask the upstream again, and the upstream ran it once.
+func leftToTheNextOwner(t *testing.T, clock *executiontest.FakeClock, st *refusingRecords, l *chargeLedger, lockTTL time.Duration) {
+	t.Helper()
+	clock.Advance(lockTTL)
+	if _, err := st.Store.Inspect(context.Background(), st.key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key's lease a lock_ttl after settling gave up: Inspect = %v, want it expired", err)
+	}
+	if _, err := st.Store.Inspect(context.Background(), st.key+ReconcileSuffix); err != nil {
+		t.Errorf("the key's marker: %v, want it kept for the next owner", err)
+	}
+	if _, effects := l.counts(); effects != 1 {
+		t.Errorf("effects %d, want 1", effects)
 	}
 }
