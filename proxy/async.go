@@ -81,7 +81,7 @@ func dropRespondAsync(h http.Header) {
 // detachAtOnce detaches q's call before it starts, so nothing of its
 // answer goes to the client, and reports whether there was room.
 func (h *Handler) detachAtOnce(q *request) bool {
-	q.reserved = int64(len(q.body)) + q.route.policy.MaxResponseBody
+	q.reserved = detachedRoom(q)
 	if !h.detachable.Take(q.reserved) {
 		h.metrics.detachRefused.Inc()
 		h.log.Warn("too many upstream calls detached from their clients (upstream.max_detached, upstream.max_detached_bytes): this respond-async request is served synchronously",

@@ -22,7 +22,9 @@ import (
 // take). A call that finds no room stays with its client and is cancelled
 // when upstream.timeout passes, as if max_execution were upstream.timeout:
 // on_upstream_error decides. That is counted in
-// idempotency_proxy_detach_refused_total and logged.
+// idempotency_proxy_detach_refused_total and logged. A detached call whose
+// outcome turns unknown hands its room to the settlement that asks the
+// upstream (reconcile.go), so its key is counted once.
 
 // await waits for q's upstream call as long as its client does.
 func (h *Handler) await(w http.ResponseWriter, q *request) {
@@ -65,7 +67,7 @@ func (h *Handler) answered(w http.ResponseWriter, q *request) {
 // has just returned (the client gets its answer), nor when detached calls
 // are at their bound: then a call whose timeout passed is cancelled.
 func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
-	q.reserved = int64(len(q.body)) + q.route.policy.MaxResponseBody
+	q.reserved = detachedRoom(q)
 	if !h.detachable.Take(q.reserved) {
 		h.metrics.detachRefused.Inc()
 		h.log.Warn("too many upstream calls detached from their clients (upstream.max_detached, upstream.max_detached_bytes): this one ends at upstream.timeout",
@@ -96,6 +98,14 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 	}
 	h.refuse(w, q, failClientTimeout, nil)
 	return true
+}
+
+// detachedRoom is the room a detached call of q holds among the detached
+// ones: its body, and its answer, bounded by max_response_body as a record
+// is. The settlement of its unknown outcome holds the same: the body, to
+// resend, and a found answer.
+func detachedRoom(q *request) int64 {
+	return int64(len(q.body)) + q.route.policy.MaxResponseBody
 }
 
 // armDeadline arms q's deadline, due after d, unless the call returned.
@@ -140,9 +150,13 @@ func (q *request) signal() {
 	}
 }
 
-// detachedEnded reports the end of a call its client had left.
+// detachedEnded reports the end of a call its client had left, and gives
+// back its room, unless the settlement of its unknown outcome kept it
+// (startReconcile).
 func (h *Handler) detachedEnded(q *request) {
-	h.detachable.Give(q.reserved)
+	if !q.roomKept {
+		h.detachable.Give(q.reserved)
+	}
 	q.route.metrics.detached[q.ran.outcome].Inc()
 	d := time.Since(q.start)
 	h.log.LogAttrs(q.in.Context(), slog.LevelInfo, "detached upstream call ended",

@@ -126,21 +126,27 @@ func (h *Handler) startReconcile(q *request) Outcome {
 	q.recon = &reconciliation{target: q.probeTarget, since: h.clock.Now(), done: make(chan struct{})}
 	c := &q.capture
 	c.mu.Lock() // the call ended: the client can no longer be let go
-	q.recon.client = !c.detached && c.wroteClient == 0
+	detached := c.detached
+	q.recon.client = !detached && c.wroteClient == 0
 	c.mu.Unlock()
 	q.recon.waiting.Store(q.recon.client)
-	if !h.detachable.Take(settlementSize(q)) {
-		h.leaveToNextOwner(q)
-		return OutcomeUpstreamError
+	if detached {
+		// The call holds the room its settlement needs (detachedRoom):
+		// the settlement keeps it, and the call does not give it back
+		// (detachedEnded). Taking room before the call gives its own
+		// back would count the key twice — under upstream.max_detached:
+		// 1 no detached call could be settled at once —, and giving it
+		// back first would let another call take it in between.
+		q.roomKept = true
+	} else {
+		q.reserved = detachedRoom(q)
+		if !h.detachable.Take(q.reserved) {
+			h.leaveToNextOwner(q)
+			return OutcomeUpstreamError
+		}
 	}
 	go h.reconcile(q, q.route.policy.Reconcile.After)
 	return OutcomeUpstreamError
-}
-
-// settlementSize is what a settlement of q may hold: its body, to resend,
-// and a found answer, bounded as a record is.
-func settlementSize(q *request) int64 {
-	return int64(len(q.body)) + q.route.policy.MaxResponseBody
 }
 
 // leaveToNextOwner marks q's key as being settled and leaves its lease to
@@ -160,11 +166,12 @@ func (h *Handler) leaveToNextOwner(q *request) {
 }
 
 // reconcile settles q's key: marker, lookups, then the record or release.
-// It holds the room startReconcile or takeOver took.
+// It holds the room startReconcile or takeOver took, or the detached call
+// kept for it (q.reserved), and gives it back once the key is settled.
 func (h *Handler) reconcile(q *request, first time.Duration) {
 	h.reconciling.Store(q.keyHash, q.recon)
 	defer h.settled(q)
-	defer h.detachable.Give(settlementSize(q))
+	defer h.detachable.Give(q.reserved)
 	defer h.reconciling.CompareAndDelete(q.keyHash, q.recon)
 	ctx := q.detached
 	res := h.settle(ctx, q, first)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -396,6 +397,99 @@ func TestSettlementTakesRoomForItsBodyAndAnAnswer(t *testing.T) {
 			}
 			if !tc.settled && (r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled")) {
 				t.Fatalf("got %d %s, want 502 being settled", r.StatusCode, r.body)
+			}
+		})
+	}
+}
+
+// A detached call holds room among the detached calls. When its outcome
+// turns unknown, the settlement that asks the upstream keeps that room
+// rather than taking more: under upstream.max_detached: 1 the key is
+// settled by the lookup at once, not left to its next request, and once
+// it is, the room is free again — all of it, and once.
+func TestDetachedCallWithUnknownOutcomeIsSettledWithinMaxDetachedOne(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header []string
+		want   int // the first client's answer
+	}{
+		{"its client's timeout passed", nil, http.StatusGatewayTimeout},
+		{"answered 202 under respond-async", []string{"Prefer", "respond-async"}, http.StatusAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &chargeLedger{charges: map[string]bool{}}
+			arrived, commit := make(chan struct{}, 1), make(chan struct{})
+			handler := func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					l.lookup(w, r)
+					return
+				}
+				l.mu.Lock()
+				l.posts++
+				l.mu.Unlock()
+				arrived <- struct{}{}
+				select {
+				case <-commit:
+				case <-r.Context().Done():
+					return
+				}
+				l.commit(r.Header.Get("Idempotency-Key"))
+				hangUp(w) // after its commit: the outcome is unknown
+			}
+			clock := executiontest.NewFakeClock()
+			mem := memory.New(memory.Options{Now: clock.Now})
+			t.Cleanup(func() { mem.Close() })
+			e := newEnv(t, handler, func(o *Options) {
+				o.UpstreamTimeout, o.MaxExecution, o.MaxDetached = testTimeout, testMaxExecution, 1
+				o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
+				reviewPolicy(&o.Default)
+				o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, time.Second
+			}, withStore(mem))
+			e.handler.clock = clock
+			t.Cleanup(func() {
+				select {
+				case <-commit:
+				default:
+					close(commit)
+				}
+			})
+
+			first := make(chan *response, 1)
+			go func() { first <- e.do(t, "POST", "/x", "k1", "{}", tc.header...) }()
+			<-arrived
+			if tc.want == http.StatusGatewayTimeout {
+				clock.Advance(testTimeout) // the call goes on detached
+			}
+			if r := <-first; r.StatusCode != tc.want {
+				t.Fatalf("first client: %d %s, want %d", r.StatusCode, r.body, tc.want)
+			}
+			close(commit)
+			wait.SucceedsSoon(t, 10*time.Second, func() error {
+				if got := e.detachedEnded(OutcomeUpstreamError); got != 1 {
+					return fmt.Errorf("detached calls ended upstream_error = %v, want 1", got)
+				}
+				return nil
+			})
+			settleUntil(t, e, clock, clock.Now().Add(time.Minute))
+
+			r := e.do(t, "POST", "/x", "k1", "{}")
+			if r.StatusCode != http.StatusOK || !r.replayed() || r.Header.Get(IdempotencyReconciled) != "true" {
+				t.Fatalf("retry: %d %s, want the lookup's answer, settled at once", r.StatusCode, r.body)
+			}
+			if n := testutil.ToFloat64(e.handler.metrics.detachRefused); n != 0 {
+				t.Errorf("detach refused = %v, want 0: the settlement had the call's room", n)
+			}
+			if posts, effects := l.counts(); posts != 1 || effects != 1 {
+				t.Errorf("posts = %d, effects = %d, want 1 and 1", posts, effects)
+			}
+			b := &e.handler.detachable
+			if !b.Take(b.MaxBytes) {
+				t.Fatal("after the settlement, room among the detached calls is still held")
+			}
+			defer b.Give(b.MaxBytes)
+			if b.Take(0) {
+				defer b.Give(0)
+				t.Fatal("after the settlement, room was given back twice: upstream.max_detached admits two")
 			}
 		})
 	}

@@ -172,7 +172,8 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 		h.refuse(w, q, failMismatch, nil)
 		return true
 	}
-	if !h.detachable.Take(settlementSize(q)) {
+	q.reserved = detachedRoom(q)
+	if !h.detachable.Take(q.reserved) {
 		// No room to settle it here now: the lease is given back, and a
 		// later retry takes the key over again.
 		_ = h.store.Release(detached, q.keyHash, q.token)

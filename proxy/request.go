@@ -143,10 +143,13 @@ type execState struct {
 		status  int
 		aborted bool // the reverse proxy panicked: the response was cut
 	}
-	// reserved is the room this call holds among the detached ones;
-	// reportLater is set when its client left: the request's metrics and
-	// log line come when the call ends.
+	// reserved is the room this call, or the settlement of its unknown
+	// outcome, holds among the detached ones; roomKept is set when the
+	// settlement kept the detached call's (startReconcile). reportLater
+	// is set when its client left: the request's metrics and log line
+	// come when the call ends.
 	reserved    int64
+	roomKept    bool
 	reportLater bool
 }
 
