@@ -400,11 +400,14 @@ func (h *Handler) Settling(keyHash string) (since time.Time, probes int64, ok bo
 }
 
 // awaitSettlement gives the client of a key being settled its answer, if
-// it comes within upstream.timeout of the request's start; otherwise a 502
-// that says the outcome is being settled and a retry will get it.
+// it comes within upstream.timeout of when the request took the key;
+// otherwise a 502 that says the outcome is being settled and a retry will
+// get it. The wait is timed on the handler's clock from q.began, as the
+// key's lease and its upstream call's deadline are: q.start is the access
+// log's wall time, another clock.
 func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 	r := q.recon
-	left := q.start.Add(h.upstreamTimeout).Sub(h.clock.Now())
+	left := q.began.Add(h.upstreamTimeout).Sub(h.clock.Now())
 	select {
 	case <-r.done:
 	case <-h.clock.After(max(left, 0)):
@@ -446,14 +449,14 @@ func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 	q.outcome = res.outcome
 }
 
-// awaitOtherOwner waits, up to upstream.timeout from the start of q, for
-// the record that the key's other owner writes once it has settled it, and
-// returns it; nil when none came in time.
+// awaitOtherOwner waits, up to upstream.timeout from when q took the key
+// (awaitSettlement), for the record that the key's other owner writes once
+// it has settled it, and returns it; nil when none came in time.
 func (h *Handler) awaitOtherOwner(q *request) *store.Record {
 	if h.inspector == nil {
 		return nil
 	}
-	deadline := q.start.Add(h.upstreamTimeout)
+	deadline := q.began.Add(h.upstreamTimeout)
 	for {
 		e, err := h.inspector.Inspect(q.in.Context(), q.keyHash)
 		if err == nil && e.State == store.Completed && e.Record != nil && e.Record.Fingerprint == q.fp {

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -553,6 +555,77 @@ func TestSettlementItsClientStoppedWaitingForIsCountedWhenItEnds(t *testing.T) {
 	waitFor(t, func() bool { return e.outcomes("default", OutcomeReconciledFound) == 1 })
 	if got := e.outcomes("default", OutcomeUpstreamError); got != 1 {
 		t.Errorf("upstream_error = %v, want 1 (the client's 502)", got)
+	}
+}
+
+// The first caller of a key being settled waits for its answer up to
+// upstream.timeout on the handler's clock, from when it took the key, as
+// its lease and its upstream call are timed: once that has passed, with
+// the lookups still answering nothing, it gets the 502 saying the outcome
+// is being settled.
+func TestCallerOfAKeyBeingSettledWaitsUpToUpstreamTimeoutOnTheHandlersClock(t *testing.T) {
+	const timeout = 3 * time.Second
+	l := &ledger{die: 1, charges: map[string]string{}}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Error(w, "not yet", http.StatusServiceUnavailable)
+		return true
+	}
+	clock := executiontest.NewFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	e := newEnv(t, l.handler, func(o *Options) {
+		o.UpstreamTimeout = timeout
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+		p.Reconcile.For = time.Hour
+	}, withStore(mem))
+	e.handler.clock = clock
+	kh := e.keyHash(t, "k1")
+
+	took := clock.Now() // the clock stands still until the test moves it
+	ctx, leave := context.WithCancel(context.Background())
+	first := make(chan *response, 1)
+	go func() {
+		defer close(first)
+		res, err := e.srv.Client().Do(e.request(t, ctx, "/v1/charges", "k1"))
+		if err != nil {
+			return // it left
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		first <- &response{Response: res, body: string(b)}
+	}()
+	t.Cleanup(func() {
+		leave() // on a failure the caller may still wait
+		<-first
+	})
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if _, _, ok := e.handler.Settling(kh); !ok {
+			return errors.New("the unknown outcome is not being settled yet")
+		}
+		return nil
+	})
+
+	for clock.Now().Before(took.Add(timeout)) {
+		clock.AdvanceToNext(t, time.Minute, "the next step settling the key")
+	}
+	var r *response
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		clock.Advance(0) // the caller's wait, if armed once the clock had passed its end
+		select {
+		case r = <-first:
+			return nil
+		default:
+			return fmt.Errorf("the caller still waits %v after it took the key, upstream.timeout %v", clock.Now().Sub(took), timeout)
+		}
+	})
+	if r == nil || r.StatusCode != http.StatusBadGateway || !strings.Contains(r.body, "being settled") {
+		t.Fatalf("caller: %v, want the 502 saying the outcome is being settled", r)
+	}
+	if _, _, ok := e.handler.Settling(kh); !ok {
+		t.Error("the key stopped being settled when its caller stopped waiting")
 	}
 }
 

@@ -74,7 +74,9 @@ func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool, opts .
 	st := &refusingRecords{Store: mem}
 	st.markers.Store(refuseMarkers)
 	e := newEnv(t, handler, func(o *Options) {
-		o.UpstreamTimeout = 3 * time.Second
+		// The caller waits out every settlement here, each over within a
+		// minute, and its wait is no step of one for settleUntil.
+		o.UpstreamTimeout = 5 * time.Minute
 		reviewPolicy(&o.Default)
 		o.Default.LockTTL = lockTTL
 		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond

@@ -86,7 +86,9 @@ func (t *fakeTimer) Stop() bool {
 }
 
 // Advance moves the clock by d, firing every timer that falls due, a
-// timer armed by one that fires included.
+// timer armed by one that fires included. The clock never goes back: of
+// two goroutines advancing it at once, the one that meant to go less far
+// leaves it where the other took it.
 func (c *FakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	end := c.now.Add(d)
@@ -97,16 +99,18 @@ func (c *FakeClock) Advance(d time.Duration) {
 
 // fireNext moves the clock to the earliest timer due by end and runs it,
 // without c.mu, which the timer's function may take; with none due, it
-// moves the clock to end and reports false.
+// moves the clock to end and reports false. Another goroutine may have
+// moved the clock past end, or past the timer, while this one ran a timer
+// or before it took c.mu: then the clock stays where it is.
 func (c *FakeClock) fireNext(end time.Time) bool {
 	c.mu.Lock()
 	next := c.earliest()
 	if next == nil || next.at.After(end) {
-		c.now = end
+		c.forward(end)
 		c.mu.Unlock()
 		return false
 	}
-	c.now = next.at
+	c.forward(next.at)
 	c.disarm(next)
 	c.mu.Unlock()
 	next.f()
@@ -152,6 +156,13 @@ func (c *FakeClock) earliest() *fakeTimer {
 		}
 	}
 	return next
+}
+
+// forward moves the clock to t if t is later than now. c.mu is held.
+func (c *FakeClock) forward(t time.Time) {
+	if t.After(c.now) {
+		c.now = t
+	}
 }
 
 // arm and disarm keep c.armed the timers yet to fire. c.mu is held.

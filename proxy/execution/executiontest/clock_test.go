@@ -108,3 +108,62 @@ func TestAdvanceToNextWaitsForTheTimerAndStopsAtIt(t *testing.T) {
 		t.Errorf("the clock stands %v after its start, want %v", got, want)
 	}
 }
+
+// Two goroutines advancing the clock at once never move it back: the one
+// that meant to go less far, and finishes last, leaves the clock where the
+// other took it, and a timer it fires meanwhile reads no earlier time than
+// one already read.
+func TestConcurrentAdvancesNeverMoveTheClockBack(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	start := c.Now()
+	// first holds the far advance at 2s, second holds the short one at
+	// 4s, so the far advance goes on to its end while the short one is
+	// still under way.
+	firstIn, firstOut := make(chan struct{}), make(chan struct{})
+	secondIn, secondOut := make(chan struct{}), make(chan struct{})
+	var inSecond time.Time
+	c.AfterFunc(2*time.Second, func() { close(firstIn); <-firstOut })
+	c.AfterFunc(4*time.Second, func() { close(secondIn); <-secondOut; inSecond = c.Now() })
+	c.AfterFunc(8*time.Second, func() {})
+
+	far, short := make(chan struct{}), make(chan struct{})
+	go func() { defer close(far); c.Advance(10 * time.Second) }() // to 10s
+	<-firstIn
+	go func() { defer close(short); c.Advance(3 * time.Second) }() // from 2s to 5s
+	<-secondIn
+	close(firstOut)
+	<-far
+	if got, want := c.Now().Sub(start), 10*time.Second; got != want {
+		t.Fatalf("after the far advance the clock stands %v after its start, want %v", got, want)
+	}
+	close(secondOut)
+	<-short
+
+	if got, want := inSecond.Sub(start), 10*time.Second; got < want {
+		t.Errorf("a timer the short advance fired read %v after the start, after the clock had reached %v", got, want)
+	}
+	if got, want := c.Now().Sub(start), 10*time.Second; got != want {
+		t.Errorf("after both advances the clock stands %v after its start, want %v", got, want)
+	}
+}
+
+// A timer armed for a time already past, as time.AfterFunc takes a
+// negative duration, fires on the next advance with the clock where it
+// stands, not moved back to the timer's time.
+func TestATimerDueInThePastFiresWithoutMovingTheClockBack(t *testing.T) {
+	c := executiontest.NewFakeClock()
+	start := c.Now()
+	var at time.Time
+	c.AfterFunc(-time.Second, func() { at = c.Now() })
+
+	c.Advance(0)
+	if at.IsZero() {
+		t.Fatal("a timer due in the past did not fire when the clock was advanced")
+	}
+	if !at.Equal(start) {
+		t.Errorf("the timer read %v after the start, want the clock's time", at.Sub(start))
+	}
+	if !c.Now().Equal(start) {
+		t.Errorf("the clock stands %v after its start, want where it was", c.Now().Sub(start))
+	}
+}
