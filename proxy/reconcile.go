@@ -297,7 +297,7 @@ func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost boo
 		q.lease.ExtendTo(sent.Add(ttl))
 		return true, false
 	case errors.Is(err, store.ErrLockLost):
-		h.lockLost(q, "renewal while settling an unknown outcome", lostWhileRunning)
+		h.lockLost(q, "renewal while settling an unknown outcome", execution.LostWhileRunning)
 		return false, true
 	case !h.clock.Now().Before(q.lease.End()):
 		h.log.Warn("could not renew the lease of a key being settled before it ended: another proxy may hold the key, and settles it",
@@ -322,12 +322,12 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 	if q.route.policy.ExpiredKeys == ExpiredReject {
 		rec.Tombstone = q.route.policy.ExpiredKeyWindow
 	}
-	q.rec, q.retried = rec, true
+	q.settle.Rec, q.settle.TTL, q.settle.From = rec, q.route.policy.ttlFor(rec.Status), time.Time{}
 	holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
-	for h.trySettle(ctx, q, false) != settled {
-		if (q.refused || !h.clock.Now().Before(holdUntil)) && h.markReconciling(ctx, q) {
+	for !q.settle.Try(ctx, &h.settler, false) {
+		if (q.settle.Refused || !h.clock.Now().Before(holdUntil)) && h.markReconciling(ctx, q) {
 			msg := "the store did not take the settled answer's record within lock_ttl: the key is left to its next request after lock_ttl"
-			if q.refused {
+			if q.settle.Refused {
 				msg = "the store refused the settled answer's record: the key is left to its next request after lock_ttl"
 			}
 			h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
@@ -337,12 +337,12 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 			return settlement{lost: true}
 		}
 	}
-	if q.recordLost {
+	if q.settle.RecordLost {
 		// The store refused it: the key is another owner's, whose
 		// record, not this one, is the key's answer.
 		return settlement{lost: true}
 	}
-	return settlement{outcome: outcome, rec: q.rec}
+	return settlement{outcome: outcome, rec: q.settle.Rec}
 }
 
 // releaseSettled releases q's key, and reports whether it did. The marker
@@ -351,7 +351,7 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 // be deleted by this settlement.
 func (h *Handler) releaseSettled(ctx context.Context, q *request) bool {
 	h.dropMarker(ctx, q)
-	return h.tryRelease(ctx, q) == settled
+	return q.settle.TryRelease(ctx, &h.settler)
 }
 
 // giveUp applies reconcile.then: no lookup settled the key within

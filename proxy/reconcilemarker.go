@@ -185,7 +185,7 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	h.settling.Add(1)
 	q.done = h.owners.Add(q.keyHash, func() {})
 	q.detached = detached
-	q.lease.Start(q.began, q.route.policy.LockTTL)
+	q.startLease()
 	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
 	q.recon.client = true
 	q.recon.waiting.Store(true)
