@@ -23,7 +23,7 @@ const markerResentAt = "Resent-At"
 // renewal proved the key still held: a proxy that lost the key must not
 // mark it for its new owner.
 func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
-	if held, _ := h.renewSettling(ctx, q); !held {
+	if held, _ := q.settle.RenewUnknown(ctx, &h.settler); !held {
 		return false
 	}
 	return h.writeMarker(ctx, q, q.recon.since, time.Time{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -316,4 +317,79 @@ func (s *Settling) warnRetry(e *Settler, msg string, err error) {
 	}
 	s.warnedRetry = true
 	e.Log.Warn(msg, "route", s.Route, "key_hash", s.Key, "error", err)
+}
+
+// The lease of a key whose outcome is unknown: while the upstream is asked
+// what became of the call, the key stays held by this process, its lease
+// renewed as a running call's is, so that no retry forwards it meanwhile.
+
+// HoldFor waits d while renewing the lease every RenewEvery of lock_ttl,
+// and reports whether it was lost.
+func (s *Settling) HoldFor(ctx context.Context, e *Settler, d time.Duration) (lost bool) {
+	every := RenewEvery(s.LockTTL)
+	for {
+		step := min(d, every)
+		<-(*e.Clock).After(step)
+		d -= step
+		if _, lost := s.RenewUnknown(ctx, e); lost {
+			return true
+		}
+		if d <= 0 {
+			return false
+		}
+	}
+}
+
+// KeepHeld renews the lease every RenewEvery of lock_ttl while an upstream
+// call of the settlement runs (a lookup, a resend: up to
+// upstream.max_execution, longer than lock_ttl may be), until the returned
+// stop is called.
+func (s *Settling) KeepHeld(ctx context.Context, e *Settler) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-(*e.Clock).After(RenewEvery(s.LockTTL)):
+			}
+			if _, lost := s.RenewUnknown(ctx, e); lost {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// RenewUnknown extends the lease of a key whose outcome is being settled.
+// held reports that the store renewed it: only then may the key be sent
+// upstream again. lost reports that it is no longer this process's: the
+// store says so, or the store could not be reached until the lease's end
+// passed, after which another proxy may have taken the key. A store
+// briefly unavailable is tried again at the next step: the lease outlives
+// a few.
+func (s *Settling) RenewUnknown(ctx context.Context, e *Settler) (held, lost bool) {
+	clock := *e.Clock
+	sent := clock.Now()
+	err := e.Store.Extend(ctx, s.Key, s.Token, s.LockTTL)
+	switch {
+	case err == nil:
+		s.Lease.ExtendTo(sent.Add(s.LockTTL))
+		return true, false
+	case errors.Is(err, store.ErrLockLost):
+		e.Lost(s.Route, s.Key, s.LockTTL, "renewal while settling an unknown outcome", LostWhileRunning)
+		return false, true
+	case !clock.Now().Before(s.Lease.End()):
+		e.Log.Warn("could not renew the lease of a key being settled before it ended: another proxy may hold the key, and settles it",
+			"route", s.Route, "key_hash", s.Key, "error", err)
+		return false, true
+	}
+	e.Log.Warn("could not renew the lease of a key being settled", "route", s.Route, "key_hash", s.Key, "error", err)
+	return false, false
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -194,7 +196,7 @@ func TestSettlingHoldsAKeyWhoseRecordTheStoreHasNoRoomFor(t *testing.T) {
 // (done).
 func runUntil(t *testing.T, clock *executiontest.FakeClock, done <-chan struct{}) {
 	t.Helper()
-	for {
+	for range 10_000 {
 		armed := false
 		wait.SucceedsSoon(t, 10*time.Second, func() error {
 			select {
@@ -214,6 +216,7 @@ func runUntil(t *testing.T, clock *executiontest.FakeClock, done <-chan struct{}
 		next, _ := clock.NextTimer()
 		clock.Advance(next.Sub(clock.Now()))
 	}
+	t.Fatal("settling armed 10,000 waits without returning")
 }
 
 func extends(r *recorder) []time.Duration {
@@ -334,5 +337,79 @@ func TestSettlingTimesTheFirstTryFromTheCallsReturn(t *testing.T) {
 	s.Try(context.Background(), e, false)
 	if r.starts[0] != returned || r.starts[1] != clock.Now() {
 		t.Errorf("tries timed from %v, want the call's return %v, then the clock %v", r.starts, returned, clock.Now())
+	}
+}
+
+// While the upstream is asked about a key's unknown outcome, its lease is
+// renewed every third of lock_ttl, for lock_ttl each time, and no more.
+func TestSettlingHoldsAnUnknownOutcomesLeaseWhileItWaits(t *testing.T) {
+	clock := executiontest.NewFakeClock()
+	r := &recorder{clock: clock}
+	ttl := 3 * time.Second
+	s, e, _ := settling(t, r, ttl, nil)
+	start := clock.Now()
+	done := make(chan struct{})
+	var lost bool
+	go func() { lost = s.HoldFor(context.Background(), e, 2*time.Second+500*time.Millisecond); close(done) }()
+	runUntil(t, clock, done)
+	want := []time.Time{start.Add(time.Second), start.Add(2 * time.Second), start.Add(2500 * time.Millisecond)}
+	if lost || !slices.Equal(r.renewed, want) || !slices.Equal(r.extends, []time.Duration{ttl, ttl, ttl}) {
+		t.Errorf("held 2.5s: renewed at %v for %v (lost %v), want at %v for lock_ttl each", r.renewed, r.extends, lost, want)
+	}
+	if end := start.Add(2500 * time.Millisecond).Add(ttl); !s.Lease.End().Equal(end) {
+		t.Errorf("lease ends %v, want %v: one lock_ttl from its last renewal", s.Lease.End(), end)
+	}
+}
+
+// A renewal of an unknown outcome's lease says whether the key may be sent
+// upstream again (held: the store renewed it) and whether it is no longer
+// this process's (lost: the store says so, or could not be reached until
+// the lease's end passed).
+func TestSettlingRenewsAnUnknownOutcomesLeaseOrSaysItIsLost(t *testing.T) {
+	down := errors.New("store down")
+	for _, tc := range []struct {
+		name       string
+		err        error
+		after      time.Duration // the clock's move before the renewal
+		held, lost bool
+		counted    float64 // lost leases counted
+	}{
+		{"renewed", nil, time.Second, true, false, 0},
+		{"lost", store.ErrLockLost, time.Second, false, true, 1},
+		{"store down before the lease's end", down, 2999 * time.Millisecond, false, false, 0},
+		{"store down at the lease's end", down, 3 * time.Second, false, true, 0},
+	} {
+		clock := executiontest.NewFakeClock()
+		r := &recorder{clock: clock, extend: func() error { return tc.err }}
+		s, e, _ := settling(t, r, 3*time.Second, nil)
+		clock.Advance(tc.after)
+		held, lost := s.RenewUnknown(context.Background(), e)
+		if held != tc.held || lost != tc.lost || testutil.ToFloat64(e.LockLost) != tc.counted {
+			t.Errorf("%s: held %v, lost %v, counted %v; want %v, %v, %v", tc.name, held, lost, testutil.ToFloat64(e.LockLost), tc.held, tc.lost, tc.counted)
+		}
+	}
+}
+
+// While an upstream call of the settlement runs, its lease is renewed
+// every third of lock_ttl until the call ends (stop), and not after.
+func TestSettlingKeepsAnUnknownOutcomesLeaseWhileALookupRuns(t *testing.T) {
+	clock := executiontest.NewFakeClock()
+	r := &recorder{clock: clock}
+	ttl := 3 * time.Second
+	s, e, _ := settling(t, r, ttl, nil)
+	stop := s.KeepHeld(context.Background(), e)
+	for range 3 {
+		clock.AdvanceToNext(t, ttl, "the next renewal while a lookup runs")
+	}
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if n := len(extends(r)); n != 3 {
+			return fmt.Errorf("%d renewals, want 3", n)
+		}
+		return nil
+	})
+	stop()
+	clock.Advance(10 * ttl)
+	if n := len(extends(r)); n != 3 {
+		t.Errorf("%d renewals after the lookup ended, want none past the 3 before", n-3)
 	}
 }
