@@ -2,13 +2,11 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -45,7 +43,7 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	}
 	q.wake = make(chan struct{}, 1)
 	q.detached = detached
-	q.lease.Start(q.began, q.route.policy.LockTTL)
+	q.startLease()
 	if every := execution.RenewEvery(q.route.policy.LockTTL); every <= h.wait(q) {
 		h.renewLease(detached, q, every, true)
 	} else {
@@ -180,7 +178,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		outcome = OutcomeExecuted
 		rec = c.record(q.fp)
 		if rec.BodyOmitted {
-			q.omitReason = omitTooLarge
+			q.settle.OmitReason = omitTooLarge
 		}
 	}
 
@@ -189,8 +187,8 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		if pol.ExpiredKeys == ExpiredReject {
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}
+		q.settle.Rec, q.settle.TTL, q.settle.From = rec, pol.ttlFor(rec.Status), q.returned
 	}
-	q.rec = rec
 	h.settleKey(ctx, q, leaseLost)
 	return outcome
 }
@@ -213,27 +211,22 @@ func (h *Handler) problemRecord(q *request, f failure) *store.Record {
 	return problemRecord(p, detail, q.fp)
 }
 
-// attempt is the result of one try at settling a key.
-type attempt uint8
-
-const (
-	settled attempt = iota // recorded, released, or lost to another owner
-	retry                  // the store was unavailable
-)
-
-// settleKey records q.rec, or releases the key when there is none, until
-// the key is settled. When
-// the store is briefly unavailable it keeps trying in the background (the
-// client already has its response) until the lease would have expired,
-// after which the store settles the key on its own. A key held because the
-// store is full (q.held) keeps its lease renewed meanwhile: a full store
-// must never let a retry execute again.
+// settleKey records q's record, or releases the key when there is none,
+// until the key is settled (execution.Settling): when the store is
+// briefly unavailable it keeps trying in the background, the client
+// already answered, until the lease would have expired.
 func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
-	if h.trySettle(ctx, q, leaseLost) == settled {
+	if q.settle.Try(ctx, &h.settler, leaseLost) {
 		h.settled(q)
 		return
 	}
 	go h.settleLater(ctx, q, leaseLost)
+}
+
+// settleLater settles q's key in the background (execution.Settling.Later).
+func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
+	defer h.settled(q)
+	q.settle.Later(ctx, &h.settler, leaseLost)
 }
 
 // settled ends q's part in its key: local waiters wake, and the record's
@@ -242,199 +235,4 @@ func (h *Handler) settled(q *request) {
 	h.owners.Remove(q.keyHash, q.done)
 	h.settling.Add(-1)
 	q.capture.freeHeader()
-}
-
-// trySettle records q.rec, or releases the key when there is none.
-func (h *Handler) trySettle(ctx context.Context, q *request, leaseLost bool) attempt {
-	if q.rec == nil {
-		return h.tryRelease(ctx, q)
-	}
-	return h.tryComplete(ctx, q, leaseLost)
-}
-
-// settleLater keeps trying to settle q's key, in the background, for as
-// long as its lease lives: the last try goes out just before it expires
-// (lastTryBefore), because a store back in the lease's last second still
-// takes the record, and a record the store does not take lets a retry
-// execute the key again. A record's lease is renewed in its last third
-// on the way (renewToRecord), so a store that answers again has the time
-// to take the record — for one lock_ttl more at most (q.renewUntil).
-func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
-	defer h.settled(q)
-	ttl := q.route.policy.LockTTL
-	q.renewUntil = q.lease.End().Add(ttl)
-	backoff := 50 * time.Millisecond
-	for {
-		wait := backoff
-		if q.held {
-			wait = min(wait, execution.RenewEvery(ttl))
-		}
-		left := q.lease.End().Sub(h.clock.Now()) - lastTryBefore(ttl)
-		if left <= 0 {
-			h.log.Warn(gaveUp(q), "route", q.route.label, "key_hash", q.keyHash)
-			return
-		}
-		<-h.clock.After(min(wait, left))
-		if wait >= left && q.rec != nil && !q.held {
-			// The try due just before the lease ends goes first: a
-			// renewal sent to a store that does not answer would hold it
-			// until the store's timeout, past the lease's end.
-			if h.trySettle(ctx, q, leaseLost) == settled {
-				return
-			}
-			h.renewToRecord(ctx, q)
-			continue
-		}
-		switch {
-		case q.held:
-			if h.renewHeld(ctx, q) {
-				return // lost: another owner has the key
-			}
-		case q.rec != nil:
-			h.renewToRecord(ctx, q)
-		}
-		if h.trySettle(ctx, q, leaseLost) == settled {
-			return
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-// gaveUp says how settling q's key ended when its lease ran out first.
-func gaveUp(q *request) string {
-	switch {
-	case q.rec == nil:
-		return "could not release key before its lease expired; it unlocks at lock_ttl"
-	case q.unreplicated:
-		// Not a lost record: it is there, with its ttl, while the master is.
-		return "response recorded on the store's master, but fewer replicas than replica_ack acknowledged it before its lease expired; " +
-			"retries replay it, unless the master fails before a replica has it: after such a failover a retry with its key executes again"
-	}
-	return "could not record response before its lease expired; a retry with its key will execute again"
-}
-
-// lastTryBefore is how long before a lease of ttl expires, as far as this
-// process knows, settling tries for the last time: little enough that a
-// store back in the lease's last moments still gets the try, enough that
-// the try reaches it before the lease ends there. The lease's end is read
-// from when Begin was sent, so the store's own end is later still.
-func lastTryBefore(ttl time.Duration) time.Duration { return min(ttl/10, 100*time.Millisecond) }
-
-// renewToRecord renews the lease of a key whose record is still to be
-// written once the lease is in its last third, as a running lease is
-// renewed: a store that answers again, but not yet the record, must not
-// see the lease run out meanwhile. A failed renewal changes nothing: the
-// try to record that follows says why, or finds the lease lost, or its
-// own record written by a try whose reply was lost.
-//
-// Renewals stop at q.renewUntil, one lock_ttl past the lease's end when
-// the call returned, and after the store refused the record
-// (store.ErrRefused): a store that takes renewals but never the record (a
-// trigger or privilege refusing it, a body whose write always times out)
-// would otherwise keep its key answering 409, and its record in memory,
-// for ever. One lock_ttl is the longest the operator lets a key stay
-// locked for an owner that no longer answers; a store back within it
-// still gets the record.
-func (h *Handler) renewToRecord(ctx context.Context, q *request) {
-	ttl := q.route.policy.LockTTL
-	if q.refused || q.lease.End().Sub(h.clock.Now()) > execution.RenewEvery(ttl) {
-		return
-	}
-	sent := h.clock.Now()
-	d := min(ttl, q.renewUntil.Sub(sent))
-	if !sent.Add(d).After(q.lease.End()) {
-		return // at renewUntil already
-	}
-	if h.store.Extend(ctx, q.keyHash, q.token, d) == nil {
-		q.lease.ExtendTo(sent.Add(d))
-	}
-}
-
-// tryComplete stores q.rec. When the store has no room for it, it stores
-// the record without its body instead; when there is no room for that
-// either, it holds the key (q.held) so that no retry executes again, and
-// the caller keeps trying.
-func (h *Handler) tryComplete(ctx context.Context, q *request, leaseLost bool) attempt {
-	ttl := q.route.policy.ttlFor(q.rec.Status)
-	// The first try is timed from when the call returned: the clock was
-	// read then, and little but the record's assembly lies between.
-	start := q.returned
-	if q.retried {
-		start = h.clock.Now()
-	}
-	q.retried = true
-	err := h.store.completeFrom(ctx, start, q.keyHash, q.token, q.rec, ttl)
-	if errors.Is(err, store.ErrFull) && len(q.rec.Body) > 0 {
-		q.rec, q.omitReason = withoutBody(q.rec), omitStoreFull
-		err = h.store.Complete(ctx, q.keyHash, q.token, q.rec, ttl)
-	}
-	switch {
-	case err == nil:
-		if q.omitReason != "" {
-			h.metrics.bodyOmitted[q.omitReason].Inc()
-		}
-		if q.held {
-			h.log.Info("store had room again: response recorded", "route", q.route.label, "key_hash", q.keyHash)
-		}
-		return settled
-	case errors.Is(err, store.ErrLockLost):
-		if !leaseLost {
-			h.lockLost(q, "complete", lostAfterDelivered)
-		}
-		q.recordLost = true
-		return settled
-	case errors.Is(err, store.ErrFull):
-		if !q.held {
-			q.held = true
-			h.log.Error("store full: no room to record a response, even without its body; the key stays locked (retries get 409) until the record fits",
-				"route", q.route.label, "key_hash", q.keyHash, "error", err)
-		}
-		return retry
-	}
-	if errors.Is(err, store.ErrUnreplicated) {
-		q.unreplicated = true
-		h.log.Warn("response recorded on the store's master, not yet acknowledged by replica_ack replicas; writing it again until they do or its lease expires",
-			"route", q.route.label, "key_hash", q.keyHash, "error", err)
-		return retry
-	}
-	if errors.Is(err, store.ErrRefused) {
-		q.refused = true
-	}
-	h.warnRetry(q, "could not record response yet; retrying until its lease expires", err)
-	return retry
-}
-
-// withoutBody is rec with its body left out, for a store with no room for it.
-func withoutBody(rec *store.Record) *store.Record {
-	out := *rec
-	out.Body, out.BodyOmitted = nil, true
-	out.Header = make(map[string][]string, len(rec.Header))
-	for k, v := range rec.Header {
-		out.Header[k] = v
-	}
-	if _, ok := out.Header["Content-Length"]; ok {
-		out.Header["Content-Length"] = headerZero
-	}
-	return &out
-}
-
-// tryRelease releases the key.
-func (h *Handler) tryRelease(ctx context.Context, q *request) attempt {
-	err := h.store.Release(ctx, q.keyHash, q.token)
-	if err == nil {
-		return settled
-	}
-	h.warnRetry(q, "could not release key yet; retrying until its lease expires", err)
-	return retry
-}
-
-// warnRetry logs a failed try at settling q's key, the first time only:
-// a store that keeps failing is said once, then by how settling ended
-// (gaveUp), not once a second for the whole lease.
-func (h *Handler) warnRetry(q *request, msg string, err error) {
-	if q.warnedRetry {
-		return
-	}
-	q.warnedRetry = true
-	h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "error", err)
 }

@@ -53,6 +53,8 @@ type Handler struct {
 	// settling counts executed requests whose key is not settled yet,
 	// including those retried in the background.
 	settling atomic.Int64
+	// settler settles executed requests' keys (execution.Settling).
+	settler execution.Settler
 	// accessLog is Options.AccessLog, as SetAccessLog last set it.
 	accessLog atomic.Bool
 	accessOut io.Writer // Options.AccessLogOutput
@@ -101,6 +103,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.async = asyncStatus{path: cmp.Or(opts.AsyncPath, DefaultAsyncPath), secret: opts.AsyncSecret}
 	h.store = meteredStore{opts.Store, h.metrics, &h.clock}
+	h.settler = execution.Settler{Store: &h.store, Clock: &h.clock, Log: h.log, LockLost: h.metrics.lockLost, BodyOmitted: h.metrics.bodyOmitted}
 	h.forgetter, _ = opts.Store.(forgetter)
 	h.inspector, _ = opts.Store.(inspector)
 	transport := opts.Transport

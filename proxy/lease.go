@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
-	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // An executed request holds its lease (execution.Lease): its renewals
@@ -34,40 +32,22 @@ func (q *request) FirstRenewal(first time.Duration) {
 }
 
 // Lost reports a renewal that found q's lease lost.
-func (q *request) Lost() { q.h.lockLost(q, "renewal", lostWhileRunning) }
+func (q *request) Lost() { q.h.lockLost(q, "renewal", execution.LostWhileRunning) }
 
 // RenewFailed logs a renewal of q's lease that failed.
 func (q *request) RenewFailed(err error) {
 	q.h.log.Warn("could not renew lease", "route", q.route.label, "key_hash", q.keyHash, "error", err)
 }
 
-// renewHeld extends the lease of a key held for lack of space and reports
-// whether the lease was lost.
-func (h *Handler) renewHeld(ctx context.Context, q *request) (lost bool) {
+// startLease notes q's lease, which runs from when Begin was sent, and
+// the key its settling records or releases (execution.Settling).
+func (q *request) startLease() {
 	ttl := q.route.policy.LockTTL
-	sent := h.clock.Now()
-	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
-	switch {
-	case err == nil:
-		q.lease.ExtendTo(sent.Add(ttl))
-	case errors.Is(err, store.ErrLockLost):
-		h.lockLost(q, "renewal while the store was full", lostAfterDelivered)
-		return true
-	default:
-		h.log.Warn("could not renew lease of a key held while the store is full", "route", q.route.label, "key_hash", q.keyHash, "error", err)
-	}
-	return false
+	q.lease.Start(q.began, ttl)
+	q.settle = execution.Settling{Key: q.keyHash, Token: q.token, Route: q.route.label, LockTTL: ttl, Lease: &q.lease}
 }
 
-// Lost-lease messages, by when the loss is found: a renewal finds it while
-// the upstream still runs, before any response exists; a completion after
-// the response went to the client.
-const (
-	lostWhileRunning   = "lease on key lost while its upstream request runs: it expired, or an operator deleted it, and another request may execute it; this request's response will be delivered but not recorded"
-	lostAfterDelivered = "lease on key lost: it expired, or an operator deleted it, while the upstream ran, and another request may have executed it; this response was delivered but not recorded"
-)
-
+// lockLost reports q's lease found lost during an operation.
 func (h *Handler) lockLost(q *request, during, msg string) {
-	h.metrics.lockLost.Inc()
-	h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "during", during, "lock_ttl", q.route.policy.LockTTL.String())
+	h.settler.Lost(q.route.label, q.keyHash, q.route.policy.LockTTL, during, msg)
 }

@@ -15,7 +15,7 @@ import (
 // failure: it is counted in idempotency_proxy_lock_lost_total instead; nor
 // is an unreadable record (idempotency_proxy_record_unreadable_total).
 // It reads the handler's clock, so that a miss can time its Begin and its
-// Complete from readings it takes anyway (beginFrom, completeFrom).
+// Complete from readings it takes anyway (beginFrom, CompleteFrom).
 type meteredStore struct {
 	Store
 	m     *Metrics
@@ -44,11 +44,12 @@ func (s meteredStore) Extend(ctx context.Context, key, token string, lease time.
 }
 
 func (s meteredStore) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	return s.completeFrom(ctx, (*s.clock).Now(), key, token, rec, ttl)
+	return s.CompleteFrom(ctx, (*s.clock).Now(), key, token, rec, ttl)
 }
 
-// completeFrom is Complete timed from start, as beginFrom.
-func (s meteredStore) completeFrom(ctx context.Context, start time.Time, key, token string, rec *store.Record, ttl time.Duration) error {
+// CompleteFrom is Complete timed from start, as beginFrom: settling
+// times its first try from when the call returned (execution.Settling).
+func (s meteredStore) CompleteFrom(ctx context.Context, start time.Time, key, token string, rec *store.Record, ttl time.Duration) error {
 	err := s.Store.Complete(ctx, key, token, rec, ttl)
 	s.m.observeStore(opComplete, (*s.clock).Now().Sub(start), failed(err))
 	return err

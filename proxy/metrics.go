@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -118,7 +119,7 @@ func (op storeOp) String() string { return storeOpNames[op] }
 // label of idempotency_proxy_records_body_omitted_total.
 const (
 	omitTooLarge  = "too_large"
-	omitStoreFull = "store_full"
+	omitStoreFull = execution.OmittedStoreFull
 )
 
 // defaultRoute is the route label of requests that match no configured route.

@@ -2,14 +2,11 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -213,7 +210,7 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 	}
 	deadline := q.recon.since.Add(pol.For)
 	for {
-		if lost := h.holdFor(ctx, q, wait); lost {
+		if lost := q.settle.HoldFor(ctx, &h.settler, wait); lost {
 			return settlement{lost: true}
 		}
 		wait = pol.Every
@@ -246,75 +243,6 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 	}
 }
 
-// holdFor waits d while renewing q's lease, and reports whether it was lost.
-func (h *Handler) holdFor(ctx context.Context, q *request, d time.Duration) (lost bool) {
-	every := execution.RenewEvery(q.route.policy.LockTTL)
-	for {
-		step := min(d, every)
-		<-h.clock.After(step)
-		d -= step
-		if _, lost := h.renewSettling(ctx, q); lost {
-			return true
-		}
-		if d <= 0 {
-			return false
-		}
-	}
-}
-
-// keepHeld renews q's lease every execution.RenewEvery while an upstream
-// call of the settlement runs (a lookup, a resend: up to
-// upstream.max_execution, longer than lock_ttl may be), until the returned
-// stop is called.
-func (h *Handler) keepHeld(ctx context.Context, q *request) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-h.clock.After(execution.RenewEvery(q.route.policy.LockTTL)):
-			}
-			if _, lost := h.renewSettling(ctx, q); lost {
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
-// renewSettling extends the lease of a key being settled. held reports
-// that the store renewed it: only then may the key be sent upstream again.
-// lost reports that it is no longer this proxy's: the store says so, or
-// the store could not be reached until the lease's end passed, after
-// which another proxy may have taken the key. A store briefly
-// unavailable is tried again at the next step: the lease outlives a few.
-func (h *Handler) renewSettling(ctx context.Context, q *request) (held, lost bool) {
-	ttl := q.route.policy.LockTTL
-	sent := h.clock.Now()
-	err := h.store.Extend(ctx, q.keyHash, q.token, ttl)
-	switch {
-	case err == nil:
-		q.lease.ExtendTo(sent.Add(ttl))
-		return true, false
-	case errors.Is(err, store.ErrLockLost):
-		h.lockLost(q, "renewal while settling an unknown outcome", lostWhileRunning)
-		return false, true
-	case !h.clock.Now().Before(q.lease.End()):
-		h.log.Warn("could not renew the lease of a key being settled before it ended: another proxy may hold the key, and settles it",
-			"route", q.route.label, "key_hash", q.keyHash, "error", err)
-		return false, true
-	}
-	h.log.Warn("could not renew the lease of a key being settled", "route", q.route.label, "key_hash", q.keyHash, "error", err)
-	return false, false
-}
-
 // record stores rec as q's key's record, trying again while the store is
 // unavailable, as settleKey does for any record, and for as long: one
 // lock_ttl, the longest the operator lets a key stay locked for an owner
@@ -329,27 +257,27 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 	if q.route.policy.ExpiredKeys == ExpiredReject {
 		rec.Tombstone = q.route.policy.ExpiredKeyWindow
 	}
-	q.rec, q.retried = rec, true
+	q.settle.Rec, q.settle.TTL, q.settle.From = rec, q.route.policy.ttlFor(rec.Status), time.Time{}
 	holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
-	for h.trySettle(ctx, q, false) != settled {
-		if (q.refused || !h.clock.Now().Before(holdUntil)) && h.markReconciling(ctx, q) {
+	for !q.settle.Try(ctx, &h.settler, false) {
+		if (q.settle.Refused || !h.clock.Now().Before(holdUntil)) && h.markReconciling(ctx, q) {
 			msg := "the store did not take the settled answer's record within lock_ttl: the key is left to its next request after lock_ttl"
-			if q.refused {
+			if q.settle.Refused {
 				msg = "the store refused the settled answer's record: the key is left to its next request after lock_ttl"
 			}
 			h.log.Warn(msg, "route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
 			return settlement{}
 		}
-		if h.holdFor(ctx, q, time.Second) {
+		if q.settle.HoldFor(ctx, &h.settler, time.Second) {
 			return settlement{lost: true}
 		}
 	}
-	if q.recordLost {
+	if q.settle.RecordLost {
 		// The store refused it: the key is another owner's, whose
 		// record, not this one, is the key's answer.
 		return settlement{lost: true}
 	}
-	return settlement{outcome: outcome, rec: q.rec}
+	return settlement{outcome: outcome, rec: q.settle.Rec}
 }
 
 // releaseSettled releases q's key, and reports whether it did. The marker
@@ -358,7 +286,7 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 // be deleted by this settlement.
 func (h *Handler) releaseSettled(ctx context.Context, q *request) bool {
 	h.dropMarker(ctx, q)
-	return h.tryRelease(ctx, q) == settled
+	return q.settle.TryRelease(ctx, &h.settler)
 }
 
 // giveUp applies reconcile.then: no lookup settled the key within
@@ -377,7 +305,7 @@ func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
 					"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
 				break
 			}
-			if h.holdFor(ctx, q, time.Second) {
+			if q.settle.HoldFor(ctx, &h.settler, time.Second) {
 				return settlement{lost: true}
 			}
 		}

@@ -69,8 +69,8 @@ func reviewPolicy(p *Policy) {
 }
 
 // a resend runs for up to upstream.max_execution with no lease
-// renewal (reconcilelookup.go resend: one renewSettling, then
-// h.rp.ServeHTTP; holdFor is the only renewer). When the resend outlives
+// renewal (reconcilelookup.go resend: one Settling.RenewUnknown, then
+// h.rp.ServeHTTP; Settling.HoldFor is the only renewer). When the resend outlives
 // lock_ttl, another proxy takes the key, finds the marker, probes at once
 // (since+after is long past), sees "absent" while the resend still runs,
 // and resends a second time: the key is forwarded three times and
@@ -293,7 +293,7 @@ func (p *partitioned) Extend(ctx context.Context, key, token string, ttl time.Du
 	return p.Store.Extend(ctx, key, token, ttl)
 }
 
-// renewSettling treats any error but ErrLockLost as "not lost",
+// Settling.RenewUnknown treats any error but ErrLockLost as "not lost",
 // and never compares the lease's end with the clock: a proxy cut off from
 // the store goes on probing past lock_ttl, and resend's "ownership is
 // proven just before" passes on a failed Extend. Meanwhile another proxy

@@ -24,7 +24,7 @@ import (
 func (h *Handler) probe(ctx context.Context, q *request) (string, *store.Record) {
 	pol := &q.route.policy
 	q.recon.probes.Add(1)
-	stop := h.keepHeld(ctx, q)
+	stop := q.settle.KeepHeld(ctx, &h.settler)
 	defer stop()
 	pctx, cancel := context.WithTimeout(ctx, min(pol.Reconcile.Every, h.upstreamTimeout))
 	defer cancel()
@@ -107,7 +107,7 @@ func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, se
 	// Ownership is proven just before: a proxy that lost the key, or
 	// cannot tell, must not execute it again. The marker says it is
 	// resent before it is, so that no later owner resends it too.
-	if held, _ := h.renewSettling(ctx, q); !held {
+	if held, _ := q.settle.RenewUnknown(ctx, &h.settler); !held {
 		return nil, false
 	}
 	at := h.clock.Now()
@@ -117,7 +117,7 @@ func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, se
 	q.recon.resent = at
 	// Renewed while it runs: a resend that outlives lock_ttl must not let
 	// another proxy take the key over meanwhile.
-	stop := h.keepHeld(ctx, q)
+	stop := q.settle.KeepHeld(ctx, &h.settler)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, h.maxExecution)
 	defer cancel()

@@ -23,7 +23,7 @@ const markerResentAt = "Resent-At"
 // renewal proved the key still held: a proxy that lost the key must not
 // mark it for its new owner.
 func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
-	if held, _ := h.renewSettling(ctx, q); !held {
+	if held, _ := q.settle.RenewUnknown(ctx, &h.settler); !held {
 		return false
 	}
 	return h.writeMarker(ctx, q, q.recon.since, time.Time{})
@@ -186,7 +186,7 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	h.settling.Add(1)
 	q.done = h.owners.Add(q.keyHash, func() {})
 	q.detached = detached
-	q.lease.Start(q.began, q.route.policy.LockTTL)
+	q.startLease()
 	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
 	q.recon.client = true
 	q.recon.waiting.Store(true)

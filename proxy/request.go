@@ -89,7 +89,6 @@ type execState struct {
 	token    string    // the lease's owner token
 	began    time.Time // when Begin was sent: the lease runs from then
 	returned time.Time // when the upstream call returned
-	retried  bool      // settling has tried once: the next try reads the clock
 	h        *Handler  // the handler executing it, for its lease (lease.go)
 	capture  capture
 	lease    execution.Lease
@@ -97,27 +96,9 @@ type execState struct {
 	// recycled, so it outlives the transport's reads.
 	bodyReader memoryBody
 	done       chan struct{} // closes when the key is settled, waking local waiters
-	// rec is the record being stored; omitReason says why it has no body
-	// ("" when it has), for idempotency_proxy_records_body_omitted_total.
-	rec        *store.Record
-	omitReason string
-	// held is set once the store had no room even for rec without its
-	// body: the key stays locked, its lease renewed, until rec fits.
-	held bool
-	// unreplicated is set once a try wrote rec on the store's master but
-	// fewer replicas than replica_ack acknowledged it: retries replay it,
-	// unless a failover loses it first.
-	unreplicated bool
-	// renewUntil is as far as settling renews the lease of rec
-	// (renewToRecord); refused is set once the store refused rec, which
-	// ends the renewals; warnedRetry once a failed try was logged.
-	renewUntil  time.Time
-	refused     bool
-	warnedRetry bool
-
-	// recordLost is set when the store refused rec because the lease was
-	// lost: the key's record, if any, is another owner's.
-	recordLost bool
+	// settling records the key's record, or releases it, once the call
+	// returned.
+	settle execution.Settling
 	// recon is the settling of the request's unknown outcome
 	// (reconcile.go).
 	recon *reconciliation

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -259,8 +260,8 @@ func TestLostLeaseWarningSaysWhenItWasFound(t *testing.T) {
 		lines := logs.lines(t, "lease on key lost")
 		close(release)
 		<-first
-		if len(lines) != 1 || lines[0]["msg"] != lostWhileRunning || lines[0]["during"] != "renewal" {
-			t.Fatalf("lost-lease lines while the upstream runs = %v, want one %q", lines, lostWhileRunning)
+		if len(lines) != 1 || lines[0]["msg"] != execution.LostWhileRunning || lines[0]["during"] != "renewal" {
+			t.Fatalf("lost-lease lines while the upstream runs = %v, want one %q", lines, execution.LostWhileRunning)
 		}
 		if got := len(logs.lines(t, "lease on key lost")); got != 1 {
 			t.Errorf("%d lost-lease lines after completion, want the one of the renewal", got)
@@ -275,8 +276,8 @@ func TestLostLeaseWarningSaysWhenItWasFound(t *testing.T) {
 		}, withStore(st), withLog(&logs))
 		e.do(t, "POST", "/x", "k", "{}")
 		lines := logs.lines(t, "lease on key lost")
-		if len(lines) != 1 || lines[0]["msg"] != lostAfterDelivered || lines[0]["during"] != "complete" {
-			t.Fatalf("lost-lease lines = %v, want one %q", lines, lostAfterDelivered)
+		if len(lines) != 1 || lines[0]["msg"] != execution.LostAfterDelivered || lines[0]["during"] != "complete" {
+			t.Fatalf("lost-lease lines = %v, want one %q", lines, execution.LostAfterDelivered)
 		}
 	})
 }
