@@ -107,6 +107,34 @@ func TestStartWithTheStoreDownLogsTheCauseAndWaits(t *testing.T) {
 	waitFor(t, "ready once Redis answers", func() bool { code, _ := p.get(t, "/readyz"); return code == http.StatusOK })
 }
 
+// A Redis that answers PING but refuses every write (a replica) makes the
+// proxy unready, naming Redis's reason, for as long as every keyed request
+// gets on_store_error; it is ready again once Redis takes writes.
+func TestRedisThatRefusesWritesMakesTheProxyUnready(t *testing.T) {
+	up, n := countingUpstream(t)
+	r := redistest.Start(t)
+	p := start(t, nil, "--upstream", up.URL, "--redis-url", r.URL())
+	if code, body := p.get(t, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz of a master = %d %q", code, body)
+	}
+	admin := r.Client(t)
+	if err := admin.Do(t.Context(), "REPLICAOF", "127.0.0.1", strconv.Itoa(redistest.FreePort(t))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := p.post(t, "/orders", "k1", "{}"); res.StatusCode != http.StatusServiceUnavailable || n.Load() != 0 {
+		t.Fatalf("keyed request to a replica = %d, upstream called %d times; want 503 and no call", res.StatusCode, n.Load())
+	}
+	if code, body := p.get(t, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "READONLY") {
+		t.Errorf("/readyz while Redis refuses writes = %d %q, want 503 naming READONLY", code, body)
+	}
+	if err := admin.Do(t.Context(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := p.get(t, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz once Redis takes writes = %d %q, want 200", code, body)
+	}
+}
+
 // A Redis that may evict keys keeps the proxy ready but is named in
 // /readyz, the gauge and an error log with the fix.
 func TestUnsafeEvictionIsReportedNotFatal(t *testing.T) {

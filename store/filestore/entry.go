@@ -2,7 +2,6 @@ package filestore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -81,7 +80,11 @@ func (e *entry) marshal() []byte {
 	return append(b, e.enc...)
 }
 
-var errCorrupt = errors.New("corrupt entry")
+// errCorrupt is an entry whose bytes do not decode: a flipped bit or a torn
+// page. It may be the record of a key that was executed, so it is an
+// unreadable record (store.ErrCorrupt), which the proxy never executes
+// again, and it stays until an operator deletes it.
+var errCorrupt = fmt.Errorf("corrupt entry: %w", store.ErrCorrupt)
 
 // unmarshal decodes b. The entry's enc aliases b: within a transaction b
 // is the database's memory map, so a caller keeping enc past the

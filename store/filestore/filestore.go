@@ -252,7 +252,7 @@ func (s *Store) Close() error {
 // decoded says so itself.
 func (s *Store) view(op string, fn func(tx *bolt.Tx) error) error {
 	err := s.db.View(fn)
-	if err != nil && !errors.Is(err, errCorrupt) && !errors.Is(err, store.ErrCorrupt) {
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return fmt.Errorf("file %s: %s: %w: %w", op, s.dir, store.ErrUnavailable, err)
 	}
 	return err

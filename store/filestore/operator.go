@@ -32,6 +32,9 @@ func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.write(ctx, "delete", func(t *txn) error {
 		e, ok, err := t.live(key)
+		if errors.Is(err, errCorrupt) {
+			return t.removeDamaged(key)
+		}
 		if err != nil {
 			return err
 		}

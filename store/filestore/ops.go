@@ -233,6 +233,24 @@ func (t *txn) remove(key string, e *entry) error {
 	return nil
 }
 
+// removeDamaged deletes the entry under key whose bytes do not decode
+// (errCorrupt), counting it at the size its bytes give. Its index entry,
+// which cannot be found without them, is dropped by the sweep that
+// reaches it (settle).
+func (t *txn) removeDamaged(key string) error {
+	v := t.keys.Get([]byte(key))
+	size, record := entrySize(key, max(len(v)-headerLen, 0)), len(v) > 0 && v[0] == kindRecord
+	t.changes = append(t.changes, change{key: key})
+	if err := t.keys.Delete([]byte(key)); err != nil {
+		return err
+	}
+	t.used = max(t.used-size, 0)
+	if record {
+		t.records--
+	}
+	return nil
+}
+
 // newToken returns 128 random bits, hex-encoded.
 func newToken() string {
 	var b [tokenLen / 2]byte

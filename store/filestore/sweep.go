@@ -74,7 +74,9 @@ func (t *txn) settle(at int64, key []byte) error {
 	}
 	e, err := unmarshal(v)
 	if err != nil {
-		return err
+		// Its expiry cannot be read: it stays, refusing its key, until an
+		// operator deletes it, and the sweep goes on past it.
+		return t.expiry.Delete(ik)
 	}
 	switch {
 	case e.indexed != at:
@@ -154,7 +156,7 @@ func (t *txn) indexed(at int64, key []byte) (entry, bool, error) {
 	}
 	e, err := unmarshal(v)
 	if err != nil || e.indexed != at {
-		return entry{}, false, err
+		return entry{}, false, nil // a damaged entry is never evicted: see settle
 	}
 	return e, true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -64,5 +65,64 @@ func TestFailedMigrationIsNotRetriedByEveryOperation(t *testing.T) {
 		if waiting > 0 {
 			t.Fatal("Begin right after a failed migration queued another ALTER TABLE behind the held lock")
 		}
+	}
+}
+
+// An operation that finds the table's migration under way in another
+// operation waits for it no longer than its own deadline: the migration
+// may wait seconds for its lock, and every request would wait with it.
+func TestOperationWaitsForAMigrationUnderWayOnlyUntilItsDeadline(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	admin := srv.Conn(t)
+	if _, err := admin.Exec(ctx, fmt.Sprintf(earlierTable, "held")); err != nil {
+		t.Fatal(err)
+	}
+	holder := srv.Conn(t)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM held`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{URL: srv.URL(), Table: "held", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	migrating := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "first", store.Lease{}, time.Minute)
+		migrating <- err
+	}()
+	alterWaiting := func() bool {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE 'ALTER TABLE%' AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if !alterWaiting() {
+			return errors.New("the first operation's ALTER TABLE does not wait for its lock yet")
+		}
+		return nil
+	})
+	late, cancel := context.WithCancel(ctx)
+	cancel() // its caller is gone, or its deadline passed
+	if _, err := s.Begin(late, "second", store.Lease{}, time.Minute); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Begin whose deadline passed while the table migrates = %v, want ErrUnavailable", err)
+	}
+	if !alterWaiting() {
+		t.Fatal("the second operation waited for the migration to give up on its lock")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrating; err != nil {
+		t.Fatalf("Begin that migrated the table once its lock was free = %v", err)
 	}
 }

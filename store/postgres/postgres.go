@@ -136,11 +136,13 @@ type Store struct {
 
 	// prepared is set once the table is known to exist with the right
 	// shape; until then each operation checks it first (Prepare).
-	prepared  atomic.Bool
-	prepareMu sync.Mutex
+	prepared atomic.Bool
+	// preparing holds a token while one operation prepares the table: a
+	// lock whose waiters give up at their deadline (ready).
+	preparing chan struct{}
 	// migrateErr is why the last migration failed, at migratedAt: ready
 	// gives it back until migrateWait has passed (see migrateIfDue).
-	// Guarded by prepareMu.
+	// Guarded by preparing.
 	migrateErr  error
 	migratedAt  time.Time
 	migrateWait time.Duration
@@ -213,6 +215,7 @@ func New(opts Options) (*Store, error) {
 		cachePoll:  cmp.Or(opts.CachePoll, defaultCachePoll),
 		logLock:    logLockKey(opts.Table),
 		stop:       make(chan struct{}),
+		preparing:  make(chan struct{}, 1),
 	}
 	s.batch.s = s
 	if opts.CacheBytes > 0 {

@@ -172,13 +172,19 @@ func (s *Store) Prepare(ctx context.Context) error {
 // prepareTimeout bounds Prepare when its caller sets no deadline.
 const prepareTimeout = 10 * time.Second
 
-// ready prepares the table once.
+// ready prepares the table once. An operation that finds another
+// preparing it waits no longer than its own deadline: a migration may wait
+// seconds for its lock (migrate), and every request would wait with it.
 func (s *Store) ready(ctx context.Context) error {
 	if s.prepared.Load() {
 		return nil
 	}
-	s.prepareMu.Lock()
-	defer s.prepareMu.Unlock()
+	select {
+	case s.preparing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("postgres: table %s being prepared by another operation: %w: %w", s.table, store.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.preparing }()
 	if s.prepared.Load() {
 		return nil
 	}
@@ -254,7 +260,7 @@ var errNoLeaseColumn = errors.New("no column " + leaseColumn)
 
 // migrateIfDue migrates the table unless the last try failed less than
 // the pause since (migrateRetryMin doubling to migrateRetryMax) ago, in
-// which case it gives that failure back. s.prepareMu is held.
+// which case it gives that failure back. s.preparing is held.
 func (s *Store) migrateIfDue(ctx context.Context) error {
 	if s.migrateErr != nil && time.Since(s.migratedAt) < s.migrateWait {
 		return s.migrateErr

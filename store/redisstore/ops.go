@@ -264,12 +264,18 @@ func (s *Store) release(ctx context.Context, dl time.Time, key, token string) er
 func (s *Store) extend(ctx context.Context, dl time.Time, key, token string, ms int64) (int64, error) {
 	if !s.legacyScripts.Load() {
 		n, err := s.run(ctx, dl, extendScript, false, key, token, ms)
-		if err == nil || !strings.Contains(err.Error(), "Error compiling script") {
+		if !flagsUnknown(err) {
 			return n, err
 		}
 		s.legacyScripts.Store(true)
 	}
 	return s.run(ctx, dl, extendScriptLegacy, false, key, token, ms)
+}
+
+// flagsUnknown reports a server that refused a script's flag line as a
+// Lua syntax error: one that does not know script flags.
+func flagsUnknown(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error compiling script")
 }
 
 // millis converts d to whole milliseconds, at least 1: PX rejects 0.

@@ -262,12 +262,29 @@ func tuneUniversal(u *redis.UniversalOptions, opts Options) {
 	u.Protocol = 2
 }
 
-// Ping checks that Redis answers within the timeout.
+// Ping checks that Redis answers within the timeout and would take a
+// write. A replica (the address names one, or a failover demoted the
+// master), a master short of the replicas its min-replicas-to-write asks
+// for, or one that cannot persist answers PING while it refuses every
+// lease, and readiness must say so. pingScript writes nothing, but it is
+// not flagged no-writes, so Redis refuses it as it refuses a write, with
+// its own words (READONLY, NOREPLICAS, MISCONF); flagged allow-oom, it
+// runs on a full Redis, which still replays and renews (Health names it
+// full). A server that does not know script flags is only pinged.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if !s.legacyScripts.Load() {
+		_, err := s.eval(ctx, pingScript, nil, nil, func(cmd redis.Cmder) error { return s.c.Process(ctx, cmd) })
+		if !flagsUnknown(err) {
+			return s.translate("ping", err)
+		}
+		s.legacyScripts.Store(true)
+	}
 	return s.translate("ping", s.c.Ping(ctx).Err())
 }
+
+var pingScript = newScript("#!lua flags=allow-oom\nreturn 1")
 
 // Close closes the client. go-redis closes its connections one by one and
 // may wait on each when Redis is gone: Close returns after the store's
