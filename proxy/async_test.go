@@ -294,3 +294,32 @@ func TestStatusURLOfAKeyBeingSettledIs202(t *testing.T) {
 		t.Errorf("effects on the ledger = %d, want 1", effects)
 	}
 }
+
+// A status URL names one request's answer: once its record is gone (it
+// expired, or was deleted) and the client sends the key again with another
+// payload, the URL is as expired as the record was, while that request
+// runs and after it is recorded, not that request's answer.
+func TestStatusURLOfAKeySentAgainWithAnotherPayloadIs404(t *testing.T) {
+	e, arrived, release := asyncEnv(t)
+	r := e.do(t, "POST", "/x", "k1", `{"n":1}`, "Prefer", "respond-async")
+	<-arrived
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	loc := r.Header.Get("Location")
+	if p := e.poll(t, loc); p.StatusCode != http.StatusCreated {
+		t.Fatalf("poll once recorded: %d %s, want the recorded 201", p.StatusCode, p.body)
+	}
+	if err := e.handler.forgetter.Delete(context.Background(), e.keyHash(t, "k1")); err != nil {
+		t.Fatal(err)
+	}
+	again := e.do(t, "POST", "/x", "k1", `{"n":2}`)
+	<-arrived
+	if again.StatusCode != http.StatusCreated || again.replayed() {
+		t.Fatalf("the key sent again: %d replayed=%v, want a new execution's 201", again.StatusCode, again.replayed())
+	}
+	if p := e.poll(t, loc); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
+		t.Errorf("the first request's status URL after its key was used again: %d %s, want 404 status-unknown", p.StatusCode, p.body)
+	}
+}
