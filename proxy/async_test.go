@@ -323,3 +323,23 @@ func TestStatusURLOfAKeySentAgainWithAnotherPayloadIs404(t *testing.T) {
 		t.Errorf("the first request's status URL after its key was used again: %d %s, want 404 status-unknown", p.StatusCode, p.body)
 	}
 }
+
+// An answer over max_response_body has no first caller under
+// respond-async to stream it to: its status URL gives its status and
+// headers marked Idempotent-Body-Omitted, never a second execution.
+func TestStatusURLOfAnAnswerOverMaxResponseBodyMarksTheBodyOmitted(t *testing.T) {
+	e, arrived, release := asyncEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 4 }))
+	r := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	<-arrived
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := e.poll(t, r.Header.Get("Location"))
+	if p.StatusCode != http.StatusCreated || p.body != "" || p.Header.Get("Idempotent-Body-Omitted") != "true" || !p.replayed() {
+		t.Fatalf("poll: %d %q %v, want the recorded 201 without its body, marked omitted", p.StatusCode, p.body, p.Header)
+	}
+	if n := e.up.calls.Load(); n != 1 {
+		t.Errorf("upstream executed %d times, want 1", n)
+	}
+}
