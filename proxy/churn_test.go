@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"maps"
@@ -211,5 +212,28 @@ func TestChurnCountsWhileTheStoreIsDown(t *testing.T) {
 	e.do(t, "POST", "/x", "k2", `{"a":1}`)
 	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 1 {
 		t.Errorf("key_churn_total = %v with the store down, want 1", got)
+	}
+}
+
+// TestChurnNeverCountsTheRetryOfAReleasedKey: a key released without a
+// record (a release status) is new to the store again, and its retry with
+// the same key is still a retry, not churn.
+func TestChurnNeverCountsTheRetryOfAReleasedKey(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, withPolicy(func(p *Policy) { p.ReleaseStatuses = []int{http.StatusServiceUnavailable} }))
+	for range 2 {
+		if r := e.do(t, "POST", "/x", "k1", `{"a":1}`); r.StatusCode != http.StatusServiceUnavailable || r.replayed() {
+			t.Fatalf("%d replayed=%v, want the upstream's 503, executed", r.StatusCode, r.replayed())
+		}
+		if err := e.handler.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream executed %d times, want 2: the released key runs again", n)
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 0 {
+		t.Errorf("key_churn_total = %v, want 0", got)
 	}
 }
