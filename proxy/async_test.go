@@ -294,3 +294,52 @@ func TestStatusURLOfAKeyBeingSettledIs202(t *testing.T) {
 		t.Errorf("effects on the ledger = %d, want 1", effects)
 	}
 }
+
+// A status URL names one request's answer: once its record is gone (it
+// expired, or was deleted) and the client sends the key again with another
+// payload, the URL is as expired as the record was, while that request
+// runs and after it is recorded, not that request's answer.
+func TestStatusURLOfAKeySentAgainWithAnotherPayloadIs404(t *testing.T) {
+	e, arrived, release := asyncEnv(t)
+	r := e.do(t, "POST", "/x", "k1", `{"n":1}`, "Prefer", "respond-async")
+	<-arrived
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	loc := r.Header.Get("Location")
+	if p := e.poll(t, loc); p.StatusCode != http.StatusCreated {
+		t.Fatalf("poll once recorded: %d %s, want the recorded 201", p.StatusCode, p.body)
+	}
+	if err := e.handler.forgetter.Delete(context.Background(), e.keyHash(t, "k1")); err != nil {
+		t.Fatal(err)
+	}
+	again := e.do(t, "POST", "/x", "k1", `{"n":2}`)
+	<-arrived
+	if again.StatusCode != http.StatusCreated || again.replayed() {
+		t.Fatalf("the key sent again: %d replayed=%v, want a new execution's 201", again.StatusCode, again.replayed())
+	}
+	if p := e.poll(t, loc); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
+		t.Errorf("the first request's status URL after its key was used again: %d %s, want 404 status-unknown", p.StatusCode, p.body)
+	}
+}
+
+// An answer over max_response_body has no first caller under
+// respond-async to stream it to: its status URL gives its status and
+// headers marked Idempotent-Body-Omitted, never a second execution.
+func TestStatusURLOfAnAnswerOverMaxResponseBodyMarksTheBodyOmitted(t *testing.T) {
+	e, arrived, release := asyncEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 4 }))
+	r := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	<-arrived
+	close(release)
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := e.poll(t, r.Header.Get("Location"))
+	if p.StatusCode != http.StatusCreated || p.body != "" || p.Header.Get("Idempotent-Body-Omitted") != "true" || !p.replayed() {
+		t.Fatalf("poll: %d %q %v, want the recorded 201 without its body, marked omitted", p.StatusCode, p.body, p.Header)
+	}
+	if n := e.up.calls.Load(); n != 1 {
+		t.Errorf("upstream executed %d times, want 1", n)
+	}
+}

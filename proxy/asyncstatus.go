@@ -14,12 +14,15 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
-// The status URL is the storage key and a MAC of it and of the request's
-// scope header values under the deployment's async secret. It is checked,
-// never remembered: any replica with the secret serves it from the shared
-// store, across restarts. Without the secret nobody can make one for a
-// key_hash read in a log, and without the original's scope headers a poll
-// fails the MAC: both get 404, as an unknown or expired key does.
+// The status URL is the storage key and a MAC of it, of the request's
+// fingerprint and of its scope header values under the deployment's async
+// secret. It is checked, never remembered: any replica with the secret
+// serves it from the shared store, across restarts. Without the secret
+// nobody can make one for a key_hash read in a log, and without the
+// original's scope headers a poll fails the MAC: both get 404, as an
+// unknown or expired key does. The fingerprint keeps the URL to the one
+// request it was given for: a key whose record expired and that the client
+// sends again with another payload is not that request's answer.
 
 // DefaultAsyncPath is where status URLs are served by default.
 const DefaultAsyncPath = "/.well-known/idempotency/"
@@ -39,23 +42,25 @@ func (a *asyncStatus) serves(r *http.Request) bool {
 	return len(a.secret) > 0 && strings.HasPrefix(r.URL.Path, a.path)
 }
 
-// location is the status URL of a key whose request had the scope
-// values of r under rt.
-func (a *asyncStatus) location(keyHash string, r *http.Request, rt *route) string {
+// location is the status URL of a key whose request had the fingerprint
+// fp and the scope values of r under rt.
+func (a *asyncStatus) location(keyHash string, fp store.Fingerprint, r *http.Request, rt *route) string {
 	raw, err := hex.DecodeString(keyHash)
 	if err != nil { // storage keys are hex: no status URL for another
 		return ""
 	}
-	tok := append(raw, a.mac(keyHash, r, rt)...)
+	tok := append(raw, a.mac(keyHash, fp, r, rt)...)
 	return a.path + base64.RawURLEncoding.EncodeToString(tok)
 }
 
-// mac binds a key to the scope values of the request that sent it.
-func (a *asyncStatus) mac(keyHash string, r *http.Request, rt *route) []byte {
+// mac binds a key to the fingerprint and scope values of the request that
+// sent it.
+func (a *asyncStatus) mac(keyHash string, fp store.Fingerprint, r *http.Request, rt *route) []byte {
 	m := hmac.New(sha256.New, a.secret)
 	m.Write([]byte("status-url\x00"))
 	m.Write([]byte(keyHash))
 	m.Write([]byte{0})
+	m.Write(fp[:])
 	m.Write([]byte(rt.label))
 	d := scopeDigest(r, rt.scope)
 	m.Write(d[:])
@@ -82,7 +87,7 @@ func (a *asyncStatus) parse(path string) (keyHash string, mac []byte, ok bool) {
 // accepted answers 202 with q's status URL.
 func (h *Handler) accepted(w http.ResponseWriter, q *request) {
 	q.outcome, q.status = OutcomeAcceptedAsync, http.StatusAccepted
-	writeAccepted(w, h.async.location(q.keyHash, q.in, q.route))
+	writeAccepted(w, h.async.location(q.keyHash, q.fp, q.in, q.route))
 }
 
 // writeAccepted writes the 202 of a request running, or still running,
@@ -129,7 +134,7 @@ func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt := h.routes.Load().byLabel(label)
-	if rt == nil || !hmac.Equal(mac, h.async.mac(keyHash, r, rt)) {
+	if rt == nil || !hmac.Equal(mac, h.async.mac(keyHash, e.Fingerprint, r, rt)) {
 		writeProblem(w, probStatusUnknown, "")
 		return
 	}

@@ -97,19 +97,31 @@ func (c *churn) len() int {
 	return len(c.cur) + len(c.old)
 }
 
-// countChurn counts q in idempotency_proxy_key_churn_total when its
-// fingerprint and scope were sent under another key within churn_window.
-// It runs under both modes, before the store is asked.
-func (h *Handler) countChurn(q *request) {
+// noteChurn notes whether q's fingerprint and scope were sent under
+// another key within churn_window, and remembers them under q's key. It
+// runs under both modes, before the store is asked; countChurn counts it.
+func (h *Handler) noteChurn(q *request) {
 	c, pol := q.route.churn, &q.route.policy
 	if c == nil {
 		return
 	}
 	id, scopeKey := churnIdentity(q.fp, q.in, q.route.scope)
-	if c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries) {
-		q.route.metrics.churn.Inc()
-		q.route.metrics.report.churned(q.start, c.scopeHash(scopeKey, q))
+	q.churned = c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries)
+	q.churnScope = scopeKey
+}
+
+// countChurn counts q in idempotency_proxy_key_churn_total when noteChurn
+// found its fingerprint and scope under another key. serveKeyed calls it
+// unless the store knows q's key: a key the store holds is a retry of its
+// own, whatever keys the same request went out under in between, and
+// never churn. A store that could not answer does not hide churn.
+func (h *Handler) countChurn(q *request) {
+	if !q.churned {
+		return
 	}
+	q.churned = false // once, whichever way the key was decided
+	q.route.metrics.churn.Inc()
+	q.route.metrics.report.churned(q.start, q.route.churn.scopeHash(q.churnScope, q))
 }
 
 // adoptChurn keeps, across a reload, the fingerprints each route of old

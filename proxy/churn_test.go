@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"maps"
@@ -172,4 +173,67 @@ func TestChurnHoldsAtMostMaxEntries(t *testing.T) {
 		t.Error("the most recent fingerprint under another key not counted as churn")
 	}
 	runtime.KeepAlive(c)
+}
+
+// TestChurnNeverCountsARetryWithItsOwnKey: a request retried with its own
+// key is not churn, even after the same request went out under another
+// key in between.
+func TestChurnNeverCountsARetryWithItsOwnKey(t *testing.T) {
+	for _, mode := range []Mode{ModeEnforce, ModeShadow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, nil, withPolicy(func(p *Policy) { p.Mode = mode }))
+			churned := func() float64 { return testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)) }
+			for _, s := range []struct {
+				name, key string
+				want      float64
+			}{
+				{"first", "k1", 0},
+				{"a fresh key", "k2", 1},
+				{"the first key's retry", "k1", 1},
+				{"the fresh key's retry", "k2", 1},
+			} {
+				e.do(t, "POST", "/x", s.key, `{"a":1}`)
+				if got := churned(); got != s.want {
+					t.Fatalf("after %s: key_churn_total = %v, want %v", s.name, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestChurnCountsWhileTheStoreIsDown: whether a key is new is the store's
+// to say; a store that cannot answer does not hide churn, and a request is
+// counted once.
+func TestChurnCountsWhileTheStoreIsDown(t *testing.T) {
+	st := newFlaky(t)
+	e := newEnv(t, nil, withStore(st), withPolicy(func(p *Policy) { p.OnStoreError = FailOpen }))
+	st.down.Store(true)
+	e.do(t, "POST", "/x", "k1", `{"a":1}`)
+	e.do(t, "POST", "/x", "k2", `{"a":1}`)
+	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 1 {
+		t.Errorf("key_churn_total = %v with the store down, want 1", got)
+	}
+}
+
+// TestChurnNeverCountsTheRetryOfAReleasedKey: a key released without a
+// record (a release status) is new to the store again, and its retry with
+// the same key is still a retry, not churn.
+func TestChurnNeverCountsTheRetryOfAReleasedKey(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, withPolicy(func(p *Policy) { p.ReleaseStatuses = []int{http.StatusServiceUnavailable} }))
+	for range 2 {
+		if r := e.do(t, "POST", "/x", "k1", `{"a":1}`); r.StatusCode != http.StatusServiceUnavailable || r.replayed() {
+			t.Fatalf("%d replayed=%v, want the upstream's 503, executed", r.StatusCode, r.replayed())
+		}
+		if err := e.handler.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.up.calls.Load(); n != 2 {
+		t.Fatalf("upstream executed %d times, want 2: the released key runs again", n)
+	}
+	if got := testutil.ToFloat64(e.handler.metrics.keyChurn.WithLabelValues(defaultRoute)); got != 0 {
+		t.Errorf("key_churn_total = %v, want 0", got)
+	}
 }

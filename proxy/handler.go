@@ -318,7 +318,7 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return false
 	}
-	h.countChurn(q)
+	h.noteChurn(q)
 	if q.route.reconciles() {
 		target, err := q.route.probe.fill(r, q.key, q.body)
 		if err != nil {
@@ -400,6 +400,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		switch {
 		case res.State == store.Acquired:
 			q.token = res.Token
+			h.countChurn(q) // the key is new
 			if q.route.reconciles() && h.takeOver(w, q, detached) {
 				return
 			}
@@ -492,6 +493,7 @@ func (h *Handler) unreadable(w http.ResponseWriter, q *request, err error) {
 // storeUnavailable applies on_store_error to a store that could not take
 // the key: unreachable, or full.
 func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error) {
+	h.countChurn(q) // whether the key is new is not known
 	full := errors.Is(err, store.ErrFull)
 	if q.route.policy.Mode == ModeShadow {
 		h.log.Warn("store unavailable, forwarding as the route is in shadow mode",

@@ -221,7 +221,9 @@ func (h *Handler) Report(window time.Duration) adoption.Report {
 
 func (h *Handler) reportAt(now time.Time, window time.Duration) adoption.Report {
 	to := unixMinute(now)
-	asked := max(1, int64((window+ReportBucket-1)/ReportBucket))
+	// The minutes asked, rounded up without adding to window: the longest
+	// duration there is must not wrap round to a minute.
+	asked := max(1, int64((window-1)/ReportBucket)+1)
 	kept := min(int64(reportSlots), to-unixMinute(h.metrics.reportsStart)+1)
 	covered := min(asked, kept)
 	from := to - covered + 1

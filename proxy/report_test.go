@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -200,5 +201,18 @@ func TestReportBucketRenewedOnceForItsMinute(t *testing.T) {
 	c.reuse(b, m) // the racing request's renewal, late
 	if got := c.sum(m, m)[fieldRequests]; got != 1 {
 		t.Errorf("the bucket holds %d requests after a second renewal for its minute, want 1", got)
+	}
+}
+
+// However long the window asked, even the longest duration there is, a
+// report longer than what is kept covers what is kept and says so.
+func TestReportOfTheLongestWindowSaysItIsLongerThanKept(t *testing.T) {
+	h := newKeyHashHandler(t, nil)
+	now := h.metrics.reportsStart.Add(48 * time.Hour)
+	for _, window := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second, 25 * time.Hour} {
+		r := h.reportAt(now, window)
+		if r.Covered != ReportKept.String() || !strings.Contains(r.Note, "keeps") {
+			t.Errorf("window %s: covered %s, note %q; want %s and a note", window, r.Covered, r.Note, ReportKept)
+		}
 	}
 }

@@ -68,6 +68,12 @@ type request struct {
 	// graphql is how a GraphQL route read the request (graphql.go); in
 	// the padding after scoped, so that it costs a request no bytes.
 	graphql graphqlReading
+	// churned is set when the request's fingerprint and scope were sent
+	// under another key within churn_window, churnScope being the seeded
+	// hash of its scope values (churn.go): key churn, once the store
+	// says the key is new.
+	churned    bool
+	churnScope uint64
 	// What the store's answer to Begin says, for the refusals: expiredAt
 	// is when the key's record expired (410 key-expired), heldSince when
 	// the request holding the key in flight started, as its lease says
