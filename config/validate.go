@@ -200,6 +200,19 @@ func (c *Config) checkAsync(v *validation) {
 			allow = fmt.Sprintf("routes[%d].async", i)
 		}
 	}
+	if c.AsyncSecret != "" {
+		// Status URLs are served, before any route, by the prefix alone:
+		// a route under it would have every request taken for a poll.
+		for i, r := range c.Routes {
+			path, prefix := proxy.PatternPath(r.Match), p
+			if r.PathCase == proxy.PathCaseInsensitive {
+				path, prefix = strings.ToLower(path), strings.ToLower(prefix)
+			}
+			if prefix != "" && strings.HasPrefix(path, prefix) {
+				v.add("async_path", "%q would take the requests of routes[%d] (%q) for status polls and answer them 404: choose a prefix no route's path starts with, such as %q", p, i, r.Match, proxy.DefaultAsyncPath)
+			}
+		}
+	}
 	switch {
 	case allow != "" && c.AsyncSecret == "":
 		v.add("async_secret", "required by %s: allow; set at least %d random bytes, the same on every replica (e.g. IDEMPOTENCY_PROXY_ASYNC_SECRET=$(openssl rand -hex 32))", allow, minAsyncSecret)

@@ -85,6 +85,20 @@ func conflictReason(err error) string {
 	return strings.ReplaceAll(msg, "\n", " ")
 }
 
+// PatternPath is the path of a route pattern, "[METHOD ][HOST]/PATH",
+// wildcards and all: "/v1/charges/{id}" of "POST api.example.com/v1/charges/{id}".
+func PatternPath(p string) string {
+	fields := strings.Fields(p)
+	if len(fields) == 0 {
+		return ""
+	}
+	hostPath := fields[len(fields)-1]
+	if i := strings.IndexByte(hostPath, '/'); i >= 0 {
+		return hostPath[i:]
+	}
+	return ""
+}
+
 // foldPattern is a route pattern with its host and path lower-cased, the
 // method kept: "POST /V1/Charges" is "POST /v1/charges".
 func foldPattern(p string) string {
