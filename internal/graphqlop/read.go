@@ -108,14 +108,18 @@ func mustPointer(s string) jsonread.Pointer {
 	return p
 }
 
-// ReadBody reads the body of a POST: an application/graphql document, or
-// (any other content type) a JSON object {query, variables,
+// ReadBody reads the body of a POST: an application/graphql document, an
+// application/x-www-form-urlencoded form (readForm), or (any other
+// content type) a JSON object {query, variables,
 // operationName, extensions} or a batch, an array of them. A JSON member
 // name is matched case-insensitively, as names are unique that way
 // (jsonread) and a Go server matches them so.
 func ReadBody(contentType string, body []byte) (Request, error) {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/graphql" {
+	switch mt, _, _ := mime.ParseMediaType(contentType); mt {
+	case "application/graphql":
 		return readDocument(string(body), "", nil)
+	case "application/x-www-form-urlencoded":
+		return readForm(string(body))
 	}
 	switch first(body) {
 	case '{':
@@ -146,6 +150,42 @@ func first(body []byte) byte {
 		return 0
 	}
 	return body[0]
+}
+
+// readForm reads a form body, whose query, variables (a JSON object) and
+// operationName fields express-graphql and graphql-go/handler read as the
+// members of a JSON request. Each field is read as every server may split
+// the form (params): a field with two values, where the form holds a
+// mutation, is ambiguous; without one, the form is left to the route's
+// key sources as before.
+func readForm(form string) (Request, error) {
+	var fields [3]string
+	for i, name := range []string{"query", "operationName", "variables"} {
+		vs := params(form, name)
+		if len(vs) == 0 {
+			continue
+		}
+		for _, v := range vs[1:] {
+			if v != vs[0] {
+				if MutationInQuery(form) {
+					return Request{}, ambiguous("the form's %s field has more than one value, and servers differ on which one they read: send it once", name)
+				}
+				return Request{}, ErrNotGraphQL
+			}
+		}
+		fields[i] = vs[0]
+	}
+	if fields[0] == "" {
+		return Request{}, ErrNotGraphQL
+	}
+	var obj []byte
+	if fields[2] != "" {
+		obj = []byte(`{"variables":` + fields[2] + "}")
+		if err := jsonread.Validate(obj); err != nil {
+			return Request{}, notJSON(err)
+		}
+	}
+	return readDocument(fields[0], fields[1], obj)
 }
 
 // readObject reads one request object. Find checks the whole of obj
@@ -392,11 +432,15 @@ func MutationInQuery(rawQuery string) bool {
 // malformed escape, where Node's URLSearchParams keeps it, ";" and "%"
 // as they are, and Rack before 3 splits at ";" as at "&": a ";" or a "%"
 // in a comment or a string leaves a mutation a mutation to graphql-js.
-func queryParams(rawQuery string) []string {
+func queryParams(rawQuery string) []string { return params(rawQuery, "query") }
+
+// params returns every value a server may read as the parameter name of
+// a query string or form, as queryParams reads "query".
+func params(rawQuery, name string) []string {
 	var docs []string
 	add := func(pair string) {
 		k, v, _ := strings.Cut(pair, "=")
-		if unescapeLeniently(k) == "query" {
+		if unescapeLeniently(k) == name {
 			docs = append(docs, unescapeLeniently(v))
 		}
 	}
