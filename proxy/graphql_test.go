@@ -386,6 +386,44 @@ func TestGraphQLFormRequestIsReadAsAJSONOneIs(t *testing.T) {
 	}
 }
 
+// uploadBody is a GraphQL multipart request (the file upload form of
+// Apollo and graphql-upload): operations, map, then one file.
+func uploadBody(boundary, operations, file string) string {
+	part := func(name, extra, value string) string {
+		return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + "\"" + extra + "\r\n\r\n" + value + "\r\n"
+	}
+	return part("operations", "", operations) + part("map", "", `{"0":["variables.file"]}`) +
+		part("0", "; filename=\"a.txt\"\r\nContent-Type: text/plain", file) + "--" + boundary + "--\r\n"
+}
+
+// A GraphQL upload (multipart/form-data with an operations field) is read
+// as the JSON request in its operations field: a mutation's @idempotent
+// key protects it, and its files are part of its fingerprint. (Its
+// boundary is too, through Content-Type: an attempt under a new one is
+// a 422, never a second execution.)
+func TestGraphQLUploadIsReadByItsOperations(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	ops := `{"query":"mutation U($file: Upload!) { upload(file: $file) @idempotent(key: \"u-1\") { id } }","variables":{"file":null}}`
+	send := func(boundary, file string) *response {
+		return e.raw(t, rawForm("/graphql", "multipart/form-data; boundary="+boundary, uploadBody(boundary, ops, file)))
+	}
+	if r := send("b1", "hello"); r.StatusCode != http.StatusCreated {
+		t.Fatalf("an upload: %d %s", r.StatusCode, r.body)
+	}
+	if r := send("b1", "hello"); !r.replayed() {
+		t.Errorf("the upload again: %d, not replayed: %s", r.StatusCode, r.body)
+	}
+	if code, _ := graphqlError(t, send("b2", "hello")); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("the upload under another boundary: %s, want PAYLOAD_MISMATCH", code)
+	}
+	if code, _ := graphqlError(t, send("b1", "other")); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("another file under the key: %s, want PAYLOAD_MISMATCH", code)
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("an upload keyed by its directive: executions = %d, want 1", got)
+	}
+}
+
 // rawForm renders a POST with the given content type ("" for none) and
 // body; extra header lines after.
 func rawForm(target, contentType, body string, extra ...string) string {

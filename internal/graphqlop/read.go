@@ -2,12 +2,15 @@ package graphqlop
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
+	"mime/multipart"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -92,6 +95,9 @@ type Request struct {
 	Variables     []byte
 	// Batch is set for a JSON array of requests.
 	Batch bool
+	// Parts is the SHA-256 of an upload's parts beside its operations
+	// (readUpload), nil for any other request.
+	Parts []byte
 }
 
 var (
@@ -115,22 +121,16 @@ func mustPointer(s string) jsonread.Pointer {
 // name is matched case-insensitively, as names are unique that way
 // (jsonread) and a Go server matches them so.
 func ReadBody(contentType string, body []byte) (Request, error) {
-	switch mt, _, _ := mime.ParseMediaType(contentType); mt {
+	mt, params, _ := mime.ParseMediaType(contentType)
+	switch mt {
 	case "application/graphql":
 		return readDocument(string(body), "", nil)
 	case "application/x-www-form-urlencoded":
 		return readForm(string(body))
+	case "multipart/form-data":
+		return readUpload(body, params["boundary"])
 	}
-	switch first(body) {
-	case '{':
-		return readObject(body) // its first look-up checks the whole body
-	case '[':
-		if err := jsonread.Validate(body); err != nil {
-			return Request{}, notJSON(err)
-		}
-		return readBatch(body)
-	}
-	return Request{}, ErrNotGraphQL
+	return readJSON(body)
 }
 
 // notJSON is the error of a body jsonread refuses: ambiguous when it
@@ -186,6 +186,74 @@ func readForm(form string) (Request, error) {
 		}
 	}
 	return readDocument(fields[0], fields[1], obj)
+}
+
+// readUpload reads a GraphQL multipart request (the file upload form of
+// graphql-upload and Apollo): the JSON request, or batch, in its
+// operations field, as readJSON reads a body. The other parts (the map
+// and the files) are part of what a mutation's fingerprint hashes, each
+// part's name, file name and bytes, never its boundary, which a client
+// draws anew for each attempt. A body that does not parse, or has no
+// operations field, is left to the route's key sources; one with two
+// operations fields, where one holds a mutation, is ambiguous.
+func readUpload(body []byte, boundary string) (Request, error) {
+	if boundary == "" {
+		return Request{}, ErrNotGraphQL
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	var ops []byte
+	found := 0
+	h := sha256.New()
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Request{}, ErrNotGraphQL
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return Request{}, ErrNotGraphQL
+		}
+		if p.FormName() == "operations" && p.FileName() == "" {
+			if found++; found == 1 {
+				ops = v
+				continue
+			}
+			if !bytes.Equal(v, ops) && (bytes.Contains(v, []byte("mutation")) || bytes.Contains(ops, []byte("mutation"))) {
+				return Request{}, ambiguous("the upload has more than one operations field, and servers differ on which one they read: send it once")
+			}
+			continue
+		}
+		for _, f := range [][]byte{[]byte(p.FormName()), []byte(p.FileName()), v} {
+			h.Write(binary.AppendUvarint(nil, uint64(len(f))))
+			h.Write(f)
+		}
+	}
+	if found == 0 {
+		return Request{}, ErrNotGraphQL
+	}
+	r, err := readJSON(ops)
+	if err != nil || r.Kind != Mutation {
+		return r, err
+	}
+	r.Parts = h.Sum(nil)
+	return r, nil
+}
+
+// readJSON reads a JSON request object or batch.
+func readJSON(body []byte) (Request, error) {
+	switch first(body) {
+	case '{':
+		return readObject(body) // its first look-up checks the whole body
+	case '[':
+		if err := jsonread.Validate(body); err != nil {
+			return Request{}, notJSON(err)
+		}
+		return readBatch(body)
+	}
+	return Request{}, ErrNotGraphQL
 }
 
 // readObject reads one request object. Find checks the whole of obj
@@ -519,6 +587,12 @@ func (r *Request) AppendCanonical(dst []byte) ([]byte, error) {
 	dst = append(dst, r.Document...)
 	dst = binary.AppendUvarint(dst, uint64(len(r.OperationName)))
 	dst = append(dst, r.OperationName...)
+	if r.Parts != nil {
+		// After the length-prefixed fields, before the variables: a
+		// request without parts hashes what it hashed before.
+		dst = append(dst, "parts\n"...)
+		dst = append(dst, r.Parts...)
+	}
 	if r.Variables == nil {
 		return append(dst, "{}"...), nil
 	}
