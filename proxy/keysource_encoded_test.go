@@ -82,3 +82,20 @@ func TestJSONKeyIsReadFromAnEncodedBody(t *testing.T) {
 		t.Errorf("a body decoding past max_request_body: %d %q, want missing-key", r.StatusCode, r.problemType())
 	}
 }
+
+// A GraphQL request sent gzip-encoded is read decoded, as express-graphql
+// reads it: its mutation's @idempotent key protects it.
+func TestGraphQLRequestIsReadFromAnEncodedBody(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	body := gzipped(t, gql(`mutation { refundCreate(id: 1) @idempotent(key: "r-1") { id } }`))
+	req := "POST /graphql HTTP/1.1\r\nHost: h.example\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + string(body)
+	for range 2 {
+		if r := e.raw(t, req); r.StatusCode != http.StatusCreated {
+			t.Fatalf("%d %s", r.StatusCode, r.body)
+		}
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Errorf("an encoded mutation keyed by its directive: executions = %d, want 1", got)
+	}
+}
