@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/bytesize"
 )
@@ -94,6 +97,42 @@ func forwardMemoryBody(pr *httputil.ProxyRequest) {
 	if b, ok := pr.In.Body.(*memoryBody); ok && pr.Out.Body != nil {
 		pr.Out.Body = io.NopCloser(&b.Reader)
 	}
+}
+
+// inflated is body decoded as its single Content-Encoding says, gzip or
+// deflate, for the key sources that read JSON: Express's body-parser
+// decodes such a body before it reads the JSON in it, so the key that
+// upstream sees is in the decoded bytes, and a redelivery read as sent
+// would find none and run again. It is nil without such an encoding, or
+// when the body does not decode within limit bytes (body-parser refuses
+// it then). Upstreams that do not decode refuse the body as not JSON.
+func inflated(r *http.Request, body []byte, limit int64) []byte {
+	ce := r.Header["Content-Encoding"]
+	if len(ce) != 1 || len(body) == 0 {
+		return nil
+	}
+	var rd io.Reader
+	switch enc := strings.TrimSpace(ce[0]); {
+	case strings.EqualFold(enc, "gzip"), strings.EqualFold(enc, "x-gzip"):
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil
+		}
+		rd = zr
+	case strings.EqualFold(enc, "deflate"):
+		zr, err := zlib.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil
+		}
+		rd = zr
+	default:
+		return nil
+	}
+	out, err := io.ReadAll(io.LimitReader(rd, limit+1))
+	if err != nil || int64(len(out)) > limit {
+		return nil
+	}
+	return out
 }
 
 var errBodyTooLarge = errors.New("request body too large")

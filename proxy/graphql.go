@@ -80,7 +80,13 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 	if !h.readBody(w, q) {
 		return nil, "", false
 	}
-	op, err := graphqlop.ReadBody(q.in.Header.Get("Content-Type"), q.body)
+	// A body sent compressed is read decoded, as express-graphql reads
+	// it (inflated); it is forwarded as sent.
+	body := q.body
+	if plain := inflated(q.in, q.body, q.route.policy.MaxRequestBody); plain != nil {
+		body = plain
+	}
+	op, err := graphqlop.ReadBody(q.in.Header.Get("Content-Type"), body)
 	switch {
 	case err == graphqlop.ErrNotGraphQL:
 		return nil, "", true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -341,3 +342,101 @@ func TestShadowGraphQLRouteForwardsWhatItWouldRefuse(t *testing.T) {
 		t.Errorf("would ambiguous = %v, want 1", n)
 	}
 }
+
+// A GraphQL request sent as a form (application/x-www-form-urlencoded,
+// which express-graphql and graphql-go/handler read as they read JSON) is
+// read as one: a mutation's @idempotent key protects it, its variables
+// are fingerprinted as JSON's are, and a query passes through.
+func TestGraphQLFormRequestIsReadAsAJSONOneIs(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	form := func(vals url.Values) string { return rawForm("/graphql", formType, vals.Encode()) }
+	mutation := url.Values{"query": {`mutation R($k: String!, $a: Int) { refundCreate(id: $a) @idempotent(key: $k) { id } }`}, "variables": {`{"k":"r-1","a":1}`}}
+	for range 2 {
+		if r := e.raw(t, form(mutation)); r.StatusCode != http.StatusCreated {
+			t.Fatalf("a form mutation: %d %s", r.StatusCode, r.body)
+		}
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("a form mutation keyed by its directive: executions = %d, want 1", got)
+	}
+	// Its variables in another order are the same request; another
+	// value is another operation.
+	same := url.Values{"query": mutation["query"], "variables": {`{"a":1, "k":"r-1"}`}}
+	if r := e.raw(t, form(same)); !r.replayed() {
+		t.Errorf("the same variables in another order: %d, not replayed", r.StatusCode)
+	}
+	other := url.Values{"query": mutation["query"], "variables": {`{"k":"r-1","a":2}`}}
+	if code, _ := graphqlError(t, e.raw(t, form(other))); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("another value under the key: %s, want PAYLOAD_MISMATCH", code)
+	}
+	// Two documents, one of them a mutation, are read two ways.
+	two := url.Values{"query": {`{ charges }`, `mutation { charge(amount: 1) @idempotent(key: "c-1") { id } }`}}
+	if code, _ := graphqlError(t, e.raw(t, form(two))); code != "AMBIGUOUS_BODY" {
+		t.Errorf("two query fields, one a mutation: %s, want AMBIGUOUS_BODY", code)
+	}
+	// A query passes through whatever key it carries.
+	before := e.up.calls.Load()
+	for range 2 {
+		if r := e.raw(t, rawForm("/graphql", formType, url.Values{"query": {`{ charges }`}}.Encode(), "Idempotency-Key: q-1")); r.replayed() {
+			t.Errorf("a form query was replayed")
+		}
+	}
+	if got := e.up.calls.Load() - before; got != 2 {
+		t.Errorf("a form query sent twice: executions = %d, want 2", got)
+	}
+}
+
+// uploadBody is a GraphQL multipart request (the file upload form of
+// Apollo and graphql-upload): operations, map, then one file.
+func uploadBody(boundary, operations, file string) string {
+	part := func(name, extra, value string) string {
+		return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + "\"" + extra + "\r\n\r\n" + value + "\r\n"
+	}
+	return part("operations", "", operations) + part("map", "", `{"0":["variables.file"]}`) +
+		part("0", "; filename=\"a.txt\"\r\nContent-Type: text/plain", file) + "--" + boundary + "--\r\n"
+}
+
+// A GraphQL upload (multipart/form-data with an operations field) is read
+// as the JSON request in its operations field: a mutation's @idempotent
+// key protects it, and its files are part of its fingerprint. (Its
+// boundary is too, through Content-Type: an attempt under a new one is
+// a 422, never a second execution.)
+func TestGraphQLUploadIsReadByItsOperations(t *testing.T) {
+	e := newEnv(t, nil, withPolicy(onGraphQL))
+	ops := `{"query":"mutation U($file: Upload!) { upload(file: $file) @idempotent(key: \"u-1\") { id } }","variables":{"file":null}}`
+	send := func(boundary, file string) *response {
+		return e.raw(t, rawForm("/graphql", "multipart/form-data; boundary="+boundary, uploadBody(boundary, ops, file)))
+	}
+	if r := send("b1", "hello"); r.StatusCode != http.StatusCreated {
+		t.Fatalf("an upload: %d %s", r.StatusCode, r.body)
+	}
+	if r := send("b1", "hello"); !r.replayed() {
+		t.Errorf("the upload again: %d, not replayed: %s", r.StatusCode, r.body)
+	}
+	if code, _ := graphqlError(t, send("b2", "hello")); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("the upload under another boundary: %s, want PAYLOAD_MISMATCH", code)
+	}
+	if code, _ := graphqlError(t, send("b1", "other")); code != "PAYLOAD_MISMATCH" {
+		t.Errorf("another file under the key: %s, want PAYLOAD_MISMATCH", code)
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Fatalf("an upload keyed by its directive: executions = %d, want 1", got)
+	}
+}
+
+// rawForm renders a POST with the given content type ("" for none) and
+// body; extra header lines after.
+func rawForm(target, contentType, body string, extra ...string) string {
+	var b strings.Builder
+	b.WriteString("POST " + target + " HTTP/1.1\r\nHost: h.example\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n")
+	if contentType != "" {
+		b.WriteString("Content-Type: " + contentType + "\r\n")
+	}
+	for _, h := range extra {
+		b.WriteString(h + "\r\n")
+	}
+	b.WriteString("\r\n" + body)
+	return b.String()
+}
+
+const formType = "application/x-www-form-urlencoded"

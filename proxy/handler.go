@@ -269,8 +269,12 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	}
 	var from KeySourceKind
 	var err error
+	var plain []byte // the body decoded from its Content-Encoding, for json: sources
 	if key == "" {
-		key, from, err = requestKeyFrom(r, q.route.sources, q.body, haveBody)
+		if haveBody {
+			plain = inflated(r, q.body, pol.MaxRequestBody)
+		}
+		key, from, err = requestKeyFromDecoded(r, q.route.sources, q.body, plain, haveBody)
 	}
 	if err == errNeedBody {
 		// A source reads the body: read it once, bounded, and look again.
@@ -279,7 +283,8 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 			return false
 		}
 		haveBody = true
-		key, from, err = requestKeyFrom(r, q.route.sources, q.body, true)
+		plain = inflated(r, q.body, pol.MaxRequestBody)
+		key, from, err = requestKeyFromDecoded(r, q.route.sources, q.body, plain, true)
 	}
 	// errNoKey, the common case, is tested before errors.Is walks a
 	// chain it is not in.
@@ -320,7 +325,11 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	}
 	h.noteChurn(q)
 	if q.route.reconciles() {
-		target, err := q.route.probe.fill(r, q.key, q.body)
+		body := q.body
+		if plain != nil {
+			body = plain
+		}
+		target, err := q.route.probe.fill(r, q.key, body)
 		if err != nil {
 			// A placeholder the request cannot fill refuses it now,
 			// before anything is locked: never a lookup with a hole later.

@@ -46,3 +46,27 @@ func TestReplayedHeadAnnouncesALengthOverTheRecordLimit(t *testing.T) {
 		t.Errorf("replayed HEAD says Idempotent-Body-Omitted: %s; a HEAD response has no body to omit", v)
 	}
 }
+
+// A HEAD runs the GET handler on Go's ServeMux, Express, Rails and Spring:
+// a route that protects GET protects HEAD, its key rules and its one
+// execution included.
+func TestHeadIsProtectedWhereGetIs(t *testing.T) {
+	legacy := DefaultPolicy()
+	legacy.Methods = []string{http.MethodGet}
+	legacy.RequireKey = true
+	e := newEnv(t, nil, func(o *Options) { o.Routes = []Route{{Pattern: "GET /v1/legacy", Policy: legacy}} })
+	if r := e.do(t, http.MethodHead, "/v1/legacy", "", ""); r.StatusCode != http.StatusBadRequest {
+		t.Errorf("a keyless HEAD: %d, want 400 missing-key", r.StatusCode)
+	}
+	for range 2 {
+		e.do(t, http.MethodHead, "/v1/legacy", "h-1", "")
+	}
+	if got := e.up.calls.Load(); got != 1 {
+		t.Errorf("a keyed HEAD sent twice: executions = %d, want 1", got)
+	}
+	// The GET of the key is another request: a mismatch, never the
+	// HEAD's bodiless answer.
+	if r := e.do(t, http.MethodGet, "/v1/legacy", "h-1", ""); r.problemType() != "payload-mismatch" {
+		t.Errorf("a GET under a HEAD's key: %d %q, want payload-mismatch", r.StatusCode, r.problemType())
+	}
+}

@@ -48,7 +48,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 				return "", err
 			}
 		}
-		k, kind, err := requestKeyFrom(r, rt.sources, body, true)
+		k, kind, err := requestKeyFromDecoded(r, rt.sources, body, inflated(r, body, rt.policy.MaxRequestBody), true)
 		if err == errNoKey {
 			return "", fmt.Errorf("%w: the route takes it from %s", errNoKey, describeKeySources(rt.sources))
 		}

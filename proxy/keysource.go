@@ -255,12 +255,23 @@ func (e *keySourceError) Unwrap() error { return e.err }
 // body is the whole request body, already read; it is neither copied nor
 // kept.
 func requestKeyFrom(r *http.Request, sources []KeySource, body []byte, haveBody bool) (string, KeySourceKind, error) {
+	return requestKeyFromDecoded(r, sources, body, nil, haveBody)
+}
+
+// requestKeyFromDecoded is requestKeyFrom where plain, when not nil, is
+// body decoded from its Content-Encoding (inflated): json: sources read
+// it instead of body.
+func requestKeyFromDecoded(r *http.Request, sources []KeySource, body, plain []byte, haveBody bool) (string, KeySourceKind, error) {
 	for i := range sources {
 		k := &sources[i]
 		if k.readsBody() && !haveBody {
 			return "", 0, errNeedBody
 		}
-		key, err := k.extract(r, body)
+		b := body
+		if plain != nil && k.Kind == KeyFromJSON {
+			b = plain
+		}
+		key, err := k.extract(r, b)
 		switch {
 		case err == errNoKey:
 			continue

@@ -83,8 +83,11 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	return rt
 }
 
+// protects reports whether rt protects method, upper-cased. A HEAD is
+// protected where GET is: Go's ServeMux, Express, Rails and Spring run a
+// GET handler for it, side effects included.
 func (rt *route) protects(method string) bool {
-	return !rt.disabled && slices.Contains(rt.methods, method)
+	return !rt.disabled && (slices.Contains(rt.methods, method) || method == http.MethodHead && slices.Contains(rt.methods, http.MethodGet))
 }
 
 // protectsTarget reports whether rt protects a request read as t: its own

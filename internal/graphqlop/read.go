@@ -2,12 +2,15 @@ package graphqlop
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
+	"mime/multipart"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -92,6 +95,9 @@ type Request struct {
 	Variables     []byte
 	// Batch is set for a JSON array of requests.
 	Batch bool
+	// Parts is the SHA-256 of an upload's parts beside its operations
+	// (readUpload), nil for any other request.
+	Parts []byte
 }
 
 var (
@@ -108,25 +114,23 @@ func mustPointer(s string) jsonread.Pointer {
 	return p
 }
 
-// ReadBody reads the body of a POST: an application/graphql document, or
-// (any other content type) a JSON object {query, variables,
+// ReadBody reads the body of a POST: an application/graphql document, an
+// application/x-www-form-urlencoded form (readForm), or (any other
+// content type) a JSON object {query, variables,
 // operationName, extensions} or a batch, an array of them. A JSON member
 // name is matched case-insensitively, as names are unique that way
 // (jsonread) and a Go server matches them so.
 func ReadBody(contentType string, body []byte) (Request, error) {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/graphql" {
+	mt, params, _ := mime.ParseMediaType(contentType)
+	switch mt {
+	case "application/graphql":
 		return readDocument(string(body), "", nil)
+	case "application/x-www-form-urlencoded":
+		return readForm(string(body))
+	case "multipart/form-data":
+		return readUpload(body, params["boundary"])
 	}
-	switch first(body) {
-	case '{':
-		return readObject(body) // its first look-up checks the whole body
-	case '[':
-		if err := jsonread.Validate(body); err != nil {
-			return Request{}, notJSON(err)
-		}
-		return readBatch(body)
-	}
-	return Request{}, ErrNotGraphQL
+	return readJSON(body)
 }
 
 // notJSON is the error of a body jsonread refuses: ambiguous when it
@@ -146,6 +150,110 @@ func first(body []byte) byte {
 		return 0
 	}
 	return body[0]
+}
+
+// readForm reads a form body, whose query, variables (a JSON object) and
+// operationName fields express-graphql and graphql-go/handler read as the
+// members of a JSON request. Each field is read as every server may split
+// the form (params): a field with two values, where the form holds a
+// mutation, is ambiguous; without one, the form is left to the route's
+// key sources as before.
+func readForm(form string) (Request, error) {
+	var fields [3]string
+	for i, name := range []string{"query", "operationName", "variables"} {
+		vs := params(form, name)
+		if len(vs) == 0 {
+			continue
+		}
+		for _, v := range vs[1:] {
+			if v != vs[0] {
+				if MutationInQuery(form) {
+					return Request{}, ambiguous("the form's %s field has more than one value, and servers differ on which one they read: send it once", name)
+				}
+				return Request{}, ErrNotGraphQL
+			}
+		}
+		fields[i] = vs[0]
+	}
+	if fields[0] == "" {
+		return Request{}, ErrNotGraphQL
+	}
+	var obj []byte
+	if fields[2] != "" {
+		obj = []byte(`{"variables":` + fields[2] + "}")
+		if err := jsonread.Validate(obj); err != nil {
+			return Request{}, notJSON(err)
+		}
+	}
+	return readDocument(fields[0], fields[1], obj)
+}
+
+// readUpload reads a GraphQL multipart request (the file upload form of
+// graphql-upload and Apollo): the JSON request, or batch, in its
+// operations field, as readJSON reads a body. The other parts (the map
+// and the files) are part of what a mutation's fingerprint hashes, each
+// part's name, file name and bytes, never its boundary, which a client
+// draws anew for each attempt. A body that does not parse, or has no
+// operations field, is left to the route's key sources; one with two
+// operations fields, where one holds a mutation, is ambiguous.
+func readUpload(body []byte, boundary string) (Request, error) {
+	if boundary == "" {
+		return Request{}, ErrNotGraphQL
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	var ops []byte
+	found := 0
+	h := sha256.New()
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Request{}, ErrNotGraphQL
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return Request{}, ErrNotGraphQL
+		}
+		if p.FormName() == "operations" && p.FileName() == "" {
+			if found++; found == 1 {
+				ops = v
+				continue
+			}
+			if !bytes.Equal(v, ops) && (bytes.Contains(v, []byte("mutation")) || bytes.Contains(ops, []byte("mutation"))) {
+				return Request{}, ambiguous("the upload has more than one operations field, and servers differ on which one they read: send it once")
+			}
+			continue
+		}
+		for _, f := range [][]byte{[]byte(p.FormName()), []byte(p.FileName()), v} {
+			h.Write(binary.AppendUvarint(nil, uint64(len(f))))
+			h.Write(f)
+		}
+	}
+	if found == 0 {
+		return Request{}, ErrNotGraphQL
+	}
+	r, err := readJSON(ops)
+	if err != nil || r.Kind != Mutation {
+		return r, err
+	}
+	r.Parts = h.Sum(nil)
+	return r, nil
+}
+
+// readJSON reads a JSON request object or batch.
+func readJSON(body []byte) (Request, error) {
+	switch first(body) {
+	case '{':
+		return readObject(body) // its first look-up checks the whole body
+	case '[':
+		if err := jsonread.Validate(body); err != nil {
+			return Request{}, notJSON(err)
+		}
+		return readBatch(body)
+	}
+	return Request{}, ErrNotGraphQL
 }
 
 // readObject reads one request object. Find checks the whole of obj
@@ -392,11 +500,15 @@ func MutationInQuery(rawQuery string) bool {
 // malformed escape, where Node's URLSearchParams keeps it, ";" and "%"
 // as they are, and Rack before 3 splits at ";" as at "&": a ";" or a "%"
 // in a comment or a string leaves a mutation a mutation to graphql-js.
-func queryParams(rawQuery string) []string {
+func queryParams(rawQuery string) []string { return params(rawQuery, "query") }
+
+// params returns every value a server may read as the parameter name of
+// a query string or form, as queryParams reads "query".
+func params(rawQuery, name string) []string {
 	var docs []string
 	add := func(pair string) {
 		k, v, _ := strings.Cut(pair, "=")
-		if unescapeLeniently(k) == "query" {
+		if unescapeLeniently(k) == name {
 			docs = append(docs, unescapeLeniently(v))
 		}
 	}
@@ -475,6 +587,12 @@ func (r *Request) AppendCanonical(dst []byte) ([]byte, error) {
 	dst = append(dst, r.Document...)
 	dst = binary.AppendUvarint(dst, uint64(len(r.OperationName)))
 	dst = append(dst, r.OperationName...)
+	if r.Parts != nil {
+		// After the length-prefixed fields, before the variables: a
+		// request without parts hashes what it hashed before.
+		dst = append(dst, "parts\n"...)
+		dst = append(dst, r.Parts...)
+	}
 	if r.Variables == nil {
 		return append(dst, "{}"...), nil
 	}
