@@ -290,6 +290,13 @@ export class IdempotentClient {
     if (body != null && typeof body.getReader === "function") {
       throw new TypeError("request: a ReadableStream body cannot be resent; pass a string, ArrayBuffer or Blob");
     }
+    if (typeof FormData !== "undefined" && body instanceof FormData) {
+      // fetch encodes a FormData with a new multipart boundary each time:
+      // encoded once, every attempt sends the bytes the key was first sent with.
+      const encoded = new Response(body);
+      if (!headers.has("Content-Type")) headers.set("Content-Type", encoded.headers.get("Content-Type"));
+      body = await encoded.arrayBuffer();
+    }
     const op = { operation, key, signal };
     let last = { status: 0, problem: null, error: null, retryAfter: null };
     for (let attempt = 1; ; attempt++) {

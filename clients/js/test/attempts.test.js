@@ -1,0 +1,42 @@
+// Every attempt of one operation against a fake fetch: the same key and the
+// same bytes, whatever the caller handed over. The waits go through an
+// injected sleep, so nothing here sleeps.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { IdempotentClient } from "../idempotency.js";
+
+// lossyFetch fails the first attempt as a lost connection does, then answers
+// 201, recording what each attempt put on the wire: fetch's own reading of
+// the init (a FormData gets its multipart boundary here, as on the wire).
+function lossyFetch() {
+  const sent = [];
+  const fetch = async (url, init) => {
+    const req = new Request(url, init);
+    sent.push({
+      key: req.headers.get("Idempotency-Key"),
+      contentType: req.headers.get("Content-Type"),
+      body: Buffer.from(await req.arrayBuffer()).toString("latin1"),
+    });
+    if (sent.length === 1) throw new TypeError("fetch failed");
+    return new Response("created", { status: 201 });
+  };
+  return { sent, fetch };
+}
+
+const sleep = async () => {};
+
+test("a FormData body is sent as the same bytes on every attempt", async () => {
+  const { sent, fetch } = lossyFetch();
+  const client = new IdempotentClient({ fetch, sleep, storage: "memory" });
+  const form = new FormData();
+  form.append("order", "42");
+  form.append("note", "gift");
+  const res = await client.request("http://proxy.test/v1/orders", { method: "POST", body: form });
+  assert.equal(res.status, 201);
+  assert.equal(sent.length, 2);
+  assert.equal(sent[1].key, sent[0].key);
+  assert.equal(sent[1].contentType, sent[0].contentType, "one multipart boundary for the operation");
+  assert.equal(sent[1].body, sent[0].body);
+  assert.match(sent[0].contentType, /^multipart\/form-data; boundary=/);
+  assert.match(sent[0].body, /name="order"\r\n\r\n42\r\n/);
+});
