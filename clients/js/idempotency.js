@@ -135,6 +135,9 @@ export function parseRetryAfter(value, now = Date.now()) {
   if (value == null) return null;
   const v = String(value).trim();
   if (/^\d+$/.test(v)) return Math.min(Number(v), 86400) * 1000;
+  // Every HTTP-date form starts with the day's name; Date.parse alone would
+  // also read "-5" or "1.5" as dates long past, a retry without waiting.
+  if (!/^[A-Za-z]{3,9},?\s/.test(v)) return null;
   const at = Date.parse(v);
   return Number.isNaN(at) ? null : Math.max(0, at - now);
 }

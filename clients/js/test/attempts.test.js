@@ -3,7 +3,7 @@
 // injected sleep, so nothing here sleeps.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { IdempotentClient } from "../idempotency.js";
+import { IdempotentClient, parseRetryAfter } from "../idempotency.js";
 
 // lossyFetch fails the first attempt as a lost connection does, then answers
 // 201, recording what each attempt put on the wire: fetch's own reading of
@@ -39,4 +39,11 @@ test("a FormData body is sent as the same bytes on every attempt", async () => {
   assert.equal(sent[1].body, sent[0].body);
   assert.match(sent[0].contentType, /^multipart\/form-data; boundary=/);
   assert.match(sent[0].body, /name="order"\r\n\r\n42\r\n/);
+});
+
+test("a Retry-After that is neither delta-seconds nor an HTTP-date is ignored", () => {
+  for (const v of ["-5", "1.5", "soon", ""]) {
+    assert.equal(parseRetryAfter(v, Date.UTC(2026, 11, 6)), null, JSON.stringify(v));
+  }
+  assert.equal(parseRetryAfter("Sun, 06 Dec 2026 00:00:10 GMT", Date.UTC(2026, 11, 6)), 10_000);
 });

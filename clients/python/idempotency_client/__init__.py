@@ -93,8 +93,11 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
     if value is None:
         return None
     v = value.strip()
-    if v.isdigit():
+    if v.isascii() and v.isdigit():  # not "²", which isdigit() also takes
         return float(min(int(v), 86400))
+    if not v[:1].isalpha():
+        # Every HTTP-date form starts with the day's name: "-5" is no date.
+        return None
     try:
         at = email.utils.parsedate_to_datetime(v).timestamp()
     except (TypeError, ValueError, IndexError):

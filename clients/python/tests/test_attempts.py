@@ -1,0 +1,46 @@
+"""Every attempt of one operation against a fake server on loopback: the same
+key and the same bytes, whatever the caller handed over. The waits go through
+an injected sleep, so nothing here sleeps."""
+
+import http.server
+import threading
+import unittest
+
+import idempotency_client as ic
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    # Answers 503 to the first request, 201 to the others, recording each.
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with self.server.lock:
+            self.server.calls.append({"headers": self.headers, "body": body})
+            status = 503 if len(self.server.calls) == 1 else 201
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class AttemptsTest(unittest.TestCase):
+    def setUp(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        srv.calls, srv.lock = [], threading.Lock()
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        self.srv = srv
+        self.url = f"http://127.0.0.1:{srv.server_address[1]}/v1/orders"
+        self.client = ic.Client(sleep=lambda s: None)
+
+    def test_a_retry_after_that_is_neither_delta_seconds_nor_an_http_date_is_ignored(self):
+        for v in ("-5", "1.5", "\u00b2", "soon", ""):
+            self.assertIsNone(ic.parse_retry_after(v, now=0), repr(v))
+        self.assertEqual(ic.parse_retry_after("Thu, 01 Jan 1970 00:00:10 GMT", now=0), 10)
+
+
+if __name__ == "__main__":
+    unittest.main()
