@@ -252,7 +252,8 @@ export class IdempotentClient {
    * request sends one logical operation, retrying it with the same key.
    * init is fetch's, plus: operation (a name whose key is kept until a final
    * answer; concurrent calls with one name are one operation), key (an
-   * explicit key), json (a value sent as the JSON body). The body must be
+   * explicit key; an Idempotency-Key in headers is one too), json (a value
+   * sent as the JSON body). The body must be
    * replayable: a string, ArrayBuffer, typed array, Blob, URLSearchParams or
    * FormData.
    * @returns {Promise<{response: Response, status: number, replayed: boolean, bodyOmitted: boolean, key: string, attempts: number}>}
@@ -269,6 +270,10 @@ export class IdempotentClient {
 
   #keyFor(init) {
     if (init.key) return init.key;
+    // A key the caller put in the headers names the operation, as in the Go
+    // client: replacing it would make each call a new operation.
+    const given = new Headers(init.headers).get("Idempotency-Key");
+    if (given) return given;
     if (init.operation == null) return newKey();
     const slot = STORAGE_PREFIX + init.operation;
     const kept = this.pending(init.operation);

@@ -41,6 +41,16 @@ test("a FormData body is sent as the same bytes on every attempt", async () => {
   assert.match(sent[0].body, /name="order"\r\n\r\n42\r\n/);
 });
 
+test("an Idempotency-Key header the caller sets is the operation's key", async () => {
+  const { sent, fetch } = lossyFetch();
+  const client = new IdempotentClient({ fetch, sleep, storage: "memory" });
+  const res = await client.request("http://proxy.test/v1/orders", {
+    method: "POST", json: { order: 42 }, headers: { "idempotency-key": "order-42" },
+  });
+  assert.equal(res.key, "order-42");
+  assert.deepEqual(sent.map((s) => s.key), ["order-42", "order-42"]);
+});
+
 test("a Retry-After that is neither delta-seconds nor an HTTP-date is ignored", () => {
   for (const v of ["-5", "1.5", "soon", ""]) {
     assert.equal(parseRetryAfter(v, Date.UTC(2026, 11, 6)), null, JSON.stringify(v));

@@ -301,7 +301,8 @@ class Client:
 
         operation names it: its key is kept until a final answer, and concurrent
         calls with one name in this client share one operation and its outcome.
-        key is an explicit key instead. json is a value sent as the JSON body.
+        key is an explicit key instead, as is an Idempotency-Key in headers. json is
+        a value sent as the JSON body.
         Raises PayloadMismatchError, KeyExpiredError, ProblemError or GaveUpError.
         """
         if operation is None:
@@ -335,7 +336,11 @@ class Client:
                 hdrs["Content-Type"] = "application/json"
         if isinstance(body, str):
             body = body.encode()
-        key = self._key_for(operation, key)
+        # A key the caller put in the headers names the operation, as in the
+        # Go client: replacing it would make each call a new operation.
+        given = _get(hdrs, "Idempotency-Key")
+        hdrs = {k: v for k, v in hdrs.items() if k.lower() != "idempotency-key"}
+        key = self._key_for(operation, key or given)
         hdrs["Idempotency-Key"] = key
         if self.respond_async:
             # Added to the caller's own preferences, in one header of any case.

@@ -36,6 +36,12 @@ class AttemptsTest(unittest.TestCase):
         self.url = f"http://127.0.0.1:{srv.server_address[1]}/v1/orders"
         self.client = ic.Client(sleep=lambda s: None)
 
+    def test_an_idempotency_key_header_the_caller_sets_is_the_operations_key(self):
+        result = self.client.request("POST", self.url, json={"order": 42}, headers={"idempotency-key": "order-42"})
+        self.assertEqual(result.key, "order-42")
+        self.assertEqual([c["headers"].get_all("Idempotency-Key") for c in self.srv.calls],
+                         [["order-42"], ["order-42"]])
+
     def test_a_retry_after_that_is_neither_delta_seconds_nor_an_http_date_is_ignored(self):
         for v in ("-5", "1.5", "\u00b2", "soon", ""):
             self.assertIsNone(ic.parse_retry_after(v, now=0), repr(v))
