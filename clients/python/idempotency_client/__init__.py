@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 __all__ = [
     "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "DEFAULT_MAX_POLLS", "decide", "parse_retry_after", "new_key",
@@ -294,15 +294,16 @@ class Client:
 
     # --- requests
 
-    def request(self, method: str, url: str, *, body: Optional[bytes] = None, json: Any = _MISSING,
+    def request(self, method: str, url: str, *, body: Optional[Union[bytes, str]] = None, json: Any = _MISSING,
                 headers: Optional[Mapping[str, str]] = None, operation: Optional[str] = None,
                 key: Optional[str] = None) -> Result:
         """Sends one logical operation, retrying it with the same key.
 
         operation names it: its key is kept until a final answer, and concurrent
         calls with one name in this client share one operation and its outcome.
-        key is an explicit key instead, as is an Idempotency-Key in headers. json is
-        a value sent as the JSON body.
+        key is an explicit key instead, as is an Idempotency-Key in headers. body is
+        bytes or str, resent whole by every attempt (a file or an iterator raises
+        TypeError). json is a value sent as the JSON body.
         Raises PayloadMismatchError, KeyExpiredError, ProblemError or GaveUpError.
         """
         if operation is None:
@@ -336,6 +337,10 @@ class Client:
                 hdrs["Content-Type"] = "application/json"
         if isinstance(body, str):
             body = body.encode()
+        if body is not None and not isinstance(body, (bytes, bytearray, memoryview)):
+            # A file or an iterator is read by the first attempt: a retry
+            # would send the same key with what is left of it.
+            raise TypeError(f"request: a body of type {type(body).__name__} cannot be resent; pass bytes or str")
         # A key the caller put in the headers names the operation, as in the
         # Go client: replacing it would make each call a new operation.
         given = _get(hdrs, "Idempotency-Key")

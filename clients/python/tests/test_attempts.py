@@ -3,6 +3,7 @@ key and the same bytes, whatever the caller handed over. The waits go through
 an injected sleep, so nothing here sleeps."""
 
 import http.server
+import io
 import threading
 import unittest
 
@@ -35,6 +36,14 @@ class AttemptsTest(unittest.TestCase):
         self.srv = srv
         self.url = f"http://127.0.0.1:{srv.server_address[1]}/v1/orders"
         self.client = ic.Client(sleep=lambda s: None)
+
+    def test_a_body_that_cannot_be_resent_is_refused_before_anything_is_sent(self):
+        for body in (io.BytesIO(b'{"order":42}'), iter([b'{"order":42}'])):
+            with self.assertRaises(TypeError):
+                self.client.request("POST", self.url, body=body, headers={"Content-Length": "12"},
+                                    operation="order-42")
+            self.assertIsNone(self.client.pending("order-42"), "no key kept for an operation never sent")
+        self.assertEqual(self.srv.calls, [])
 
     def test_an_idempotency_key_header_the_caller_sets_is_the_operations_key(self):
         result = self.client.request("POST", self.url, json={"order": 42}, headers={"idempotency-key": "order-42"})
