@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -10,10 +9,20 @@ import (
 
 // accepted reports whether resp is the proxy's 202 under Prefer:
 // respond-async: the operation runs, and Location says where its answer
-// will be.
+// will be. The proxy serves its status URLs on the origin the request went
+// to; a Location on another origin is not one of them, and polling it
+// would hand the request's headers (Authorization) to that origin.
 func accepted(resp *http.Response) bool {
-	return resp != nil && resp.StatusCode == http.StatusAccepted && resp.Header.Get("Location") != "" &&
-		strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async")
+	if resp == nil || resp.StatusCode != http.StatusAccepted ||
+		!strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async") {
+		return false
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" || resp.Request == nil || resp.Request.URL == nil {
+		return false
+	}
+	u, err := resp.Request.URL.Parse(loc)
+	return err == nil && strings.EqualFold(u.Scheme, resp.Request.URL.Scheme) && strings.EqualFold(u.Host, resp.Request.URL.Host)
 }
 
 // follow polls the status URL of a 202 until the operation's answer,
@@ -22,13 +31,10 @@ func accepted(resp *http.Response) bool {
 // way worth retrying (a transport error, a 503) is retried the same way.
 // At most MaxPolls polls are sent.
 func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp *http.Response) (*http.Response, error) {
-	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+	loc, _ := resp.Request.URL.Parse(resp.Header.Get("Location")) // accepted parsed it
 	last := attemptResult{resp: resp}
 	last.retryAfter, last.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.clock())
 	drainAndClose(resp)
-	if err != nil {
-		return nil, fmt.Errorf("client: status URL %q: %w", resp.Header.Get("Location"), err)
-	}
 	maxPolls := c.MaxPolls
 	if maxPolls <= 0 {
 		maxPolls = DefaultMaxPolls

@@ -175,11 +175,24 @@ export const DEFAULT_MAX_POLLS = 600;
 // is a GET without a body, and the key and preference were the request's.
 const NOT_POLLED = ["Content-Type", "Content-Length", "Content-Encoding", "Prefer", "Idempotency-Key"];
 
-// accepted tells the proxy's 202 under Prefer: respond-async: the operation
-// runs, and Location says where its answer will be.
-function accepted(response) {
-  return response.status === 202 && !!response.headers.get("Location") &&
+// accepted tells the proxy's 202 under Prefer: respond-async, to a request
+// sent to base: the operation runs, and Location says where its answer will
+// be. The proxy serves its status URLs on the origin the request went to; a
+// Location on another origin is not one of them, and polling it would hand
+// the request's headers (Authorization) to that origin.
+function accepted(response, base) {
+  const location = response.headers.get("Location");
+  return response.status === 202 && !!location && sameOrigin(location, base) &&
     /respond-async/i.test(response.headers.get("Preference-Applied") || "");
+}
+
+function sameOrigin(location, base) {
+  try {
+    const from = new URL(base, globalThis.location?.href);
+    return new URL(location, from).origin === from.origin;
+  } catch {
+    return false;
+  }
 }
 
 // statusURL resolves Location against the request's URL; a relative one in
@@ -310,9 +323,10 @@ export class IdempotentClient {
     for (let attempt = 1; ; attempt++) {
       const { response, error } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
       if (response) {
-        if (this.respondAsync && accepted(response)) {
+        const sentTo = response.url || String(url);
+        if (this.respondAsync && accepted(response, sentTo)) {
           await response.body?.cancel().catch(() => {});
-          return this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
+          return this.#follow(statusURL(response.headers.get("Location"), sentTo), headers, op, attempt, response);
         }
         last = await this.#judge(response, op, attempt);
         if (last.result) return last.result;
@@ -338,7 +352,7 @@ export class IdempotentClient {
       const { response: answer, error } = await this.#send(location, { method: "GET", headers }, op, poll, last);
       if (!answer) {
         last = { status: 0, problem: null, error, retryAfter: null };
-      } else if (accepted(answer)) {
+      } else if (accepted(answer, answer.url || location)) {
         await answer.body?.cancel().catch(() => {});
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {

@@ -364,7 +364,7 @@ class Client:
                 status, problem, error = 0, None, e
             else:
                 error = None
-                if self.respond_async and _accepted(status, resp_headers):
+                if self.respond_async and _accepted(status, resp_headers, url):
                     location = urllib.parse.urljoin(url, resp_headers.get("Location"))
                     return self._follow(location, hdrs, operation, key, attempt,
                                         parse_retry_after(resp_headers.get("Retry-After")))
@@ -396,7 +396,7 @@ class Client:
                 status, error = 0, e
             else:
                 error = None
-                if _accepted(status, resp_headers):
+                if _accepted(status, resp_headers, location):
                     retry_after = parse_retry_after(resp_headers.get("Retry-After"))
                 else:
                     result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempts)
@@ -456,11 +456,20 @@ def _gave_up(what, key, attempts, status, problem, error) -> GaveUpError:
     return e
 
 
-def _accepted(status: int, headers: http.client.HTTPMessage) -> bool:
-    """The proxy's 202 under Prefer: respond-async: the operation runs, and
-    Location says where its answer will be."""
-    return (status == 202 and bool(headers.get("Location"))
+def _accepted(status: int, headers: http.client.HTTPMessage, url: str) -> bool:
+    """The proxy's 202 under Prefer: respond-async, to a request sent to url:
+    the operation runs, and Location says where its answer will be. The proxy
+    serves its status URLs on the origin the request went to; a Location on
+    another origin is not one of them, and polling it would hand the
+    request's headers (Authorization) to that origin."""
+    location = headers.get("Location")
+    return (status == 202 and bool(location) and _same_origin(urllib.parse.urljoin(url, location), url)
             and "respond-async" in (headers.get("Preference-Applied") or "").lower())
+
+
+def _same_origin(a: str, b: str) -> bool:
+    ua, ub = urllib.parse.urlsplit(a), urllib.parse.urlsplit(b)
+    return (ua.scheme.lower(), ua.netloc.lower()) == (ub.scheme.lower(), ub.netloc.lower())
 
 
 def _get(headers: Mapping[str, str], name: str) -> Optional[str]:
