@@ -321,14 +321,15 @@ export class IdempotentClient {
     const op = { operation, key, signal };
     let last = { status: 0, problem: null, error: null, retryAfter: null };
     for (let attempt = 1; ; attempt++) {
-      const { response, error } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
+      const { response, error, release } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
       if (response) {
         const sentTo = response.url || String(url);
         if (this.respondAsync && accepted(response, sentTo)) {
+          release();
           await response.body?.cancel().catch(() => {});
           return this.#follow(statusURL(response.headers.get("Location"), sentTo), headers, op, attempt, response);
         }
-        last = await this.#judge(response, op, attempt);
+        last = await this.#judge(response, op, attempt).finally(release);
         if (last.result) return last.result;
       } else {
         last = { status: 0, problem: null, error, retryAfter: null };
@@ -349,14 +350,15 @@ export class IdempotentClient {
     let last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(response.headers.get("Retry-After")) };
     for (let poll = 1; ; poll++) {
       await this.#wait(poll, last, op, `after ${poll - 1} poll(s) of ${location}`);
-      const { response: answer, error } = await this.#send(location, { method: "GET", headers }, op, poll, last);
+      const { response: answer, error, release } = await this.#send(location, { method: "GET", headers }, op, poll, last);
       if (!answer) {
         last = { status: 0, problem: null, error, retryAfter: null };
       } else if (accepted(answer, answer.url || location)) {
+        release();
         await answer.body?.cancel().catch(() => {});
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {
-        last = await this.#judge(answer, op, attempts);
+        last = await this.#judge(answer, op, attempts).finally(release);
         if (last.result) return { ...last.result, polls: poll };
       }
       if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
@@ -365,6 +367,8 @@ export class IdempotentClient {
 
   // #send makes one request, bounded by attemptTimeout and the operation's
   // signal: { response }, or { error } after a network error or a timeout.
+  // The signal still aborts the response's body until release is called:
+  // #judge reads a problem's body, which may stall like any read.
   async #send(url, init, op, attempt, last) {
     const { signal } = op;
     const ctrl = new AbortController();
@@ -380,19 +384,26 @@ export class IdempotentClient {
       error = e;
     } finally {
       clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
     }
+    const release = () => signal?.removeEventListener("abort", onAbort);
+    if (!response) release();
     if (signal?.aborted) {
+      release();
       throw this.#gaveUp(`operation aborted after ${attempt} attempt(s)`, op, attempt, error ? { status: 0, problem: null, error } : last, signal.reason);
     }
-    return { response, error };
+    return { response, error, release };
   }
 
   // #judge decides an answer as the contract says: a result to return, an
   // error thrown, or what to retry.
-  async #judge(response, { operation, key }, attempt) {
+  async #judge(response, op, attempt) {
+    const { operation, key, signal } = op;
     const replayed = isTrue(response.headers.get("Idempotent-Replayed"));
     const problem = response.status >= 400 && !replayed ? await readProblem(response) : null;
+    if (signal?.aborted) {
+      await response.body?.cancel().catch(() => {});
+      throw this.#gaveUp(`operation aborted after ${attempt} attempt(s)`, op, attempt, { status: response.status, problem, error: null }, signal.reason);
+    }
     const action = decide(response.status, problem?.type, replayed);
     if (action === "done") {
       if (operation != null) this.forget(operation);

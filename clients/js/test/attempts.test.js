@@ -3,7 +3,7 @@
 // injected sleep, so nothing here sleeps.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { IdempotentClient, parseRetryAfter } from "../idempotency.js";
+import { IdempotentClient, GaveUpError, parseRetryAfter } from "../idempotency.js";
 
 // lossyFetch fails the first attempt as a lost connection does, then answers
 // 201, recording what each attempt put on the wire: fetch's own reading of
@@ -56,4 +56,26 @@ test("a Retry-After that is neither delta-seconds nor an HTTP-date is ignored", 
     assert.equal(parseRetryAfter(v, Date.UTC(2026, 11, 6)), null, JSON.stringify(v));
   }
   assert.equal(parseRetryAfter("Sun, 06 Dec 2026 00:00:10 GMT", Date.UTC(2026, 11, 6)), 10_000);
+});
+
+test("the signal aborts an operation whose answer's problem body never ends", async () => {
+  const ctrl = new AbortController();
+  const fetch = async (url, init) => {
+    // The headers came; the body stalls, until fetch's signal aborts it, as
+    // fetch's own body does. The caller gives up meanwhile.
+    setImmediate(() => ctrl.abort(new Error("user left")));
+    const stalled = new ReadableStream({
+      start(c) {
+        init.signal.addEventListener("abort", () => c.error(init.signal.reason), { once: true });
+      },
+    });
+    return new Response(stalled, {
+      status: 503, headers: { "Content-Type": "application/problem+json" },
+    });
+  };
+  const client = new IdempotentClient({ fetch, sleep, storage: "memory" });
+  await assert.rejects(
+    client.request("http://proxy.test/v1/orders", { method: "POST", body: "x", signal: ctrl.signal }),
+    (err) => err instanceof GaveUpError && err.cause?.message === "user left",
+  );
 });
