@@ -3,16 +3,18 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
 
 // accepted reports whether resp is the proxy's 202 under Prefer:
-// respond-async: the operation runs, and Location says where its answer
-// will be. The proxy serves its status URLs on the origin the request went
-// to; a Location on another origin is not one of them, and polling it
-// would hand the request's headers (Authorization) to that origin.
-func accepted(resp *http.Response) bool {
+// respond-async to a request for origin: the operation runs, and Location
+// says where its answer will be. The proxy serves its status URLs on the
+// origin the request was sent to; a Location on another origin (a redirect's
+// included, which http.Client followed without Authorization) is not one of
+// them, and polling it would hand the request's headers to that origin.
+func accepted(resp *http.Response, origin *url.URL) bool {
 	if resp == nil || resp.StatusCode != http.StatusAccepted ||
 		!strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async") {
 		return false
@@ -22,7 +24,7 @@ func accepted(resp *http.Response) bool {
 		return false
 	}
 	u, err := resp.Request.URL.Parse(loc)
-	return err == nil && strings.EqualFold(u.Scheme, resp.Request.URL.Scheme) && strings.EqualFold(u.Host, resp.Request.URL.Host)
+	return err == nil && strings.EqualFold(u.Scheme, origin.Scheme) && strings.EqualFold(u.Host, origin.Host)
 }
 
 // follow polls the status URL of a 202 until the operation's answer,
@@ -48,7 +50,7 @@ func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp
 			return nil, last.giveUp(ctx, key, n)
 		}
 		last = c.poll(ctx, req, loc.String())
-		if accepted(last.resp) {
+		if accepted(last.resp, req.URL) {
 			last.retryAfter, last.hasRetryAfter = parseRetryAfter(last.resp.Header.Get("Retry-After"), c.clock())
 			drainAndClose(last.resp)
 		} else if last.final() {

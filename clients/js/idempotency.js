@@ -176,20 +176,23 @@ export const DEFAULT_MAX_POLLS = 600;
 const NOT_POLLED = ["Content-Type", "Content-Length", "Content-Encoding", "Prefer", "Idempotency-Key"];
 
 // accepted tells the proxy's 202 under Prefer: respond-async, to a request
-// sent to base: the operation runs, and Location says where its answer will
-// be. The proxy serves its status URLs on the origin the request went to; a
-// Location on another origin is not one of them, and polling it would hand
-// the request's headers (Authorization) to that origin.
-function accepted(response, base) {
+// for requested: the operation runs, and Location says where its answer will
+// be. The proxy serves its status URLs on the origin the request was sent
+// to; a Location on another origin (a redirect's included) is not one of
+// them, and polling it would hand the request's headers (Authorization) to
+// that origin.
+function accepted(response, requested) {
   const location = response.headers.get("Location");
-  return response.status === 202 && !!location && sameOrigin(location, base) &&
+  return response.status === 202 && !!location && sameOrigin(location, response.url || requested, requested) &&
     /respond-async/i.test(response.headers.get("Preference-Applied") || "");
 }
 
-function sameOrigin(location, base) {
+// sameOrigin tells whether location, resolved against base, is on
+// requested's origin; a relative one in a page resolves against the page.
+function sameOrigin(location, base, requested) {
   try {
-    const from = new URL(base, globalThis.location?.href);
-    return new URL(location, from).origin === from.origin;
+    const page = globalThis.location?.href;
+    return new URL(location, new URL(base, page)).origin === new URL(requested, page).origin;
   } catch {
     return false;
   }
@@ -323,11 +326,10 @@ export class IdempotentClient {
     for (let attempt = 1; ; attempt++) {
       const { response, error, release } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
       if (response) {
-        const sentTo = response.url || String(url);
-        if (this.respondAsync && accepted(response, sentTo)) {
+        if (this.respondAsync && accepted(response, String(url))) {
           release();
           await response.body?.cancel().catch(() => {});
-          return this.#follow(statusURL(response.headers.get("Location"), sentTo), headers, op, attempt, response);
+          return this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
         }
         last = await this.#judge(response, op, attempt).finally(release);
         if (last.result) return last.result;
@@ -353,7 +355,7 @@ export class IdempotentClient {
       const { response: answer, error, release } = await this.#send(location, { method: "GET", headers }, op, poll, last);
       if (!answer) {
         last = { status: 0, problem: null, error, retryAfter: null };
-      } else if (accepted(answer, answer.url || location)) {
+      } else if (accepted(answer, location)) {
         release();
         await answer.body?.cancel().catch(() => {});
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
