@@ -139,7 +139,8 @@ export function parseRetryAfter(value, now = Date.now()) {
   // also read "-5" or "1.5" as dates long past, a retry without waiting.
   if (!/^[A-Za-z]{3,9},?\s/.test(v)) return null;
   const at = Date.parse(v);
-  return Number.isNaN(at) ? null : Math.max(0, at - now);
+  // At most a day, as delta-seconds are: setTimeout fires at once past 2^31 ms.
+  return Number.isNaN(at) ? null : Math.min(Math.max(0, at - now), 86400 * 1000);
 }
 
 function sleep(ms, signal) {

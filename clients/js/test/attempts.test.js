@@ -79,3 +79,12 @@ test("the signal aborts an operation whose answer's problem body never ends", as
     (err) => err instanceof GaveUpError && err.cause?.message === "user left",
   );
 });
+
+test("a Retry-After date is read as at most a day away, as delta-seconds are", () => {
+  // setTimeout fires at once for a wait past 2^31 ms: a date decades off,
+  // under a maxDelay above it, must not read as one.
+  const now = Date.UTC(2026, 11, 6);
+  for (const days of [2, 36500]) {
+    assert.equal(parseRetryAfter(new Date(now + days * 86400_000).toUTCString(), now), 86400_000, `${days} days`);
+  }
+});

@@ -102,7 +102,8 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
         at = email.utils.parsedate_to_datetime(v).timestamp()
     except (TypeError, ValueError, IndexError):
         return None
-    return max(0.0, at - (time.time() if now is None else now))
+    # At most a day, as delta-seconds are.
+    return min(max(0.0, at - (time.time() if now is None else now)), 86400.0)
 
 
 def new_key() -> str:

@@ -57,5 +57,10 @@ class AttemptsTest(unittest.TestCase):
         self.assertEqual(ic.parse_retry_after("Thu, 01 Jan 1970 00:00:10 GMT", now=0), 10)
 
 
+    def test_a_retry_after_date_is_read_as_at_most_a_day_away_as_delta_seconds_are(self):
+        from email.utils import formatdate
+        for days in (2, 36500):
+            self.assertEqual(ic.parse_retry_after(formatdate(days * 86400, usegmt=True), now=0), 86400.0, days)
+
 if __name__ == "__main__":
     unittest.main()
