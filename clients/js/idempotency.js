@@ -303,9 +303,7 @@ export class IdempotentClient {
 
   async #run(url, init) {
     const { operation, key: _key, json, signal, ...rest } = init;
-    const key = this.#keyFor(init);
     const headers = new Headers(rest.headers);
-    headers.set("Idempotency-Key", key);
     if (this.respondAsync) headers.append("Prefer", "respond-async");
     let body = rest.body;
     if (json !== undefined) {
@@ -322,6 +320,10 @@ export class IdempotentClient {
       if (!headers.has("Content-Type")) headers.set("Content-Type", encoded.headers.get("Content-Type"));
       body = await encoded.arrayBuffer();
     }
+    // Kept only once the request can be sent: a body refused above leaves
+    // no pending operation for a reloaded page to resume.
+    const key = this.#keyFor(init);
+    headers.set("Idempotency-Key", key);
     const op = { operation, key, signal };
     let last = { status: 0, problem: null, error: null, retryAfter: null };
     for (let attempt = 1; ; attempt++) {

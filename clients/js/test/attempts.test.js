@@ -88,3 +88,13 @@ test("a Retry-After date is read as at most a day away, as delta-seconds are", (
     assert.equal(parseRetryAfter(new Date(now + days * 86400_000).toUTCString(), now), 86400_000, `${days} days`);
   }
 });
+
+test("a body that cannot be sent keeps no key for its operation", async () => {
+  const client = new IdempotentClient({ fetch: async () => assert.fail("nothing is sent"), sleep, storage: "memory" });
+  const stream = new ReadableStream({ start(c) { c.close(); } });
+  await assert.rejects(client.request("http://proxy.test/v1/orders", { method: "POST", body: stream, operation: "order-42" }), TypeError);
+  const cyclic = {};
+  cyclic.self = cyclic;
+  await assert.rejects(client.request("http://proxy.test/v1/orders", { method: "POST", json: cyclic, operation: "order-42" }), TypeError);
+  assert.equal(client.pending("order-42"), null, "no operation to resume: none was sent");
+});
