@@ -2,18 +2,29 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
 
 // accepted reports whether resp is the proxy's 202 under Prefer:
-// respond-async: the operation runs, and Location says where its answer
-// will be.
-func accepted(resp *http.Response) bool {
-	return resp != nil && resp.StatusCode == http.StatusAccepted && resp.Header.Get("Location") != "" &&
-		strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async")
+// respond-async to a request for origin: the operation runs, and Location
+// says where its answer will be. The proxy serves its status URLs on the
+// origin the request was sent to; a Location on another origin (a redirect's
+// included, which http.Client followed without Authorization) is not one of
+// them, and polling it would hand the request's headers to that origin.
+func accepted(resp *http.Response, origin *url.URL) bool {
+	if resp == nil || resp.StatusCode != http.StatusAccepted ||
+		!strings.Contains(strings.ToLower(resp.Header.Get("Preference-Applied")), "respond-async") {
+		return false
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" || resp.Request == nil || resp.Request.URL == nil {
+		return false
+	}
+	u, err := resp.Request.URL.Parse(loc)
+	return err == nil && strings.EqualFold(u.Scheme, origin.Scheme) && strings.EqualFold(u.Host, origin.Host)
 }
 
 // follow polls the status URL of a 202 until the operation's answer,
@@ -22,13 +33,10 @@ func accepted(resp *http.Response) bool {
 // way worth retrying (a transport error, a 503) is retried the same way.
 // At most MaxPolls polls are sent.
 func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp *http.Response) (*http.Response, error) {
-	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+	loc, _ := resp.Request.URL.Parse(resp.Header.Get("Location")) // accepted parsed it
 	last := attemptResult{resp: resp}
 	last.retryAfter, last.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.clock())
 	drainAndClose(resp)
-	if err != nil {
-		return nil, fmt.Errorf("client: status URL %q: %w", resp.Header.Get("Location"), err)
-	}
 	maxPolls := c.MaxPolls
 	if maxPolls <= 0 {
 		maxPolls = DefaultMaxPolls
@@ -42,7 +50,7 @@ func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp
 			return nil, last.giveUp(ctx, key, n)
 		}
 		last = c.poll(ctx, req, loc.String())
-		if accepted(last.resp) {
+		if accepted(last.resp, req.URL) {
 			last.retryAfter, last.hasRetryAfter = parseRetryAfter(last.resp.Header.Get("Retry-After"), c.clock())
 			drainAndClose(last.resp)
 		} else if last.final() {

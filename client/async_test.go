@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +94,77 @@ func TestRespondAsyncPollsAreBounded(t *testing.T) {
 	var re *RetryError
 	if !errors.As(err, &re) || re.Attempts != 3 || re.StatusCode != http.StatusAccepted {
 		t.Fatalf("Do: %v, want a RetryError after 3 polls answered 202", err)
+	}
+}
+
+// The proxy's status URL is on the origin the request went to: a 202 whose
+// Location names another host is handed over as the answer, never polled
+// with the request's headers (its Authorization among them).
+func TestStatusURLOnAnotherOriginIsNotPolled(t *testing.T) {
+	var polled atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		polled.Add(1)
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	t.Cleanup(other.Close)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", other.URL+"/.well-known/idempotency/s1")
+		w.Header().Set("Preference-Applied", "respond-async")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(front.Close)
+	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
+	req := newCharge(t, front.URL, "amount=7")
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := c.Do(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Do: %v, want the 202 handed over", err)
+	}
+	_ = resp.Body.Close()
+	other.Close() // waits for any poll it got
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("status %d, want the 202 itself", resp.StatusCode)
+	}
+	if n := polled.Load(); n != 0 {
+		t.Errorf("%d poll(s) reached the other origin", n)
+	}
+}
+
+// A redirect to another origin does not move the status URL's origin there:
+// http.Client follows it without the request's Authorization, and polling
+// the 202 it got there would send it.
+func TestStatusURLAfterARedirectToAnotherOriginIsNotPolled(t *testing.T) {
+	var polled atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			polled.Add(1)
+			w.WriteHeader(http.StatusTeapot)
+			return
+		}
+		w.Header().Set("Location", "/.well-known/idempotency/s1")
+		w.Header().Set("Preference-Applied", "respond-async")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(other.Close)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(front.Close)
+	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
+	req := newCharge(t, front.URL, "amount=7")
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := c.Do(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Do: %v, want the 202 handed over", err)
+	}
+	_ = resp.Body.Close()
+	other.Close() // waits for any poll it got
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("status %d, want the 202 itself", resp.StatusCode)
+	}
+	if n := polled.Load(); n != 0 {
+		t.Errorf("%d poll(s) reached the other origin", n)
 	}
 }

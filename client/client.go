@@ -107,7 +107,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	maxAttempts := c.maxAttempts()
 	for n := 1; ; n++ {
 		last := c.attempt(ctx, req, key, body)
-		if last.final() && c.RespondAsync && accepted(last.resp) {
+		if last.final() && c.RespondAsync && accepted(last.resp, req.URL) {
 			return c.follow(ctx, req, key, last.resp)
 		}
 		if last.final() {

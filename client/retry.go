@@ -127,7 +127,8 @@ func (r attemptResult) deliver(key string) (*http.Response, error) {
 }
 
 // parseRetryAfter reads RFC 9110 §10.2.3 Retry-After: delta-seconds or an
-// HTTP-date. A date in the past means "now".
+// HTTP-date. A date in the past means "now"; either form is at most a day
+// (maxRetryAfter).
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -135,8 +136,8 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 			return 0, false
 		}
 		// Clamp before multiplying so a huge value cannot overflow.
-		if secs > int64(24*time.Hour/time.Second) {
-			secs = int64(24 * time.Hour / time.Second)
+		if secs > int64(maxRetryAfter/time.Second) {
+			secs = int64(maxRetryAfter / time.Second)
 		}
 		return time.Duration(secs) * time.Second, true
 	}
@@ -144,8 +145,12 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return max(t.Sub(now), 0), true
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
 }
+
+// maxRetryAfter bounds a Retry-After in either form, so that a date decades
+// off reads as delta-seconds as large would.
+const maxRetryAfter = 24 * time.Hour
 
 // delay is the wait after the n-th attempt (n ≥ 1): the server's Retry-After
 // if it sent one, else exponential backoff with full jitter, a uniform random

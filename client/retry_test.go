@@ -80,3 +80,14 @@ func TestDelayDefaults(t *testing.T) {
 		t.Errorf("delay(30) = %v, want %v", got, want)
 	}
 }
+
+// An HTTP-date is read as at most a day away, as delta-seconds are: a
+// caller's MaxDelay above that still waits no longer on a date decades off.
+func TestRetryAfterDateIsAtMostADayAway(t *testing.T) {
+	now := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	for _, at := range []time.Time{now.Add(48 * time.Hour), now.AddDate(100, 0, 0)} {
+		if got, ok := parseRetryAfter(at.Format(http.TimeFormat), now); got != 24*time.Hour || !ok {
+			t.Errorf("Retry-After %s: %v, %v; want 24h, true", at.Format(http.TimeFormat), got, ok)
+		}
+	}
+}

@@ -100,8 +100,10 @@ func decide(err error, header, trailer metadata.MD) (retry bool, pushback time.D
 		return false, 0, false // the operation's answer, or its replay
 	}
 	if v := first(trailer, PushbackField); v != "" {
-		if ms, perr := strconv.Atoi(v); perr == nil && ms >= 0 {
-			pushback, ok = time.Duration(ms)*time.Millisecond, true
+		if ms, perr := strconv.ParseInt(v, 10, 64); perr == nil && ms >= 0 {
+			// Clamped before multiplying, as client's Retry-After is: a huge
+			// value would wrap to a negative wait.
+			pushback, ok = time.Duration(min(ms, int64(24*time.Hour/time.Millisecond)))*time.Millisecond, true
 		}
 	}
 	st := status.Convert(err)

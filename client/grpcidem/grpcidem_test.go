@@ -144,3 +144,20 @@ func TestInterceptorRetriesInFlightWithTheSameKey(t *testing.T) {
 		t.Fatalf("%d executions, want 3", n)
 	}
 }
+
+// A pushback too large for a time.Duration waits MaxDelay, as a large
+// Retry-After does in package client: multiplied out, it would wrap to a
+// negative wait and the retry would go at once.
+func TestHugePushbackWaitsMaxDelay(t *testing.T) {
+	o := Options{MaxDelay: time.Minute}
+	for _, ms := range []string{"9223372036854775807", "9223372036854775", "86400000000"} {
+		answer := status.Error(codes.Aborted, problemBase+"in-flight: detail")
+		retry, pushback, ok := decide(answer, nil, metadata.Pairs(PushbackField, ms))
+		if !retry || !ok {
+			t.Fatalf("pushback %s: retry %v, read %v; want an in-flight retried after its pushback", ms, retry, ok)
+		}
+		if d := o.delay(1, pushback, ok); d != time.Minute {
+			t.Errorf("pushback %s ms: waits %v, want MaxDelay %v", ms, d, time.Minute)
+		}
+	}
+}

@@ -99,7 +99,7 @@ export interface RequestOptions extends RequestInit {
    * operation and its result.
    */
   operation?: string;
-  /** An explicit key, instead of a stored or fresh one. */
+  /** An explicit key, instead of a stored or fresh one; an Idempotency-Key in headers is one too. */
   key?: string;
   /** A value sent as the JSON body (Content-Type: application/json unless set). */
   json?: unknown;

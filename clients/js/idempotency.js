@@ -135,8 +135,12 @@ export function parseRetryAfter(value, now = Date.now()) {
   if (value == null) return null;
   const v = String(value).trim();
   if (/^\d+$/.test(v)) return Math.min(Number(v), 86400) * 1000;
+  // Every HTTP-date form starts with the day's name; Date.parse alone would
+  // also read "-5" or "1.5" as dates long past, a retry without waiting.
+  if (!/^[A-Za-z]{3,9},?\s/.test(v)) return null;
   const at = Date.parse(v);
-  return Number.isNaN(at) ? null : Math.max(0, at - now);
+  // At most a day, as delta-seconds are: setTimeout fires at once past 2^31 ms.
+  return Number.isNaN(at) ? null : Math.min(Math.max(0, at - now), 86400 * 1000);
 }
 
 function sleep(ms, signal) {
@@ -172,11 +176,27 @@ export const DEFAULT_MAX_POLLS = 600;
 // is a GET without a body, and the key and preference were the request's.
 const NOT_POLLED = ["Content-Type", "Content-Length", "Content-Encoding", "Prefer", "Idempotency-Key"];
 
-// accepted tells the proxy's 202 under Prefer: respond-async: the operation
-// runs, and Location says where its answer will be.
-function accepted(response) {
-  return response.status === 202 && !!response.headers.get("Location") &&
+// accepted tells the proxy's 202 under Prefer: respond-async, to a request
+// for requested: the operation runs, and Location says where its answer will
+// be. The proxy serves its status URLs on the origin the request was sent
+// to; a Location on another origin (a redirect's included) is not one of
+// them, and polling it would hand the request's headers (Authorization) to
+// that origin.
+function accepted(response, requested) {
+  const location = response.headers.get("Location");
+  return response.status === 202 && !!location && sameOrigin(location, response.url || requested, requested) &&
     /respond-async/i.test(response.headers.get("Preference-Applied") || "");
+}
+
+// sameOrigin tells whether location, resolved against base, is on
+// requested's origin; a relative one in a page resolves against the page.
+function sameOrigin(location, base, requested) {
+  try {
+    const page = globalThis.location?.href;
+    return new URL(location, new URL(base, page)).origin === new URL(requested, page).origin;
+  } catch {
+    return false;
+  }
 }
 
 // statusURL resolves Location against the request's URL; a relative one in
@@ -249,7 +269,8 @@ export class IdempotentClient {
    * request sends one logical operation, retrying it with the same key.
    * init is fetch's, plus: operation (a name whose key is kept until a final
    * answer; concurrent calls with one name are one operation), key (an
-   * explicit key), json (a value sent as the JSON body). The body must be
+   * explicit key; an Idempotency-Key in headers is one too), json (a value
+   * sent as the JSON body). The body must be
    * replayable: a string, ArrayBuffer, typed array, Blob, URLSearchParams or
    * FormData.
    * @returns {Promise<{response: Response, status: number, replayed: boolean, bodyOmitted: boolean, key: string, attempts: number}>}
@@ -266,6 +287,10 @@ export class IdempotentClient {
 
   #keyFor(init) {
     if (init.key) return init.key;
+    // A key the caller put in the headers names the operation, as in the Go
+    // client: replacing it would make each call a new operation.
+    const given = new Headers(init.headers).get("Idempotency-Key");
+    if (given) return given;
     if (init.operation == null) return newKey();
     const slot = STORAGE_PREFIX + init.operation;
     const kept = this.pending(init.operation);
@@ -278,9 +303,7 @@ export class IdempotentClient {
 
   async #run(url, init) {
     const { operation, key: _key, json, signal, ...rest } = init;
-    const key = this.#keyFor(init);
     const headers = new Headers(rest.headers);
-    headers.set("Idempotency-Key", key);
     if (this.respondAsync) headers.append("Prefer", "respond-async");
     let body = rest.body;
     if (json !== undefined) {
@@ -290,16 +313,28 @@ export class IdempotentClient {
     if (body != null && typeof body.getReader === "function") {
       throw new TypeError("request: a ReadableStream body cannot be resent; pass a string, ArrayBuffer or Blob");
     }
+    if (typeof FormData !== "undefined" && body instanceof FormData) {
+      // fetch encodes a FormData with a new multipart boundary each time:
+      // encoded once, every attempt sends the bytes the key was first sent with.
+      const encoded = new Response(body);
+      if (!headers.has("Content-Type")) headers.set("Content-Type", encoded.headers.get("Content-Type"));
+      body = await encoded.arrayBuffer();
+    }
+    // Kept only once the request can be sent: a body refused above leaves
+    // no pending operation for a reloaded page to resume.
+    const key = this.#keyFor(init);
+    headers.set("Idempotency-Key", key);
     const op = { operation, key, signal };
     let last = { status: 0, problem: null, error: null, retryAfter: null };
     for (let attempt = 1; ; attempt++) {
-      const { response, error } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
+      const { response, error, release } = await this.#send(url, { ...rest, headers, body }, op, attempt, last);
       if (response) {
-        if (this.respondAsync && accepted(response)) {
+        if (this.respondAsync && accepted(response, String(url))) {
+          release();
           await response.body?.cancel().catch(() => {});
           return this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
         }
-        last = await this.#judge(response, op, attempt);
+        last = await this.#judge(response, op, attempt).finally(release);
         if (last.result) return last.result;
       } else {
         last = { status: 0, problem: null, error, retryAfter: null };
@@ -320,14 +355,15 @@ export class IdempotentClient {
     let last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(response.headers.get("Retry-After")) };
     for (let poll = 1; ; poll++) {
       await this.#wait(poll, last, op, `after ${poll - 1} poll(s) of ${location}`);
-      const { response: answer, error } = await this.#send(location, { method: "GET", headers }, op, poll, last);
+      const { response: answer, error, release } = await this.#send(location, { method: "GET", headers }, op, poll, last);
       if (!answer) {
         last = { status: 0, problem: null, error, retryAfter: null };
-      } else if (accepted(answer)) {
+      } else if (accepted(answer, location)) {
+        release();
         await answer.body?.cancel().catch(() => {});
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {
-        last = await this.#judge(answer, op, attempts);
+        last = await this.#judge(answer, op, attempts).finally(release);
         if (last.result) return { ...last.result, polls: poll };
       }
       if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
@@ -336,6 +372,8 @@ export class IdempotentClient {
 
   // #send makes one request, bounded by attemptTimeout and the operation's
   // signal: { response }, or { error } after a network error or a timeout.
+  // The signal still aborts the response's body until release is called:
+  // #judge reads a problem's body, which may stall like any read.
   async #send(url, init, op, attempt, last) {
     const { signal } = op;
     const ctrl = new AbortController();
@@ -351,19 +389,26 @@ export class IdempotentClient {
       error = e;
     } finally {
       clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
     }
+    const release = () => signal?.removeEventListener("abort", onAbort);
+    if (!response) release();
     if (signal?.aborted) {
+      release();
       throw this.#gaveUp(`operation aborted after ${attempt} attempt(s)`, op, attempt, error ? { status: 0, problem: null, error } : last, signal.reason);
     }
-    return { response, error };
+    return { response, error, release };
   }
 
   // #judge decides an answer as the contract says: a result to return, an
   // error thrown, or what to retry.
-  async #judge(response, { operation, key }, attempt) {
+  async #judge(response, op, attempt) {
+    const { operation, key, signal } = op;
     const replayed = isTrue(response.headers.get("Idempotent-Replayed"));
     const problem = response.status >= 400 && !replayed ? await readProblem(response) : null;
+    if (signal?.aborted) {
+      await response.body?.cancel().catch(() => {});
+      throw this.#gaveUp(`operation aborted after ${attempt} attempt(s)`, op, attempt, { status: response.status, problem, error: null }, signal.reason);
+    }
     const action = decide(response.status, problem?.type, replayed);
     if (action === "done") {
       if (operation != null) this.forget(operation);

@@ -107,3 +107,32 @@ test("respondAsync is added to the caller's preferences", async () => {
   await client.request("http://proxy.test/v1/reports", { method: "POST", body: "x", headers: { prefer: "return=minimal" } });
   assert.equal(calls[0].headers.get("Prefer"), "return=minimal, respond-async");
 });
+
+test("respondAsync: a status URL on another origin is the answer, never polled", async () => {
+  const elsewhere = () => new Response(null, {
+    status: 202,
+    headers: { Location: "http://attacker.test" + STATUS, "Preference-Applied": "respond-async", "Retry-After": "1" },
+  });
+  const { calls, fetch } = fakeProxy([elsewhere, () => new Response("polled", { status: 200 })]);
+  const client = new IdempotentClient({ fetch, sleep: async () => assert.fail("no wait"), respondAsync: true, storage: "memory" });
+  const res = await client.request("http://proxy.test/v1/reports", {
+    method: "POST", body: "x", headers: { Authorization: "Bearer alice" },
+  });
+  assert.equal(res.status, 202);
+  assert.deepEqual(calls.map((c) => c.url), ["http://proxy.test/v1/reports"], "the request's headers stay on its origin");
+});
+
+test("respondAsync: a status URL after a redirect to another origin is the answer, never polled", async () => {
+  const redirected = () => {
+    const res = accepted(1); // a relative Location, on the origin fetch was redirected to
+    Object.defineProperty(res, "url", { value: "http://elsewhere.test/v1/reports" });
+    return res;
+  };
+  const { calls, fetch } = fakeProxy([redirected, () => new Response("polled", { status: 200 })]);
+  const client = new IdempotentClient({ fetch, sleep: async () => assert.fail("no wait"), respondAsync: true, storage: "memory" });
+  const res = await client.request("http://proxy.test/v1/reports", {
+    method: "POST", body: "x", headers: { Authorization: "Bearer alice" },
+  });
+  assert.equal(res.status, 202);
+  assert.equal(calls.length, 1, "the request's headers stay on its origin");
+});

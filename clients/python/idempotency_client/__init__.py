@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 __all__ = [
     "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "DEFAULT_MAX_POLLS", "decide", "parse_retry_after", "new_key",
@@ -93,13 +93,17 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
     if value is None:
         return None
     v = value.strip()
-    if v.isdigit():
+    if v.isascii() and v.isdigit():  # not "²", which isdigit() also takes
         return float(min(int(v), 86400))
+    if not v[:1].isalpha():
+        # Every HTTP-date form starts with the day's name: "-5" is no date.
+        return None
     try:
         at = email.utils.parsedate_to_datetime(v).timestamp()
     except (TypeError, ValueError, IndexError):
         return None
-    return max(0.0, at - (time.time() if now is None else now))
+    # At most a day, as delta-seconds are.
+    return min(max(0.0, at - (time.time() if now is None else now)), 86400.0)
 
 
 def new_key() -> str:
@@ -291,14 +295,16 @@ class Client:
 
     # --- requests
 
-    def request(self, method: str, url: str, *, body: Optional[bytes] = None, json: Any = _MISSING,
+    def request(self, method: str, url: str, *, body: Optional[Union[bytes, str]] = None, json: Any = _MISSING,
                 headers: Optional[Mapping[str, str]] = None, operation: Optional[str] = None,
                 key: Optional[str] = None) -> Result:
         """Sends one logical operation, retrying it with the same key.
 
         operation names it: its key is kept until a final answer, and concurrent
         calls with one name in this client share one operation and its outcome.
-        key is an explicit key instead. json is a value sent as the JSON body.
+        key is an explicit key instead, as is an Idempotency-Key in headers. body is
+        bytes or str, resent whole by every attempt (a file or an iterator raises
+        TypeError). json is a value sent as the JSON body.
         Raises PayloadMismatchError, KeyExpiredError, ProblemError or GaveUpError.
         """
         if operation is None:
@@ -332,7 +338,15 @@ class Client:
                 hdrs["Content-Type"] = "application/json"
         if isinstance(body, str):
             body = body.encode()
-        key = self._key_for(operation, key)
+        if body is not None and not isinstance(body, (bytes, bytearray, memoryview)):
+            # A file or an iterator is read by the first attempt: a retry
+            # would send the same key with what is left of it.
+            raise TypeError(f"request: a body of type {type(body).__name__} cannot be resent; pass bytes or str")
+        # A key the caller put in the headers names the operation, as in the
+        # Go client: replacing it would make each call a new operation.
+        given = _get(hdrs, "Idempotency-Key")
+        hdrs = {k: v for k, v in hdrs.items() if k.lower() != "idempotency-key"}
+        key = self._key_for(operation, key or given)
         hdrs["Idempotency-Key"] = key
         if self.respond_async:
             # Added to the caller's own preferences, in one header of any case.
@@ -351,7 +365,7 @@ class Client:
                 status, problem, error = 0, None, e
             else:
                 error = None
-                if self.respond_async and _accepted(status, resp_headers):
+                if self.respond_async and _accepted(status, resp_headers, url):
                     location = urllib.parse.urljoin(url, resp_headers.get("Location"))
                     return self._follow(location, hdrs, operation, key, attempt,
                                         parse_retry_after(resp_headers.get("Retry-After")))
@@ -383,7 +397,7 @@ class Client:
                 status, error = 0, e
             else:
                 error = None
-                if _accepted(status, resp_headers):
+                if _accepted(status, resp_headers, location):
                     retry_after = parse_retry_after(resp_headers.get("Retry-After"))
                 else:
                     result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempts)
@@ -443,11 +457,20 @@ def _gave_up(what, key, attempts, status, problem, error) -> GaveUpError:
     return e
 
 
-def _accepted(status: int, headers: http.client.HTTPMessage) -> bool:
-    """The proxy's 202 under Prefer: respond-async: the operation runs, and
-    Location says where its answer will be."""
-    return (status == 202 and bool(headers.get("Location"))
+def _accepted(status: int, headers: http.client.HTTPMessage, url: str) -> bool:
+    """The proxy's 202 under Prefer: respond-async, to a request sent to url:
+    the operation runs, and Location says where its answer will be. The proxy
+    serves its status URLs on the origin the request went to; a Location on
+    another origin is not one of them, and polling it would hand the
+    request's headers (Authorization) to that origin."""
+    location = headers.get("Location")
+    return (status == 202 and bool(location) and _same_origin(urllib.parse.urljoin(url, location), url)
             and "respond-async" in (headers.get("Preference-Applied") or "").lower())
+
+
+def _same_origin(a: str, b: str) -> bool:
+    ua, ub = urllib.parse.urlsplit(a), urllib.parse.urlsplit(b)
+    return (ua.scheme.lower(), ua.netloc.lower()) == (ub.scheme.lower(), ub.netloc.lower())
 
 
 def _get(headers: Mapping[str, str], name: str) -> Optional[str]:

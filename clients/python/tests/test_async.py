@@ -112,5 +112,15 @@ class RespondAsyncTest(unittest.TestCase):
         self.assertIsNone(srv.calls[0]["headers"].get("Prefer"))
 
 
+    def test_respond_async_status_url_on_another_origin_is_the_answer_never_polled(self):
+        elsewhere = self.start([(200, {}, b"polled")])
+        srv = self.start([(202, {"Location": elsewhere.url + STATUS, "Preference-Applied": "respond-async",
+                                 "Retry-After": "1"}, b"")])
+        client = ic.Client(respond_async=True, sleep=lambda d: self.fail("no wait"))
+        result = client.request("POST", srv.url + "/v1/reports", body=b"x", headers={"Authorization": "Bearer alice"})
+        self.assertEqual(result.status, 202)
+        self.assertEqual(len(srv.calls), 1)
+        self.assertEqual(elsewhere.calls, [], "the request's headers stay on its origin")
+
 if __name__ == "__main__":
     unittest.main()

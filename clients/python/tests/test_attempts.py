@@ -1,0 +1,66 @@
+"""Every attempt of one operation against a fake server on loopback: the same
+key and the same bytes, whatever the caller handed over. The waits go through
+an injected sleep, so nothing here sleeps."""
+
+import http.server
+import io
+import threading
+import unittest
+
+import idempotency_client as ic
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    # Answers 503 to the first request, 201 to the others, recording each.
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with self.server.lock:
+            self.server.calls.append({"headers": self.headers, "body": body})
+            status = 503 if len(self.server.calls) == 1 else 201
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class AttemptsTest(unittest.TestCase):
+    def setUp(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        srv.calls, srv.lock = [], threading.Lock()
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        self.srv = srv
+        self.url = f"http://127.0.0.1:{srv.server_address[1]}/v1/orders"
+        self.client = ic.Client(sleep=lambda s: None)
+
+    def test_a_body_that_cannot_be_resent_is_refused_before_anything_is_sent(self):
+        for body in (io.BytesIO(b'{"order":42}'), iter([b'{"order":42}'])):
+            with self.assertRaises(TypeError):
+                self.client.request("POST", self.url, body=body, headers={"Content-Length": "12"},
+                                    operation="order-42")
+            self.assertIsNone(self.client.pending("order-42"), "no key kept for an operation never sent")
+        self.assertEqual(self.srv.calls, [])
+
+    def test_an_idempotency_key_header_the_caller_sets_is_the_operations_key(self):
+        result = self.client.request("POST", self.url, json={"order": 42}, headers={"idempotency-key": "order-42"})
+        self.assertEqual(result.key, "order-42")
+        self.assertEqual([c["headers"].get_all("Idempotency-Key") for c in self.srv.calls],
+                         [["order-42"], ["order-42"]])
+
+    def test_a_retry_after_that_is_neither_delta_seconds_nor_an_http_date_is_ignored(self):
+        for v in ("-5", "1.5", "\u00b2", "soon", ""):
+            self.assertIsNone(ic.parse_retry_after(v, now=0), repr(v))
+        self.assertEqual(ic.parse_retry_after("Thu, 01 Jan 1970 00:00:10 GMT", now=0), 10)
+
+
+    def test_a_retry_after_date_is_read_as_at_most_a_day_away_as_delta_seconds_are(self):
+        from email.utils import formatdate
+        for days in (2, 36500):
+            self.assertEqual(ic.parse_retry_after(formatdate(days * 86400, usegmt=True), now=0), 86400.0, days)
+
+if __name__ == "__main__":
+    unittest.main()
