@@ -325,6 +325,9 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	}
 	h.noteChurn(q)
 	if q.route.reconciles() {
+		if plain == nil { // no json: key source decoded it
+			plain = inflated(r, q.body, pol.MaxRequestBody)
+		}
 		body := q.body
 		if plain != nil {
 			body = plain

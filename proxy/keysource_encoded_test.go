@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 )
 
 // encodedPost renders a JSON POST to /hooks whose body is sent under
@@ -98,4 +103,49 @@ func TestGraphQLRequestIsReadFromAnEncodedBody(t *testing.T) {
 	if got := e.up.calls.Load(); got != 1 {
 		t.Errorf("an encoded mutation keyed by its directive: executions = %d, want 1", got)
 	}
+}
+
+// A body is decoded up to max_request_body exactly: one that decodes to
+// the limit is read whole, one a byte longer not at all.
+func TestEncodedBodyIsDecodedUpToMaxRequestBody(t *testing.T) {
+	const limit = 64
+	exact := strings.Repeat("x", limit)
+	r := httptest.NewRequest("POST", "http://h.example/hooks", nil)
+	r.Header.Set("Content-Encoding", "gzip")
+	if got := inflated(r, gzipped(t, exact), limit); string(got) != exact {
+		t.Errorf("a body decoding to max_request_body: %d bytes decoded, want all %d", len(got), limit)
+	}
+	if got := inflated(r, gzipped(t, exact+"x"), limit); got != nil {
+		t.Errorf("a body decoding a byte past max_request_body: %d bytes decoded, want none", len(got))
+	}
+}
+
+// A lookup's {json:} placeholder is filled from the body as the upstream
+// reads it: a plain body's member, and an encoded body's, decoded.
+func TestLookupPlaceholderIsFilledFromThePlainOrDecodedBody(t *testing.T) {
+	l := &ledger{}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders/{json:/order_id}" })
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{"order_id":"o1"}`); r.StatusCode != http.StatusCreated {
+		t.Fatalf("a plain body naming its order: %d %s", r.StatusCode, r.body)
+	}
+	l.mu.Lock()
+	l.die = 1 // its outcome unknown: the lookup goes out
+	l.mu.Unlock()
+	body := gzipped(t, `{"order_id":"o2"}`)
+	raw := "POST /v1/charges HTTP/1.1\r\nHost: h.example\r\nIdempotency-Key: k2\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + string(body)
+	if r := e.raw(t, raw); r.StatusCode == http.StatusBadRequest {
+		t.Fatalf("an encoded body naming its order: %d %s", r.StatusCode, r.body)
+	}
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if len(l.probes) == 0 {
+			return errors.New("no lookup yet")
+		}
+		if got := l.probes[0].URL.Path; got != "/v1/orders/o2" {
+			t.Fatalf("lookup of %s, want /v1/orders/o2: the decoded body's member", got)
+		}
+		return nil
+	})
 }
