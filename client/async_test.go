@@ -114,21 +114,7 @@ func TestStatusURLOnAnotherOriginIsNotPolled(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(front.Close)
-	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
-	req := newCharge(t, front.URL, "amount=7")
-	req.Header.Set("Authorization", "Bearer alice")
-	resp, err := c.Do(t.Context(), req)
-	if err != nil {
-		t.Fatalf("Do: %v, want the 202 handed over", err)
-	}
-	_ = resp.Body.Close()
-	other.Close() // waits for any poll it got
-	if resp.StatusCode != http.StatusAccepted {
-		t.Errorf("status %d, want the 202 itself", resp.StatusCode)
-	}
-	if n := polled.Load(); n != 0 {
-		t.Errorf("%d poll(s) reached the other origin", n)
-	}
+	handedOverUnpolled(t, front.URL, other, &polled)
 }
 
 // A redirect to another origin does not move the status URL's origin there:
@@ -152,8 +138,16 @@ func TestStatusURLAfterARedirectToAnotherOriginIsNotPolled(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	t.Cleanup(front.Close)
+	handedOverUnpolled(t, front.URL, other, &polled)
+}
+
+// handedOverUnpolled sends an authorised charge to front, whose 202 names
+// a status URL on other, and checks that the client hands the 202 over
+// and that no poll reached other (counted in polled).
+func handedOverUnpolled(t *testing.T, front string, other *httptest.Server, polled *atomic.Int32) {
+	t.Helper()
 	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
-	req := newCharge(t, front.URL, "amount=7")
+	req := newCharge(t, front, "amount=7")
 	req.Header.Set("Authorization", "Bearer alice")
 	resp, err := c.Do(t.Context(), req)
 	if err != nil {
