@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -585,22 +584,7 @@ func TestCallerOfAKeyBeingSettledWaitsUpToUpstreamTimeoutOnTheHandlersClock(t *t
 	kh := e.keyHash(t, "k1")
 
 	took := clock.Now() // the clock stands still until the test moves it
-	ctx, leave := context.WithCancel(context.Background())
-	first := make(chan *response, 1)
-	go func() {
-		defer close(first)
-		res, err := e.srv.Client().Do(e.request(t, ctx, "/v1/charges", "k1"))
-		if err != nil {
-			return // it left
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		first <- &response{Response: res, body: string(b)}
-	}()
-	t.Cleanup(func() {
-		leave() // on a failure the caller may still wait
-		<-first
-	})
+	first := sendUntilCleanup(t, e, "/v1/charges", "k1")
 	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if _, _, ok := e.handler.Settling(kh); !ok {
 			return errors.New("the unknown outcome is not being settled yet")

@@ -89,22 +89,7 @@ func refusingEnv(t *testing.T, lockTTL time.Duration, refuseMarkers bool, opts .
 	kh := e.keyHash(t, "k1")
 	st.key = kh
 
-	ctx, leave := context.WithCancel(context.Background())
-	first := make(chan *response, 1)
-	go func() {
-		defer close(first)
-		res, err := e.srv.Client().Do(e.request(t, ctx, "/x", "k1"))
-		if err != nil {
-			return // it left
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		first <- &response{Response: res, body: string(b)}
-	}()
-	t.Cleanup(func() {
-		leave() // on a failure the caller may still wait on the stopped clock
-		<-first
-	})
+	first := sendUntilCleanup(t, e, "/x", "k1")
 	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if _, _, ok := e.handler.Settling(kh); !ok {
 			return errors.New("the unknown outcome is not being settled yet")
@@ -255,4 +240,29 @@ func leftToTheNextOwner(t *testing.T, clock *executiontest.FakeClock, st *refusi
 	if _, effects := l.counts(); effects != 1 {
 		t.Errorf("effects %d, want 1", effects)
 	}
+}
+
+// sendUntilCleanup sends a keyed JSON POST to path in the background and
+// returns where its answer comes (closed without one if the request left
+// first): at the test's cleanup the request leaves, since on a failure it
+// may still be waiting on a stopped clock.
+func sendUntilCleanup(t *testing.T, e *env, path, key string) <-chan *response {
+	t.Helper()
+	ctx, leave := context.WithCancel(context.Background())
+	first := make(chan *response, 1)
+	go func() {
+		defer close(first)
+		res, err := e.srv.Client().Do(e.request(t, ctx, path, key))
+		if err != nil {
+			return // it left
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		first <- &response{Response: res, body: string(b)}
+	}()
+	t.Cleanup(func() {
+		leave()
+		<-first
+	})
+	return first
 }
