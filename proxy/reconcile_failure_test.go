@@ -39,6 +39,15 @@ func (l *chargeLedger) commit(key string) {
 	l.effects++
 }
 
+// post counts a POST that reached the ledger and returns its number,
+// from 1.
+func (l *chargeLedger) post() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.posts++
+	return l.posts
+}
+
 func (l *chargeLedger) counts() (posts, effects int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -90,10 +99,7 @@ func TestResendOutlivingLockTTLIsRenewedAndNeverResentByTheNextOwner(t *testing.
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		switch n {
 		case 1: // dies before its commit: absent
 			hangUp(w)
@@ -222,10 +228,7 @@ func TestUnknownResendIsAskedAboutOnlyAfterReconcileAfter(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		key := r.Header.Get("Idempotency-Key")
 		switch n {
 		case 1: // dies before its commit: absent
@@ -319,10 +322,7 @@ func TestReconcileCutOffFromTheStoreNeverResendsWithoutTheLease(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		if n == 1 {
 			hangUp(w)
 			return
@@ -394,10 +394,7 @@ func TestSettlementLostToAnotherOwnerGivesTheFirstCallerTheKeysRecord(t *testing
 			l.lookup(w, r) // found: 200 {"status":"succeeded"}
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		if n == 1 {
 			hangUp(w)
 			return
@@ -452,10 +449,7 @@ func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		l.commit(r.Header.Get("Idempotency-Key"))
 		if n == 1 {
 			<-r.Context().Done() // committed; the answer never comes
@@ -509,10 +503,7 @@ func TestResendIsNeverRepeatedByTheKeysNextOwner(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		switch n {
 		case 1: // dies before its commit: absent
 			hangUp(w)
@@ -566,10 +557,7 @@ func TestResendWaitsForARenewalThatProvesTheLease(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		n := l.posts
-		l.mu.Unlock()
+		n := l.post()
 		if n == 1 {
 			pa.cut.Store(true)
 			hangUp(w)
@@ -1024,9 +1012,7 @@ func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
 			l.lookup(w, r)
 			return
 		}
-		l.mu.Lock()
-		l.posts++
-		l.mu.Unlock()
+		l.post()
 		l.commit(r.Header.Get("Idempotency-Key"))
 		hangUp(w)
 	}

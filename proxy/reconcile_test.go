@@ -425,9 +425,7 @@ func TestDetachedCallWithUnknownOutcomeIsSettledWithinMaxDetachedOne(t *testing.
 					l.lookup(w, r)
 					return
 				}
-				l.mu.Lock()
-				l.posts++
-				l.mu.Unlock()
+				l.post()
 				arrived <- struct{}{}
 				select {
 				case <-commit:
