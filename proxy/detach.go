@@ -26,21 +26,20 @@ import (
 // outcome turns unknown hands its room to the settlement that asks the
 // upstream (reconcile.go), so its key is counted once.
 
-// await waits for q's upstream call as long as its client does.
+// await waits for q's upstream call as long as its client does
+// (execution.Call): the call's outcome is answered, or the client let go.
 func (h *Handler) await(w http.ResponseWriter, q *request) {
 	gone := q.in.Context().Done()
 	for {
-		select {
-		case <-q.wake:
-			if q.ended.Load() {
-				h.answered(w, q)
-				return
-			}
-			// upstream.timeout passed
+		switch q.call.Await(gone) {
+		case execution.CallEnded:
+			h.answered(w, q)
+			return
+		case execution.WaitPassed:
 			if h.letGo(w, q, true) {
 				return
 			}
-		case <-gone:
+		case execution.ClientLeft:
 			gone = nil
 			if h.letGo(w, q, false) {
 				return
@@ -74,7 +73,7 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 			"route", q.route.label, "key_hash", q.keyHash, "client_gone", !timedOut)
 		if timedOut {
 			q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(stopTimeout))
-			q.cancel()
+			q.call.Cancel()
 		}
 		return false
 	}
@@ -108,46 +107,17 @@ func detachedRoom(q *request) int64 {
 	return int64(len(q.body)) + q.route.policy.MaxResponseBody
 }
 
-// armDeadline arms q's deadline, due after d, unless the call returned.
-func (h *Handler) armDeadline(q *request, d time.Duration) {
-	q.capture.mu.Lock() // timerFired may run before deadline is set
-	if !q.deadlineStopped {
-		q.deadline = h.clock.AfterFunc(d, func() { h.timerFired(q) })
-	}
-	q.capture.mu.Unlock()
-}
+// q's deadline bounds its call (execution.Call).
+var _ execution.Bounded = (*request)(nil)
 
-// timerFired runs when upstream.timeout passes, then again when
-// upstream.max_execution does. When the lease's first renewal is due after
-// upstream.timeout, the renewals start here.
-func (h *Handler) timerFired(q *request) {
-	if every := execution.RenewEvery(q.route.policy.LockTTL); every > h.wait(q) {
-		h.renewLease(q.detached, q, every-h.wait(q), false)
-	}
-	if h.maxExecution > h.wait(q) && !q.timedOut.Swap(true) {
-		q.capture.mu.Lock()
-		if !q.deadlineStopped {
-			q.deadline.Reset(h.maxExecution - h.wait(q))
-		}
-		q.capture.mu.Unlock()
-		q.signal()
-		return
-	}
+// DeadlinePassed notes on q's capture why its deadline cancels the call,
+// unless it was cancelled already.
+func (q *request) DeadlinePassed(cut execution.Cut) {
 	cause := stopMaxExecution
-	if h.maxExecution <= h.wait(q) {
+	if cut == execution.CutAtWait {
 		cause = stopTimeout
 	}
 	q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(cause))
-	q.cancel()
-}
-
-// signal wakes the client's goroutine. wake holds one signal: one dropped
-// because it is full leaves the client a signal to see what was set.
-func (q *request) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 // detachedEnded reports the end of a call its client had left, and gives

@@ -35,20 +35,15 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	q.executed, q.h = true, h
 	h.settling.Add(1) // until the key is settled, in settleKey
 	ctx, cancel := context.WithCancel(detached)
-	q.cancel = cancel
+	q.call = execution.Call{Wait: h.wait(q), MaxExecution: h.maxExecution, LockTTL: q.route.policy.LockTTL, Cancel: cancel}
 	h.startCapture(&q.capture, w, q)
 	q.done = h.owners.Add(q.keyHash, cancel)
 	if h.aborted.Load() {
 		cancel()
 	}
-	q.wake = make(chan struct{}, 1)
 	q.detached = detached
 	q.startLease()
-	if every := execution.RenewEvery(q.route.policy.LockTTL); every <= h.wait(q) {
-		h.renewLease(detached, q, every, true)
-	} else {
-		h.armDeadline(q, h.wait(q)) // it starts the renewals
-	}
+	q.call.Start(h.clock, q)
 
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(q.upstream, q.body, &q.bodyReader)
@@ -69,13 +64,7 @@ func (h *Handler) call(q *request) {
 	ctx := q.detached
 	start := h.clock.Now()
 	aborted := h.serveUpstream(q, q.upstream)
-	q.capture.mu.Lock() // timerFired may be re-arming it, renewLease arming it
-	if q.deadline != nil {
-		q.deadline.Stop()
-	}
-	q.deadlineStopped = true
-	q.capture.mu.Unlock()
-	q.cancel()
+	q.call.Returned()
 	q.returned = h.clock.Now()
 	q.upstreamTook.Store(int64(max(q.returned.Sub(start), 1)))
 	q.route.metrics.upstream.Observe(q.returned.Sub(start).Seconds())
@@ -88,8 +77,7 @@ func (h *Handler) call(q *request) {
 	if detached {
 		h.detachedEnded(q)
 	}
-	q.ended.Store(true)
-	q.signal()
+	q.call.End()
 }
 
 // headers recycles the response headers of executed requests: the reverse

@@ -24,11 +24,17 @@ func (q *request) Extend(ctx context.Context, ttl time.Duration) error {
 	return q.h.store.Extend(ctx, q.keyHash, q.token, ttl)
 }
 
+// RenewLease starts the renewals of q's lease, the first after first, for
+// its deadline (execution.Call).
+func (q *request) RenewLease(first time.Duration, thenDeadline bool) {
+	q.h.renewLease(q.detached, q, first, thenDeadline)
+}
+
 // FirstRenewal arms q's deadline, due when its client's wait (wait, grpc.go)
 // ends after the call started, when the first renewal, due after first,
 // fires before it.
 func (q *request) FirstRenewal(first time.Duration) {
-	q.h.armDeadline(q, q.h.wait(q)-first)
+	q.call.ArmAfterRenewal(first)
 }
 
 // Lost reports a renewal that found q's lease lost.

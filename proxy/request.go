@@ -109,23 +109,15 @@ type execState struct {
 	// (reconcile.go).
 	recon *reconciliation
 
-	// The upstream call's own goroutine and how the client waits for it
-	// (detach.go). cancel ends the call; deadline fires at upstream.timeout
-	// (setting timedOut), then at upstream.max_execution. ended is set when
-	// the call returned, and ran holds what it did. wake is signalled after
-	// timedOut or ended is set.
-	cancel context.CancelFunc
+	// The upstream call's deadline and how its client waits for it
+	// (execution.Call, detach.go).
+	call execution.Call
 	// detached is the context of the call's store operations, and
 	// upstream the request it sends (call).
 	detached context.Context
 	upstream *http.Request
-	deadline execution.Timer
-	// deadlineStopped is set, under capture.mu, once the call returned.
-	deadlineStopped bool
-	timedOut        atomic.Bool
-	ended           atomic.Bool
-	wake            chan struct{}
-	ran             struct {
+	// ran holds what the call did, once it returned.
+	ran struct {
 		outcome Outcome
 		status  int
 		aborted bool // the reverse proxy panicked: the response was cut
