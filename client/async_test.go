@@ -241,3 +241,35 @@ func TestRespondAsyncStopsOnAnUnknownStatusURL(t *testing.T) {
 		t.Errorf("the request was sent %d times, want once", n)
 	}
 }
+
+// A poll answered 503 without the released mark (the store could not be
+// read, say) is polled again: only the mark frees the key for a resend.
+func TestRespondAsyncPollsAgainOnAnUnmarked503(t *testing.T) {
+	var posts, gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			w.Header().Set("Location", "/.well-known/idempotency/s1")
+			w.Header().Set("Preference-Applied", "respond-async")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if gets.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set(HeaderReplayed, "true")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
+	resp, err := c.Do(t.Context(), newCharge(t, srv.URL, "amount=7"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || posts.Load() != 1 || gets.Load() != 2 {
+		t.Errorf("%d after %d request(s) and %d poll(s), want the 201 after 1 and 2", resp.StatusCode, posts.Load(), gets.Load())
+	}
+}
