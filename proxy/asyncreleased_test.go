@@ -170,3 +170,32 @@ func TestPollOfAReleasedRequestWhoseNoteTheStoreCouldNotKeepIs404(t *testing.T) 
 		t.Errorf("retry with the key: %d, want executed again (the key was released)", r.StatusCode)
 	}
 }
+
+func TestPollOfARequestWhoseUpstreamFailedUnderReleaseAnswersItsProblem(t *testing.T) {
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // the request was sent, no answer came back
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}, func(o *Options) {
+		o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
+		o.Default.OnUpstreamError = UpstreamErrorRelease
+	})
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	loc := first.Header.Get("Location")
+	e.settle(t)
+	p := e.poll(t, loc)
+	if p.StatusCode != http.StatusBadGateway || p.problemType() != "upstream-failed" || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll: %d %s released=%q, want 502 upstream-failed marked released", p.StatusCode, p.body, p.Header.Get(ReleasedHeader))
+	}
+	e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	e.settle(t)
+	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
+		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
+	}
+}
