@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -65,9 +66,11 @@ func (c *capture) releasedAnswer(fp store.Fingerprint) *store.Record {
 	for k, v := range c.hdr {
 		switch k {
 		case "Content-Length", "Content-Type", "Content-Encoding", "Trailer", "Transfer-Encoding":
-			continue
+			continue // of the body, which the note does not keep
 		}
-		hdr[k] = append([]string(nil), v...)
+		if len(v) > 0 && !strings.HasPrefix(k, http.TrailerPrefix) {
+			hdr[k] = append([]string(nil), v...)
+		}
 	}
 	hdr["Content-Length"] = []string{"0"}
 	return &store.Record{Status: c.status, Header: hdr, Fingerprint: fp, CreatedAt: c.answered}
