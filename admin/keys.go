@@ -189,8 +189,9 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	out := listJSON{Keys: make([]entryJSON, 0, len(entries)), NextCursor: next}
 	for _, e := range entries {
-		// A settling marker belongs to its key, which keys get shows.
-		if !strings.HasSuffix(e.Key, store.ReconcileSuffix) {
+		// A settling marker belongs to its key, which keys get shows; a
+		// released note to a status URL, for its polls (docs/operating.md).
+		if !strings.HasSuffix(e.Key, store.ReconcileSuffix) && !strings.HasSuffix(e.Key, store.ReleasedSuffix) {
 			out.Keys = append(out.Keys, newEntryJSON(e))
 		}
 	}

@@ -171,6 +171,21 @@ func TestListPassesStateLimitAndCursor(t *testing.T) {
 	}
 }
 
+func TestListShowsKeysNotTheirMarkersOrReleasedNotes(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["aa01"] = completedEntry("aa01")
+	e.st.entries["aa01"+store.ReconcileSuffix] = completedEntry("aa01" + store.ReconcileSuffix)
+	e.st.entries["bb02"+store.ReleasedSuffix] = completedEntry("bb02" + store.ReleasedSuffix)
+	rec := e.do(t, "GET", "/admin/keys", bearer, "")
+	var out listJSON
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Keys) != 1 || out.Keys[0].KeyHash != "aa01" {
+		t.Errorf("list = %s, want key aa01 alone", rec.Body.String())
+	}
+}
+
 // The operator sees why the store failed, not only that it did.
 func TestStoreFailureShowsTheCause(t *testing.T) {
 	e := newEnv(t, testToken)

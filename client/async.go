@@ -31,8 +31,10 @@ func accepted(resp *http.Response, origin *url.URL) bool {
 // which it returns as Do returns an attempt's: each poll waits for the
 // last 202's Retry-After, capped by MaxDelay, and a poll that fails in a
 // way worth retrying (a transport error, a 503) is retried the same way.
-// At most MaxPolls polls are sent.
-func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp *http.Response) (*http.Response, error) {
+// At most MaxPolls polls are sent. An answer marked released (Released)
+// that says to retry is returned as released instead: the key is free,
+// and Do sends the request again with it.
+func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp *http.Response) (_ *http.Response, released *attemptResult, _ error) {
 	loc, _ := resp.Request.URL.Parse(resp.Header.Get("Location")) // accepted parsed it
 	last := attemptResult{resp: resp}
 	last.retryAfter, last.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.clock())
@@ -47,17 +49,21 @@ func (c *Client) follow(ctx context.Context, req *http.Request, key string, resp
 			c.OnRetry(last.retryInfo(n, d))
 		}
 		if c.wait(ctx, d) != nil {
-			return nil, last.giveUp(ctx, key, n)
+			return nil, nil, last.giveUp(ctx, key, n)
 		}
 		last = c.poll(ctx, req, loc.String())
-		if accepted(last.resp, req.URL) {
+		switch {
+		case accepted(last.resp, req.URL):
 			last.retryAfter, last.hasRetryAfter = parseRetryAfter(last.resp.Header.Get("Retry-After"), c.clock())
 			drainAndClose(last.resp)
-		} else if last.final() {
-			return last.deliver(key)
+		case last.final():
+			resp, err := last.deliver(key)
+			return resp, nil, err
+		case last.resp != nil && Released(last.resp):
+			return nil, &last, nil
 		}
 		if n == maxPolls || ctx.Err() != nil {
-			return nil, last.giveUp(ctx, key, n)
+			return nil, nil, last.giveUp(ctx, key, n)
 		}
 	}
 }

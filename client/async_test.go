@@ -162,3 +162,114 @@ func handedOverUnpolled(t *testing.T, front string, other *httptest.Server, poll
 		t.Errorf("%d poll(s) reached the other origin", n)
 	}
 }
+
+// A status URL whose request's key was released (the upstream answered a
+// release status, say 503 "not processed") answers what the request would
+// have been told, marked released: the client sends the request again with
+// its key, and the operation runs once.
+func TestRespondAsyncResendsARequestWhoseKeyWasReleased(t *testing.T) {
+	u := &upstream{}
+	u.steps = []http.HandlerFunc{status(http.StatusServiceUnavailable, "Retry-After", "0"), u.execute}
+	base := startAsyncProxy(t, startUpstream(t, u))
+	rt := &recordingTransport{base: http.DefaultTransport}
+	var released atomic.Int32
+	c := &Client{RespondAsync: true, MaxPolls: 5000, HTTP: &http.Client{Transport: rt},
+		OnRetry: func(r Retry) {
+			if r.StatusCode == http.StatusServiceUnavailable {
+				released.Add(1)
+			}
+		},
+		sleep: func(ctx context.Context, d time.Duration) error { return (&Client{}).wait(ctx, time.Millisecond) }}
+	resp, err := c.Do(t.Context(), newCharge(t, base, "amount=7"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusCreated || body != "execution 1 of amount=7" {
+		t.Fatalf("%d %q, want the one execution's 201", resp.StatusCode, body)
+	}
+	if n := u.executions.Load(); n != 1 {
+		t.Errorf("executions = %d, want 1", n)
+	}
+	if n := u.calls.Load(); n != 2 {
+		t.Errorf("upstream calls = %d, want 2: the released one and the resend", n)
+	}
+	if released.Load() != 1 {
+		t.Errorf("retries on the released answer = %d, want 1", released.Load())
+	}
+	keys := rt.gotKeys()
+	if keys[0] == "" || keys[len(keys)-1] != "" {
+		t.Fatalf("keys %q: want the request's first and a keyless poll last", keys)
+	}
+	resent := 0
+	for _, k := range keys[1:] {
+		if k == keys[0] {
+			resent++
+		} else if k != "" {
+			t.Errorf("sent with key %q, want %q", k, keys[0])
+		}
+	}
+	if resent != 1 {
+		t.Errorf("the request was sent again %d times with its key, want 1", resent)
+	}
+}
+
+// A poll answered status-unknown (an unknown or expired status URL) is the
+// end: the request is not sent again, however its key may have gone.
+func TestRespondAsyncStopsOnAnUnknownStatusURL(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			w.Header().Set("Location", "/.well-known/idempotency/s1")
+			w.Header().Set("Preference-Applied", "respond-async")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"type":"` + ProblemStatusUnknown + `","status":404}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
+	_, err := c.Do(t.Context(), newCharge(t, srv.URL, "amount=7"))
+	var pe *ProblemError
+	if !errors.As(err, &pe) || pe.Problem.Type != ProblemStatusUnknown {
+		t.Fatalf("Do: %v, want a ProblemError status-unknown", err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("the request was sent %d times, want once", n)
+	}
+}
+
+// A poll answered 503 without the released mark (the store could not be
+// read, say) is polled again: only the mark frees the key for a resend.
+func TestRespondAsyncPollsAgainOnAnUnmarked503(t *testing.T) {
+	var posts, gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			w.Header().Set("Location", "/.well-known/idempotency/s1")
+			w.Header().Set("Preference-Applied", "respond-async")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if gets.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set(HeaderReplayed, "true")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
+	resp, err := c.Do(t.Context(), newCharge(t, srv.URL, "amount=7"))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || posts.Load() != 1 || gets.Load() != 2 {
+		t.Errorf("%d after %d request(s) and %d poll(s), want the 201 after 1 and 2", resp.StatusCode, posts.Load(), gets.Load())
+	}
+}

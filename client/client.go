@@ -18,10 +18,13 @@ const (
 	DefaultMaxPolls        = 600      // ten minutes at the proxy's Retry-After of 1s
 )
 
-// Response headers set by the proxy on replays (docs/request-handling.md, docs/guarantees.md).
+// Response headers set by the proxy on replays, and on a status URL's
+// answer of a request whose key was released (docs/request-handling.md,
+// docs/guarantees.md).
 const (
 	HeaderReplayed    = "Idempotent-Replayed"
 	HeaderBodyOmitted = "Idempotent-Body-Omitted"
+	HeaderReleased    = "Idempotent-Released"
 )
 
 // Client sends requests with an idempotency key and retries them safely. The
@@ -74,6 +77,12 @@ func Replayed(resp *http.Response) bool { return isTrue(resp.Header.Get(HeaderRe
 // body is empty. The operation did execute; fetch its result another way.
 func BodyOmitted(resp *http.Response) bool { return isTrue(resp.Header.Get(HeaderBodyOmitted)) }
 
+// Released reports whether resp, a poll's answer, is its request's own
+// answer with the key released: the upstream did not process the request
+// (or it is unknown whether it did), the proxy recorded nothing, and a
+// request sent again with the key executes.
+func Released(resp *http.Response) bool { return isTrue(resp.Header.Get(HeaderReleased)) }
+
 func isTrue(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "true") }
 
 // KeyOf returns the idempotency key resp's request carried.
@@ -108,7 +117,13 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	for n := 1; ; n++ {
 		last := c.attempt(ctx, req, key, body)
 		if last.final() && c.RespondAsync && accepted(last.resp, req.URL) {
-			return c.follow(ctx, req, key, last.resp)
+			resp, released, err := c.follow(ctx, req, key, last.resp)
+			if released == nil {
+				return resp, err
+			}
+			// The key was released: the poll answered what this attempt
+			// would have been told, and the request is sent again.
+			last = *released
 		}
 		if last.final() {
 			return last.deliver(key)

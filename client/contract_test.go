@@ -39,6 +39,9 @@ func TestClientFollowsTheContract(t *testing.T) {
 	if c.ProblemBase != problemBase {
 		t.Errorf("problem base %q, contract says %q", problemBase, c.ProblemBase)
 	}
+	if c.AcceptedAsync.ReleasedHeader != HeaderReleased {
+		t.Errorf("HeaderReleased %q, contract says %q", HeaderReleased, c.AcceptedAsync.ReleasedHeader)
+	}
 	var proxyTypes []string
 	for _, row := range c.Problems {
 		if !row.On(contract.ListenerProxy) {

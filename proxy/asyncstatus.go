@@ -117,7 +117,9 @@ func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	e, err := h.inspector.Inspect(context.WithoutCancel(r.Context()), keyHash)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeProblem(w, probStatusUnknown, "")
+		// Released, expired or never there: its released note, if any,
+		// says which (asyncreleased.go).
+		h.serveReleased(w, r, keyHash, mac)
 		return
 	case err != nil:
 		writeProblem(w, probStore, "the status could not be read; try again")
@@ -130,12 +132,14 @@ func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	case e.State == store.Completed && e.Record != nil:
 		label = e.Record.Request.Route
 	default:
-		writeProblem(w, probStatusUnknown, "")
+		h.serveReleased(w, r, keyHash, mac)
 		return
 	}
 	rt := h.routes.Load().byLabel(label)
 	if rt == nil || !hmac.Equal(mac, h.async.mac(keyHash, e.Fingerprint, r, rt)) {
-		writeProblem(w, probStatusUnknown, "")
+		// The key is another request's now (another payload): this
+		// one's released note, if any, still answers.
+		h.serveReleased(w, r, keyHash, mac)
 		return
 	}
 	if e.State == store.InFlight {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -117,6 +118,10 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	leaseLost := q.lease.Stop()
 
 	var rec *store.Record
+	// note is what the client would have been told of a released key
+	// whose call ran detached from it (asyncreleased.go).
+	var note *store.Record
+	noted := h.notesRelease(q)
 	outcome := OutcomeUpstreamError
 	var f failure // of the upstream exchange, 0 when it answered
 	if c.upstreamErr != nil {
@@ -141,6 +146,9 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		return outcome
 	case f == failUnreachable, f == failShuttingDown:
 		// Nothing reached the upstream: a retry executes safely.
+		if noted {
+			note = h.problemRecord(q, f)
+		}
 	case f == failResponseTooLarge:
 		// The upstream answered, so it executed the request; its answer
 		// is too large to read. A retry would execute again and fail the
@@ -157,10 +165,15 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		}
 		if pol.OnUpstreamError == UpstreamErrorKeep {
 			rec = h.problemRecord(q, failResponseCutShort)
+		} else if noted {
+			note = h.problemRecord(q, cmp.Or(f, failResponseCutShort))
 		}
 	case !c.recording:
 		// A release status: "not processed, try again".
 		outcome = OutcomeReleased
+		if noted && !c.noStore {
+			note = c.releasedAnswer(q.fp)
+		}
 	case q.grpc && grpcReleased(q, &outcome):
 	default:
 		outcome = OutcomeExecuted
@@ -176,6 +189,8 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}
 		q.settle.Rec, q.settle.TTL, q.settle.From = rec, pol.ttlFor(rec.Status), q.returned
+	} else if note != nil {
+		h.noteReleased(ctx, q, note)
 	}
 	h.settleKey(ctx, q, leaseLost)
 	return outcome

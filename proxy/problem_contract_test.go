@@ -25,6 +25,9 @@ func TestEveryProblemTypeHasAClientDecision(t *testing.T) {
 	if c.ProblemBase != problemjson.Base {
 		t.Errorf("contract problem_base %q, problemjson.Base %q", c.ProblemBase, problemjson.Base)
 	}
+	if c.AcceptedAsync.ReleasedHeader != ReleasedHeader {
+		t.Errorf("contract released_header %q, the proxy marks a released request's poll with %q", c.AcceptedAsync.ReleasedHeader, ReleasedHeader)
+	}
 	declared, err := contract.DeclaredTypes(".", "problem", "problemjson.Base")
 	if err != nil {
 		t.Fatal(err)

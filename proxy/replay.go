@@ -22,6 +22,12 @@ var (
 // made by capture carry their Content-Length.
 // expires, when not "", is sent as Idempotency-Expires.
 func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires string) {
+	writeKept(w, r, rec, exclude, expires, "Idempotent-Replayed")
+}
+
+// writeKept writes a response the store kept, marked by the header field
+// mark: a record (replay), or a released note (serveReleased).
+func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires, mark string) {
 	dst := w.Header()
 	for k, v := range rec.Header {
 		if slices.Contains(exclude, k) {
@@ -33,7 +39,7 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 	}
 	// What the upstream did not send, the replay does not gain either.
 	keepContentTypeUnset(dst, rec.Status)
-	dst["Idempotent-Replayed"] = headerTrue
+	dst[mark] = headerTrue
 	if expires != "" {
 		dst[ExpiresHeader] = []string{expires}
 	}

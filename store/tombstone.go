@@ -20,6 +20,14 @@ const TombstoneSuffix = "/expired"
 // encryption layer seals it like any other record.
 const ReconcileSuffix = "/reconcile"
 
+// ReleasedSuffix ends the storage key of a released note: what the client
+// of a respond-async request would have been told when its key was
+// released, kept a short while for the polls of its status URL. The note
+// is named by the status URL (a hash of its key and MAC, then this
+// suffix), never by the key itself, and written through the ordinary
+// operations as a marker is.
+const ReleasedSuffix = "/released"
+
 // Tombstones is a Store that remembers keys whose record expired, for
 // expired_keys: reject: a Complete whose record has a Tombstone also
 // writes a tombstone — the fingerprint and when the record expires, no

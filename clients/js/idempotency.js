@@ -169,6 +169,10 @@ async function readProblem(response) {
   }
 }
 
+// RESEND marks what #follow returns for a poll answered released: the
+// request's own answer, to retry by sending the request again.
+const RESEND = Symbol("resend");
+
 /** Polls of one status URL under respondAsync: ten minutes at the proxy's Retry-After of 1 s. */
 export const DEFAULT_MAX_POLLS = 600;
 
@@ -332,10 +336,15 @@ export class IdempotentClient {
         if (this.respondAsync && accepted(response, String(url))) {
           release();
           await response.body?.cancel().catch(() => {});
-          return this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
+          const followed = await this.#follow(statusURL(response.headers.get("Location"), response.url || String(url)), headers, op, attempt, response);
+          if (!followed[RESEND]) return followed;
+          // The key was released: the poll answered what this attempt
+          // would have been told, and the request is sent again.
+          last = followed[RESEND];
+        } else {
+          last = await this.#judge(response, op, attempt).finally(release);
+          if (last.result) return last.result;
         }
-        last = await this.#judge(response, op, attempt).finally(release);
-        if (last.result) return last.result;
       } else {
         last = { status: 0, problem: null, error, retryAfter: null };
       }
@@ -348,7 +357,9 @@ export class IdempotentClient {
   // each 202's Retry-After (capped by maxDelay), with the request's headers:
   // the proxy answers only a poll that carries the original's scope headers
   // (Authorization, ...). A poll that fails in a way worth retrying is
-  // retried the same way. At most maxPolls polls are sent.
+  // retried the same way. At most maxPolls polls are sent. An answer marked
+  // Idempotent-Released that says to retry is returned under RESEND: the
+  // key is free, and #run sends the request again with it.
   async #follow(location, requestHeaders, op, attempts, response) {
     const headers = new Headers(requestHeaders);
     for (const h of NOT_POLLED) headers.delete(h);
@@ -363,8 +374,10 @@ export class IdempotentClient {
         await answer.body?.cancel().catch(() => {});
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {
+        const released = isTrue(answer.headers.get("Idempotent-Released"));
         last = await this.#judge(answer, op, attempts).finally(release);
         if (last.result) return { ...last.result, polls: poll };
+        if (released) return { [RESEND]: last };
       }
       if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
     }

@@ -136,3 +136,32 @@ test("respondAsync: a status URL after a redirect to another origin is the answe
   assert.equal(res.status, 202);
   assert.equal(calls.length, 1, "the request's headers stay on its origin");
 });
+
+test("respondAsync: a poll answered released sends the request again with its key", async () => {
+  const { calls, fetch } = fakeProxy([
+    () => accepted(1),
+    () => new Response(null, { status: 503, headers: { "Idempotent-Released": "true", "Retry-After": "2" } }),
+    () => accepted(1),
+    () => new Response("charged", { status: 201, headers: { "Idempotent-Replayed": "true" } }),
+  ]);
+  const { waits, sleep } = recordedSleep();
+  const client = new IdempotentClient({ fetch, sleep, respondAsync: true, storage: "memory" });
+  const res = await client.request("http://proxy.test/v1/reports", { method: "POST", body: "x", operation: "report" });
+  assert.equal(res.status, 201);
+  assert.deepEqual(calls.map((c) => c.method), ["POST", "GET", "POST", "GET"], "the released answer is retried by sending the request again");
+  assert.equal(calls[2].headers.get("Idempotency-Key"), calls[0].headers.get("Idempotency-Key"), "with its key");
+  assert.equal(calls[2].body, "x");
+  assert.deepEqual(waits, [1000, 2000, 1000], "the released answer's Retry-After before the resend");
+});
+
+test("respondAsync: a poll answered 503 without the released mark polls again", async () => {
+  const { calls, fetch } = fakeProxy([
+    () => accepted(1),
+    () => new Response(null, { status: 503, headers: { "Retry-After": "1" } }),
+    () => new Response("charged", { status: 201, headers: { "Idempotent-Replayed": "true" } }),
+  ]);
+  const client = new IdempotentClient({ fetch, sleep: async () => {}, respondAsync: true, storage: "memory" });
+  const res = await client.request("http://proxy.test/v1/reports", { method: "POST", body: "x" });
+  assert.equal(res.status, 201);
+  assert.deepEqual(calls.map((c) => c.method), ["POST", "GET", "GET"]);
+});

@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Union
 
 __all__ = [
     "PROBLEM_BASE", "PROBLEM_ACTIONS", "RETRY_STATUSES", "DEFAULT_MAX_POLLS", "decide", "parse_retry_after", "new_key",
@@ -367,22 +367,30 @@ class Client:
                 error = None
                 if self.respond_async and _accepted(status, resp_headers, url):
                     location = urllib.parse.urljoin(url, resp_headers.get("Location"))
-                    return self._follow(location, hdrs, operation, key, attempt,
-                                        parse_retry_after(resp_headers.get("Retry-After")))
-                result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempt)
-                if result is not None:
-                    return result
+                    followed = self._follow(location, hdrs, operation, key, attempt,
+                                            parse_retry_after(resp_headers.get("Retry-After")))
+                    if not isinstance(followed, _Released):
+                        return followed
+                    # The key was released: the poll answered what this
+                    # attempt would have been told, and the request is sent again.
+                    status, problem, retry_after = followed
+                else:
+                    result, problem, retry_after = self._judge(status, resp_headers, resp_body, operation, key, attempt)
+                    if result is not None:
+                        return result
             if attempt >= self.max_attempts:
                 raise _gave_up(f"gave up after {attempt} attempt(s)", key, attempt, status, problem, error)
             self._wait(attempt, retry_after, status, problem, error, key)
 
-    def _follow(self, location, hdrs, operation, key, attempts, retry_after) -> Result:
+    def _follow(self, location, hdrs, operation, key, attempts, retry_after) -> Union[Result, "_Released"]:
         """GETs the status URL of a 202 until the operation's answer.
 
         Each poll waits for the last 202's Retry-After (capped by max_delay) and
         carries the request's headers: the proxy answers only a poll with the
         original's scope headers (Authorization, ...). A poll that fails in a
         way worth retrying is retried the same way; at most max_polls are sent.
+        An answer marked Idempotent-Released that says to retry is returned as
+        _Released: the key is free, and _run sends the request again with it.
         """
         poll_headers = {k: v for k, v in hdrs.items() if k.lower() not in _NOT_POLLED}
         status, problem, error = 202, None, None
@@ -404,6 +412,8 @@ class Client:
                     if result is not None:
                         result.polls = poll
                         return result
+                    if _is_true(resp_headers.get("Idempotent-Released")):
+                        return _Released(status, problem, retry_after)
             if poll >= self.max_polls:
                 raise _gave_up(f"gave up after {poll} poll(s) of {location}", key, poll, status, problem, error)
 
@@ -448,6 +458,15 @@ class Client:
             # An HTTP answer (4xx, 5xx, an unfollowed redirect), not a failure.
             with e:
                 return e.code, e.headers, e.read()
+
+
+class _Released(NamedTuple):
+    """A poll's answer marked Idempotent-Released, to retry: its request's own
+    answer, the key free, so the request is sent again with it."""
+
+    status: int
+    problem: Optional[Dict[str, Any]]
+    retry_after: Optional[float]
 
 
 def _gave_up(what, key, attempts, status, problem, error) -> GaveUpError:

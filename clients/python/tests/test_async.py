@@ -122,5 +122,30 @@ class RespondAsyncTest(unittest.TestCase):
         self.assertEqual(len(srv.calls), 1)
         self.assertEqual(elsewhere.calls, [], "the request's headers stay on its origin")
 
+    def test_respond_async_poll_answered_released_sends_the_request_again_with_its_key(self):
+        srv = self.start([
+            accepted(1),
+            (503, {"Idempotent-Released": "true", "Retry-After": "2"}, b""),
+            accepted(1),
+            (201, {"Idempotent-Replayed": "true"}, b"charged"),
+        ])
+        waits = []
+        client = ic.Client(respond_async=True, sleep=waits.append)
+        result = client.request("POST", srv.url + "/v1/reports", body=b"x", operation="report")
+        self.assertEqual(result.status, 201)
+        self.assertEqual([c["method"] for c in srv.calls], ["POST", "GET", "POST", "GET"],
+                         "the released answer is retried by sending the request again")
+        self.assertEqual(srv.calls[2]["headers"].get("Idempotency-Key"), srv.calls[0]["headers"].get("Idempotency-Key"), "with its key")
+        self.assertEqual(srv.calls[2]["body"], b"x")
+        self.assertEqual(waits, [1.0, 2.0, 1.0], "the released answer's Retry-After before the resend")
+
+    def test_respond_async_poll_answered_503_without_the_released_mark_polls_again(self):
+        srv = self.start([accepted(1), (503, {"Retry-After": "1"}, b""), (201, {"Idempotent-Replayed": "true"}, b"charged")])
+        client = ic.Client(respond_async=True, sleep=lambda d: None)
+        result = client.request("POST", srv.url + "/v1/reports", body=b"x")
+        self.assertEqual(result.status, 201)
+        self.assertEqual([c["method"] for c in srv.calls], ["POST", "GET", "GET"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -25,6 +25,9 @@ const (
 	Stop  = "stop"  // report the problem; retrying cannot change it
 	Done  = "done"  // the operation's answer
 	Poll  = "poll"  // GET the status URL of a 202 under Prefer: respond-async
+	// Resend decides a poll's answer marked released as the request's own,
+	// a retry sending the request again with its key.
+	Resend = "resend"
 )
 
 // Listeners a problem type is answered on.
@@ -76,6 +79,10 @@ type Contract struct {
 		RetryAfter bool     `json:"retry_after"`
 		Headers    []string `json:"headers"`
 		Client     string   `json:"client"`
+		// ReleasedHeader marks a poll's answer of a request whose key
+		// was released; Released is what a client does with it (Resend).
+		ReleasedHeader string `json:"released_header"`
+		Released       string `json:"released"`
 	} `json:"accepted_async"`
 	// GraphQL is how the proxy's answers read on a GraphQL route: the
 	// extensions.code of each problem type answered on the proxy listener.
@@ -168,6 +175,9 @@ func (c *Contract) check() error {
 	}
 	if a := c.AcceptedAsync; a.Status != 202 || a.Client != Poll || !slices.Contains(a.Headers, "Location") {
 		errs = append(errs, fmt.Errorf("accepted_async: status %d, client %q, headers %q; want 202, %q and Location", a.Status, a.Client, a.Headers, Poll))
+	}
+	if a := c.AcceptedAsync; a.ReleasedHeader == "" || a.Released != Resend {
+		errs = append(errs, fmt.Errorf("accepted_async: released_header %q, released %q; want a header and %q", a.ReleasedHeader, a.Released, Resend))
 	}
 	if c.ProblemBase == "" {
 		errs = append(errs, errors.New("problem_base is empty"))

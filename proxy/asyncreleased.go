@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+)
+
+// A released key records nothing: a retry with it executes again. A client
+// told so synchronously (502 upstream-unreachable, the upstream's 503 in
+// release_statuses) retries; a client that was answered 202 and polls its
+// status URL would find no key there, and a 404 status-unknown tells it to
+// stop. So before the key of a call detached from its client is released,
+// the answer that client would have been told is kept as a released note,
+// for releasedNoteTTL, under a storage key the status URL names
+// (noteKey): a poll that finds no key there answers the note, marked
+// Idempotent-Released, and the client sends the request again with its key
+// (docs/request-handling.md, "Long operations").
+//
+// A poll reads the key first: a retry that took the key again is followed,
+// running or recorded, and the note only answers while the key is free,
+// when a resend executes it once. A note is never read by a request with
+// the key: the key's next request executes, as after any release. A store
+// that cannot keep the note (down, full) leaves the poll its 404.
+
+// ReleasedHeader marks a poll's answer that is its request's own answer
+// with its key released: the client decides it as it would the request's,
+// and when that is to retry, sends the request again with its key.
+const ReleasedHeader = "Idempotent-Released"
+
+// releasedNoteTTL is how long a released note is kept: thirty times the
+// Retry-After of a 202 (asyncRetryAfter), so that a client whose polls its
+// own backoff delayed still finds it.
+const releasedNoteTTL = 30 * time.Second
+
+// noteKey is the storage key of the released note of the request a status
+// URL names by keyHash and mac: only a holder of the URL can name it.
+func noteKey(keyHash string, mac []byte) string {
+	s := sha256.New()
+	s.Write([]byte("released-note\x00"))
+	s.Write([]byte(keyHash))
+	s.Write(mac)
+	return hex.EncodeToString(s.Sum(nil)[:16]) + store.ReleasedSuffix
+}
+
+// notesRelease reports whether q's key, if released, leaves a note: its
+// call ran detached from its client (accepted respond-async, or let go at
+// upstream.timeout while a retry may have been given the status URL), on
+// a route that gives status URLs. A gRPC call gets none.
+func (h *Handler) notesRelease(q *request) bool {
+	return q.capture.detached && q.route.policy.Async == AsyncAllow && len(h.async.secret) > 0 && !q.grpc
+}
+
+// releasedAnswer is the upstream's answer to q in release_statuses as its
+// note keeps it: the status and header fields, without the body, which a
+// release status's capture does not keep.
+func (c *capture) releasedAnswer(fp store.Fingerprint) *store.Record {
+	hdr := make(map[string][]string, len(c.hdr))
+	for k, v := range c.hdr {
+		switch k {
+		case "Content-Length", "Content-Type", "Content-Encoding", "Trailer", "Transfer-Encoding":
+			continue // of the body, which the note does not keep
+		}
+		if len(v) > 0 && !strings.HasPrefix(k, http.TrailerPrefix) {
+			hdr[k] = append([]string(nil), v...)
+		}
+	}
+	hdr["Content-Length"] = []string{"0"}
+	return &store.Record{Status: c.status, Header: hdr, Fingerprint: fp, CreatedAt: c.answered}
+}
+
+// noteReleased keeps rec, the answer q's client would have been told, as
+// the released note of q's status URL, replacing an earlier one. It runs
+// before the key is released, so a poll finds the key or the note.
+func (h *Handler) noteReleased(ctx context.Context, q *request, rec *store.Record) {
+	key := noteKey(q.keyHash, h.async.mac(q.keyHash, q.fp, q.in, q.route))
+	rec.Request = q.desc
+	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
+	for range 2 {
+		res, err := h.store.Begin(ctx, key, lease, q.route.policy.LockTTL)
+		switch {
+		case err != nil:
+			h.noteLost(q, err)
+			return
+		case res.State == store.Acquired:
+			if err := h.store.Complete(ctx, key, res.Token, rec, releasedNoteTTL); err != nil {
+				h.noteLost(q, err)
+			}
+			return
+		case h.forgetter == nil:
+			h.noteLost(q, errors.New("the store cannot replace an earlier note"))
+			return
+		}
+		// An earlier release of the same request left its note: replaced.
+		if err := h.forgetter.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+			h.noteLost(q, err)
+			return
+		}
+	}
+}
+
+// noteLost logs a released note the store did not keep.
+func (h *Handler) noteLost(q *request, err error) {
+	h.log.Warn("could not keep the answer of a released respond-async request: a poll of its status URL answers 404",
+		"route", q.route.label, "key_hash", q.keyHash, "error", err)
+}
+
+// serveReleased answers a poll of a status URL whose key the store does
+// not hold for it: the released note, when there is one, else 404.
+func (h *Handler) serveReleased(w http.ResponseWriter, r *http.Request, keyHash string, mac []byte) {
+	e, err := h.inspector.Inspect(context.WithoutCancel(r.Context()), noteKey(keyHash, mac))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, probStatusUnknown, "")
+		return
+	case err != nil:
+		writeProblem(w, probStore, "the status could not be read; try again")
+		return
+	}
+	if e.State != store.Completed || e.Record == nil || e.Unreadable != nil {
+		writeProblem(w, probStatusUnknown, "")
+		return
+	}
+	rt := h.routes.Load().byLabel(e.Record.Request.Route)
+	if rt == nil || !hmac.Equal(mac, h.async.mac(keyHash, e.Fingerprint, r, rt)) {
+		writeProblem(w, probStatusUnknown, "")
+		return
+	}
+	writeKept(w, r, e.Record, rt.policy.ReplayExcludeHeaders, "", ReleasedHeader)
+}

@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+)
+
+// settle waits until every executed key of e's handler is settled.
+func (e *env) settle(t *testing.T) {
+	t.Helper()
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPollOfARequestReleasedByTheUpstreamAnswersItsReleaseStatus(t *testing.T) {
+	var processed atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if processed.Load() == 0 && r.Header.Get("X-Ready") == "" {
+			w.Header().Set("Retry-After", "2")
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
+			w.Write([]byte("busy"))
+			return
+		}
+		processed.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"done":true}`))
+	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if first.StatusCode != http.StatusAccepted {
+		t.Fatalf("first: %d %s, want 202", first.StatusCode, first.body)
+	}
+	loc := first.Header.Get("Location")
+	e.settle(t)
+
+	p := e.poll(t, loc)
+	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" || p.replayed() {
+		t.Fatalf("poll of the released request: %d %s=%q replayed=%v %s, want the upstream's 503 marked released, not replayed",
+			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.replayed(), p.body)
+	}
+	if got := p.Header.Get("Retry-After"); got != "2" {
+		t.Errorf("Retry-After %q, want the upstream's 2", got)
+	}
+	if again := e.poll(t, loc); again.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("second poll: %d, want the note again", again.StatusCode)
+	}
+
+	// The client sends the request again with its key: it executes.
+	resend := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async", "X-Ready", "1")
+	if resend.StatusCode != http.StatusAccepted || resend.Header.Get("Location") != loc {
+		t.Fatalf("resend: %d Location %q, want 202 at %q", resend.StatusCode, resend.Header.Get("Location"), loc)
+	}
+	e.settle(t)
+	done := e.poll(t, loc)
+	if done.StatusCode != http.StatusCreated || !done.replayed() || done.Header.Get(ReleasedHeader) != "" {
+		t.Fatalf("poll after the resend: %d replayed=%v released=%q, want the recorded 201",
+			done.StatusCode, done.replayed(), done.Header.Get(ReleasedHeader))
+	}
+	if n := processed.Load(); n != 1 {
+		t.Errorf("the operation ran %d times, want 1", n)
+	}
+}
+
+func TestPollOfARequestWhoseUpstreamWasUnreachableAnswers502(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the resend
+	e := newEnv(t, nil, func(o *Options) {
+		o.Upstream.Host = addr
+		o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
+	})
+
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if first.StatusCode != http.StatusAccepted {
+		t.Fatalf("first: %d %s, want 202", first.StatusCode, first.body)
+	}
+	loc := first.Header.Get("Location")
+	e.settle(t)
+	p := e.poll(t, loc)
+	if p.StatusCode != http.StatusBadGateway || p.problemType() != "upstream-unreachable" || p.Header.Get(ReleasedHeader) != "true" || p.replayed() {
+		t.Fatalf("poll: %d %s released=%q replayed=%v, want 502 upstream-unreachable marked released",
+			p.StatusCode, p.body, p.Header.Get(ReleasedHeader), p.replayed())
+	}
+
+	// The upstream is back; the client sends the request again with its key.
+	var processed atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		processed.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	if up.Listener, err = net.Listen("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	resend := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if resend.StatusCode != http.StatusAccepted {
+		t.Fatalf("resend: %d %s, want 202", resend.StatusCode, resend.body)
+	}
+	e.settle(t)
+	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
+		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
+	}
+	if n := processed.Load(); n != 1 {
+		t.Errorf("the operation ran %d times, want 1", n)
+	}
+}
+
+func TestReleasedNoteIsNeverTheKeys(t *testing.T) {
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async", "Authorization", "Bearer alice")
+	e.settle(t)
+	loc := first.Header.Get("Location")
+	if p := e.poll(t, loc, "Authorization", "Bearer mallory"); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
+		t.Errorf("poll with another scope: %d %s, want 404 status-unknown", p.StatusCode, p.body)
+	}
+	// A synchronous retry with the key executes: the note is the status URL's.
+	if r := e.do(t, "POST", "/x", "k1", "{}", "Authorization", "Bearer alice"); r.StatusCode != http.StatusCreated || r.replayed() {
+		t.Fatalf("retry with the key: %d replayed=%v, want a new execution's 201", r.StatusCode, r.replayed())
+	}
+	if p := e.poll(t, loc, "Authorization", "Bearer alice"); p.StatusCode != http.StatusCreated || !p.replayed() {
+		t.Errorf("poll once the key is recorded again: %d %s, want the record, not the note", p.StatusCode, p.body)
+	}
+}
+
+// noteRefusingStore is a memory store that has no room for released notes.
+type noteRefusingStore struct{ *memory.Store }
+
+func (s noteRefusingStore) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	if strings.HasSuffix(key, store.ReleasedSuffix) {
+		return store.BeginResult{}, errors.Join(store.ErrFull, errors.New("no room"))
+	}
+	return s.Store.Begin(ctx, key, l, ttl)
+}
+
+func TestPollOfAReleasedRequestWhoseNoteTheStoreCouldNotKeepIs404(t *testing.T) {
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, withStore(noteRefusingStore{st}), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	e.settle(t)
+	if p := e.poll(t, first.Header.Get("Location")); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
+		t.Errorf("poll: %d %s, want 404 status-unknown", p.StatusCode, p.body)
+	}
+	if r := e.do(t, "POST", "/x", "k1", "{}"); r.StatusCode != http.StatusServiceUnavailable || r.replayed() {
+		t.Errorf("retry with the key: %d, want executed again (the key was released)", r.StatusCode)
+	}
+}
+
+func TestPollOfARequestWhoseUpstreamFailedUnderReleaseAnswersItsProblem(t *testing.T) {
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // the request was sent, no answer came back
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}, func(o *Options) {
+		o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
+		o.Default.OnUpstreamError = UpstreamErrorRelease
+	})
+	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	loc := first.Header.Get("Location")
+	e.settle(t)
+	p := e.poll(t, loc)
+	if p.StatusCode != http.StatusBadGateway || p.problemType() != "upstream-failed" || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll: %d %s released=%q, want 502 upstream-failed marked released", p.StatusCode, p.body, p.Header.Get(ReleasedHeader))
+	}
+	e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	e.settle(t)
+	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
+		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
+	}
+}
