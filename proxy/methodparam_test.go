@@ -6,6 +6,8 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -231,4 +233,15 @@ func FuzzReadMethodParamsKeepsTheBody(f *testing.F) {
 			t.Fatalf("the body forwarded is %q (%v), sent %q", got, err, body)
 		}
 	})
+}
+
+// The key API reads a request as the request path does: a POST whose
+// _method names a protected method is that method's route's key.
+func TestKeyHashFromReadsTheMethodParam(t *testing.T) {
+	e, _ := accountsEnv(t, 10<<20)
+	r := httptest.NewRequest(http.MethodPost, "/v1/accounts/1", strings.NewReader("_method=DELETE"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if _, err := e.handler.KeyHashFrom(r, "acct-1", ""); err != nil {
+		t.Fatalf("KeyHashFrom a POST with _method=DELETE: %v, want the DELETE route's key", err)
+	}
 }
