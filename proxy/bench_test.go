@@ -294,3 +294,58 @@ func raceEnabled() bool {
 	}
 	return false
 }
+
+// methodRoutes gives the handler a table whose patterns name methods, as
+// the README's do: a POST may then be read as another method (its
+// override headers, a _method parameter), and requests without either
+// must cost no more for it.
+func methodRoutes(o *Options) {
+	p := DefaultPolicy()
+	o.Routes = []Route{
+		{Pattern: "POST /v1/charges", Policy: p},
+		{Pattern: "DELETE /v1/accounts/{id}", Policy: p},
+	}
+}
+
+// TestHandlerAllocationsOnMethodRoutes pins the allocations of a JSON
+// request on a route table whose patterns name methods: the _method
+// parameter a form may carry costs a JSON request nothing.
+func TestHandlerAllocationsOnMethodRoutes(t *testing.T) {
+	if raceEnabled() {
+		t.Skip("the race detector drops sync.Pool items and adds allocations")
+	}
+	const runs = 200
+	for _, tc := range []struct {
+		name  string
+		max   float64
+		setup func(*benchRig) func() int
+	}{
+		{"miss", 45, func(rig *benchRig) func() int {
+			keys, i := missKeys(0, runs+1), 0
+			return func() int { i++; return rig.serve(keys[i-1]) }
+		}},
+		{"hit", 6, func(rig *benchRig) func() int {
+			const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+			rig.serve(key)
+			return func() int { return rig.serve(key) }
+		}},
+		{"no key", 27, func(rig *benchRig) func() int {
+			delete(rig.r.Header, "Idempotency-Key")
+			return func() int { return rig.serve("") }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rig := newBenchRig(t, methodRoutes)
+			serve := tc.setup(rig)
+			var status int
+			got := testing.AllocsPerRun(runs, func() { status = serve() })
+			if status != http.StatusOK {
+				t.Fatalf("status %d, want 200", status)
+			}
+			t.Logf("%s: %.0f allocations per request", tc.name, got)
+			if got > tc.max {
+				t.Errorf("%s: %.0f allocations per request, want at most %.0f", tc.name, got, tc.max)
+			}
+		})
+	}
+}

@@ -219,7 +219,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.target = readTarget(r)
-	q.route = h.routes.Load().match(r, &q.target)
+	routes := h.routes.Load()
+	if routes.readsMethodParams(&q.target) {
+		// A form's _method: the body read for it is the request's when
+		// it is all of it, and is forwarded as sent in any case.
+		var whole bool
+		if q.body, whole = readMethodParams(r, &q.target, routes.maxBody); whole {
+			q.bodyRead = true
+		} else {
+			q.body = nil
+		}
+	}
+	q.route = routes.match(r, &q.target)
 	if q.target.refuse != 0 {
 		h.refuse(w, q, q.target.refuse, nil)
 		return
@@ -349,10 +360,18 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 // request when it cannot.
 func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 	var err error
-	q.body, err = readBody(q.in, q.route.policy.MaxRequestBody)
+	limit := q.route.policy.MaxRequestBody
+	switch {
+	case !q.bodyRead:
+		q.body, err = readBody(q.in, limit)
+	case int64(len(q.body)) > limit:
+		// Read whole for its _method parameters, within the largest
+		// route's limit; q.in.Body reads it again.
+		q.body, q.bodyRead, err = nil, false, tooLarge(limit)
+	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		if q.route.policy.Mode == ModeShadow {
+		if q.route.policy.Mode == ModeShadow && q.body != nil {
 			q.in.Body, q.body = prefixedBody(q.body, q.in.Body), nil
 		}
 		h.refuse(w, q, failBodyTooLarge, err)

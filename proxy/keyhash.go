@@ -31,7 +31,15 @@ var errRefused = errors.New("the proxy refuses this request")
 // order, exactly as the request path finds it.
 func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, error) {
 	t := readTarget(r)
-	rt := h.routes.Load().match(r, &t)
+	routes := h.routes.Load()
+	var read []byte // a form body read whole for its _method parameters
+	if routes.readsMethodParams(&t) {
+		var whole bool
+		if read, whole = readMethodParams(r, &t, routes.maxBody); !whole {
+			read = nil
+		}
+	}
+	rt := routes.match(r, &t)
 	if t.refuse != 0 {
 		p, detail, _ := problemFor(&request{in: r, identity: identity{target: t, route: rt}}, t.refuse, nil)
 		return "", fmt.Errorf("%w: %s", errRefused, strings.TrimPrefix(p.Type, problemjson.Base)+": "+detail)
@@ -42,7 +50,9 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	var from KeySourceKind
 	if key == "" {
 		var body []byte
-		if r.Body != nil {
+		if read != nil && int64(len(read)) <= rt.policy.MaxRequestBody {
+			body = read
+		} else if r.Body != nil {
 			var err error
 			if body, err = readBody(r, rt.policy.MaxRequestBody); err != nil {
 				return "", err

@@ -25,8 +25,11 @@ type identity struct {
 	key     string        // the idempotency key, as sent
 	keyFrom KeySourceKind // the kind of source that gave the key
 	body    []byte        // read in full once a source or the fingerprint needs it
-	fp      store.Fingerprint
-	keyHash string // the storage key: the key_hash of logs and the key API
+	// bodyRead is set when body was read in full before the route was
+	// known, for its _method parameters (methodparam.go).
+	bodyRead bool
+	fp       store.Fingerprint
+	keyHash  string // the storage key: the key_hash of logs and the key API
 	// desc is what the key's lease and record say of the request.
 	desc store.Request
 	// probeTarget is the route's lookup filled from this request

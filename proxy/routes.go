@@ -109,6 +109,12 @@ type routeTable struct {
 	folded   *http.ServeMux
 	byFolded map[string]*route
 	fallback *route
+	// methodsMatter is set when a method a POST's _method parameter names
+	// could change its route or its protection (methodparam.go), and
+	// maxBody is the largest max_request_body of the routes: the most of
+	// a form body read for the parameter.
+	methodsMatter bool
+	maxBody       int64
 }
 
 func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) {
@@ -134,15 +140,20 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	t := &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
 		fallback:  newRoute(defaultRoute, false, def, m),
+		maxBody:   def.MaxRequestBody,
 	}
 	if len(routes) == 0 {
+		t.methodsMatter = methodsMatter(nil, t.fallback)
 		return t, nil
 	}
 	// CheckPatterns and CheckPatternCase asked a ServeMux about every
 	// pair: none of these panics.
 	t.mux = http.NewServeMux()
+	all := []*route{t.fallback}
 	for _, r := range routes {
 		rt := newRoute(r.Pattern, r.Disabled, r.Policy, m)
+		all = append(all, rt)
+		t.maxBody = max(t.maxBody, r.Policy.MaxRequestBody)
 		t.byPattern[r.Pattern] = rt
 		t.mux.Handle(r.Pattern, http.NotFoundHandler())
 		if rt.insensitive() {
@@ -153,6 +164,7 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 			t.folded.Handle(rt.folded, http.NotFoundHandler())
 		}
 	}
+	t.methodsMatter = methodsMatter(patterns, all...)
 	return t, nil
 }
 
