@@ -171,6 +171,48 @@ func TestGRPCRefusalsAreStatusesTheClientReads(t *testing.T) {
 	})
 }
 
+// A gRPC client reads no 202: a call carrying prefer: respond-async on a
+// route that allows it waits for its answer as without the preference,
+// and a duplicate while it runs is told ABORTED, as any other.
+func TestGRPCCallWithRespondAsyncWaitsForItsAnswer(t *testing.T) {
+	e := newGRPCEnv(t, func(o *Options) {
+		o.AsyncSecret = testAsyncSecret
+		o.Default.Async = AsyncAllow
+	})
+	e.ledger.Committed, e.ledger.Release = make(chan struct{}), make(chan struct{})
+	call := func(key string) (string, metadata.MD, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key, "prefer", "respond-async")
+		in, reply := []byte("m"), []byte(nil)
+		var header metadata.MD
+		err := e.cc.Invoke(ctx, grpctest.Charge, &in, &reply, grpc.Header(&header))
+		return string(reply), header, err
+	}
+	type answer struct {
+		out string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { out, _, err := call("k"); done <- answer{out, err} }()
+	<-e.ledger.Committed
+	_, _, err := call("k")
+	close(e.ledger.Release)
+	if st := status.Convert(err); st.Code() != codes.Aborted {
+		t.Errorf("duplicate in flight: %v, want ABORTED in-flight", err)
+	}
+	if a := <-done; a.err != nil || a.out != "charged:m" {
+		t.Fatalf("first call: %q, %v; want its answer", a.out, a.err)
+	}
+	out, header, err := call("k")
+	if err != nil || out != "charged:m" || len(header["idempotent-replayed"]) != 1 {
+		t.Fatalf("retry: %q, %v, header %v; want the answer replayed", out, err, header)
+	}
+	if n := e.ledger.Executions.Load(); n != 1 {
+		t.Fatalf("Charge executed %d times, want 1", n)
+	}
+}
+
 // A non-OK status is an answer like a 5xx: recorded and replayed, unless
 // release_grpc_statuses says it means "not processed".
 func TestGRPCStatusesReleasedOrRecorded(t *testing.T) {
