@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -268,6 +269,20 @@ func TestTimeout(t *testing.T) {
 		if want < 0 && ok || want >= 0 && (!ok || got != want) {
 			t.Errorf("Timeout(%q) = %v, %v; want %v", v, got, ok, want)
 		}
+	}
+}
+
+// A timeout longer than a time.Duration holds (about 292 years) is the
+// longest one, as grpc-go reads it: never a product that wraps around to
+// a short or negative wait.
+func TestTimeoutTooLongForADurationIsTheLongest(t *testing.T) {
+	for _, v := range []string{"5124096H", "99999999H", "2562048H"} {
+		if got, ok := Timeout(v); !ok || got != math.MaxInt64 {
+			t.Errorf("Timeout(%q) = %v, %v; want the longest duration", v, got, ok)
+		}
+	}
+	if got, ok := Timeout("2562047H"); !ok || got != 2562047*time.Hour {
+		t.Errorf("Timeout(2562047H) = %v, %v; want 2562047h", got, ok)
 	}
 }
 
