@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -75,10 +76,14 @@ type capture struct {
 	status   int
 	// header is what the record keeps of the response's header, built in
 	// recHeader when it is that (freeHeader).
-	header     http.Header
-	recHeader  *recordHeader
-	body       []byte
-	omitted    bool
+	header    http.Header
+	recHeader *recordHeader
+	body      []byte
+	omitted   bool
+	// messages counts a gRPC answer's messages (grpc is set for a gRPC
+	// call), recorded or not.
+	grpc       bool
+	messages   grpcwire.Counter
 	recording  bool
 	noStore    bool // the upstream said no-store (upstream_control_header)
 	clientGone bool // a write to the client failed
@@ -209,6 +214,9 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	c.written += int64(len(p))
+	if c.grpc {
+		c.messages.Write(p)
+	}
 	if c.recording && !c.omitted {
 		if int64(len(c.body)+len(p)) > c.bodyLimit {
 			c.omitted, c.body = true, nil

@@ -386,30 +386,59 @@ func TestGRPCStreamingCallsPassThroughUnprotected(t *testing.T) {
 	t.Run("server stream looks unary, and is released", func(t *testing.T) {
 		e := newGRPCEnv(t)
 		for range 2 {
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", "w")
-			s, err := e.cc.NewStream(ctx, grpctest.WatchDesc, grpctest.Watch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := []byte("x")
-			s.SendMsg(&in)
-			s.CloseSend()
-			var got []string
-			for {
-				var out []byte
-				if err := s.RecvMsg(&out); err != nil {
-					break
-				}
-				got = append(got, string(out))
-			}
-			if strings.Join(got, ",") != "one,two" {
-				t.Fatalf("stream gave %q", got)
+			if got, err := e.watch(t, "w"); err != nil || strings.Join(got, ",") != "one,two" {
+				t.Fatalf("stream gave %q, %v", got, err)
 			}
 		}
 		if n := e.ledger.Executions.Load(); n != 2 {
 			t.Fatalf("server stream ran %d times, want 2 (not replayed)", n)
 		}
 	})
+}
+
+// watch calls the server stream Watch with key, and returns the messages
+// it gave and how it ended (nil for OK).
+func (e *grpcEnv) watch(t *testing.T, key string) ([]string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
+	s, err := e.cc.NewStream(ctx, grpctest.WatchDesc, grpctest.Watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []byte("x")
+	s.SendMsg(&in)
+	s.CloseSend()
+	var got []string
+	for {
+		var out []byte
+		if err := s.RecvMsg(&out); err == io.EOF {
+			return got, nil
+		} else if err != nil {
+			return got, err
+		}
+		got = append(got, string(out))
+	}
+}
+
+// A server stream is told by its answer, more than one message, whether
+// or not the answer fits in max_response_body: one too large to record is
+// released as one that fits, and every call of it reaches the server, never
+// a replay of a record without its messages.
+func TestGRPCServerStreamOverTheRecordLimitIsNeverReplayed(t *testing.T) {
+	e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 1 })) // not a message of it
+	for range 2 {
+		if got, err := e.watch(t, "w"); err != nil || strings.Join(got, ",") != "one,two" {
+			t.Fatalf("stream gave %q, %v; want one,two and OK", got, err)
+		}
+	}
+	if n := e.ledger.Executions.Load(); n != 2 {
+		t.Fatalf("server stream ran %d times, want 2 (not replayed)", n)
+	}
+	if got := testutil.ToFloat64(e.proxy.metrics.requests.WithLabelValues(defaultRoute, string(OutcomePassthrough))); got != 2 {
+		t.Errorf("outcome passthrough counted %v times, want 2", got)
+	}
 }
 
 func mustURL(t *testing.T, s string) *url.URL {
