@@ -177,8 +177,13 @@ func (c *capture) WriteHeader(code int) {
 		c.bodyLimit = c.limit - size
 		if c.bodyLimit < 0 {
 			// The headers alone are over the limit: keep what a client
-			// needs to read the answer, the status and Content-Type.
-			c.header = contentTypeOnly(c.header)
+			// needs to read the answer, the status and Content-Type, and
+			// a trailers-only gRPC answer's grpc-status.
+			all := c.header
+			c.header = contentTypeOnly(all)
+			if c.grpc {
+				withGRPCStatus(c.header, all)
+			}
 			c.omitted, c.bodyLimit = true, 0
 		}
 		// A HEAD, 204 or 304 response announces a length it does not
@@ -403,8 +408,13 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 	if len(trailer) > 0 && int64(len(c.body))+fieldsSize(trailer) > c.bodyLimit {
 		// Trailers count toward max_response_body as the body does: an
 		// answer whose trailers take it over is recorded without its body
-		// and trailers, as one whose body does.
+		// and trailers, as one whose body does; a gRPC answer keeps its
+		// status (withGRPCStatus).
+		all := trailer
 		c.omitted, c.body, trailer = true, nil, nil
+		if c.grpc {
+			trailer = withGRPCStatus(nil, all)
+		}
 	}
 	switch {
 	case !bodyAllowed(c.status):
@@ -431,6 +441,21 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		CreatedAt:   c.answered,
 	}
 	return &c.rec
+}
+
+// withGRPCStatus adds the grpc-status of src to dst, a new header when dst
+// is nil, and returns it: what a gRPC answer's record keeps of a header
+// section or trailers too large to record, one short field without which
+// a replay would be no gRPC answer at all. dst is returned as it is when
+// src has none.
+func withGRPCStatus(dst, src http.Header) http.Header {
+	if v := src[grpcwire.StatusField]; len(v) > 0 {
+		if dst == nil {
+			dst = make(http.Header, 1)
+		}
+		dst[grpcwire.StatusField] = v
+	}
+	return dst
 }
 
 // trailers are the trailer fields the upstream sent after the body, as the

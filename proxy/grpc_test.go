@@ -538,3 +538,33 @@ func TestGRPCAnswerOverTheRecordLimitIsNotExecutedTwice(t *testing.T) {
 		t.Fatalf("%d executions, want 1", n)
 	}
 }
+
+// An answer whose trailers take it over max_response_body is recorded
+// without its message and trailers but with its grpc-status: a retry gets
+// the call's status code, or INTERNAL from grpc-go for an OK without its
+// message, never a status-less answer grpc-go reads as UNKNOWN.
+func TestGRPCAnswerWhoseTrailersTakeItOverTheLimitKeepsItsStatus(t *testing.T) {
+	for _, tt := range []struct {
+		answer, want codes.Code
+	}{{codes.OK, codes.Internal}, {codes.InvalidArgument, codes.InvalidArgument}} {
+		t.Run(tt.answer.String(), func(t *testing.T) {
+			e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 256 }))
+			e.ledger.Answer = func(ctx context.Context) error {
+				grpc.SetTrailer(ctx, metadata.Pairs("x-audit", strings.Repeat("t", 512)))
+				return status.Error(tt.answer, "declined")
+			}
+			if _, _, _, err := e.charge(t, "k", "m"); status.Code(err) != tt.answer {
+				t.Fatalf("first call: %v, want %v", err, tt.answer)
+			}
+			// A trailers-only replay's header is what grpc-go calls its
+			// trailer.
+			_, h, tr, err := e.charge(t, "k", "m")
+			if status.Code(err) != tt.want || len(h["idempotent-body-omitted"])+len(tr["idempotent-body-omitted"]) != 1 {
+				t.Fatalf("retry: %v, header %v, trailer %v; want %v, the replay without its message", err, h, tr, tt.want)
+			}
+			if n := e.ledger.Executions.Load(); n != 1 {
+				t.Fatalf("%d executions, want 1", n)
+			}
+		})
+	}
+}
