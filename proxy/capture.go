@@ -114,6 +114,13 @@ var _ http.ResponseWriter = (*capture)(nil)
 
 func (c *capture) Header() http.Header { return c.hdr }
 
+// begun reports whether the answer's status went to the client.
+func (c *capture) begun() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wroteClient != 0
+}
+
 // toClient reports whether the client still gets what the upstream sends.
 // c.mu must be held.
 func (c *capture) toClient() bool { return !c.detached && !c.clientGone && !c.withheld }

@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/grpctest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 )
 
 // feedEnv is a gRPC env in front of test.Feed/Watch, a server stream that
@@ -84,4 +87,55 @@ func TestGRPCServerStreamDetachedFromItsClientEndsCountedAsPassthrough(t *testin
 		}
 		return nil
 	})
+}
+
+// A keyed call whose request looks unary may be a server stream, whose
+// messages go to its client as they come: an answer under way when the
+// client's wait (upstream.timeout, or its grpc-timeout) passes is not cut,
+// and the call stays with its client until it ends, the client leaves or
+// max_execution passes. Only a call that has not answered yet gets
+// DEADLINE_EXCEEDED at its wait.
+func TestGRPCAnswerUnderWayIsNotCutAtTheClientsWait(t *testing.T) {
+	e, watch, hold := feedEnv(t, func(o *Options) { o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution })
+	clock := executiontest.NewFakeClock()
+	e.proxy.clock = clock
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", "feed-1")
+	s, err := e.cc.NewStream(ctx, watch, "/test.Feed/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []byte("x")
+	if err := s.SendMsg(&in); err != nil {
+		t.Fatal(err)
+	}
+	s.CloseSend()
+	var got []string
+	for len(got) < 2 {
+		var out []byte
+		if err := s.RecvMsg(&out); err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, string(out))
+	}
+	clock.Advance(testTimeout) // the client's wait passes, the stream under way
+	close(hold)
+	for {
+		var out []byte
+		err := s.RecvMsg(&out)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %q: %v; want the stream to its end", got, err)
+		}
+		got = append(got, string(out))
+	}
+	if strings.Join(got, ",") != "one,two,three" {
+		t.Fatalf("stream gave %q, want one,two,three", got)
+	}
+	if n := testutil.ToFloat64(e.proxy.metrics.requests.WithLabelValues(defaultRoute, string(OutcomePassthrough))); n != 1 {
+		t.Errorf("outcome passthrough counted %v times, want 1", n)
+	}
 }
