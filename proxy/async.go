@@ -34,9 +34,11 @@ func prefersAsync(h http.Header) bool {
 }
 
 // wantsAsync reports whether q is to be answered 202 with a status URL.
+// A shadow route answers as a plain reverse proxy would: no 202. Nor does
+// a gRPC call get one: its client reads an answer that is not a gRPC
+// status as UNKNOWN, and has no status URL to poll.
 func (h *Handler) wantsAsync(q *request) bool {
-	// A shadow route answers as a plain reverse proxy would: no 202.
-	return q.route.policy.Async == AsyncAllow && q.route.policy.Mode != ModeShadow &&
+	return q.route.policy.Async == AsyncAllow && q.route.policy.Mode != ModeShadow && !q.grpc &&
 		len(h.async.secret) > 0 && prefersAsync(q.in.Header)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -75,10 +76,14 @@ type capture struct {
 	status   int
 	// header is what the record keeps of the response's header, built in
 	// recHeader when it is that (freeHeader).
-	header     http.Header
-	recHeader  *recordHeader
-	body       []byte
-	omitted    bool
+	header    http.Header
+	recHeader *recordHeader
+	body      []byte
+	omitted   bool
+	// messages counts a gRPC answer's messages (grpc is set for a gRPC
+	// call), recorded or not.
+	grpc       bool
+	messages   grpcwire.Counter
 	recording  bool
 	noStore    bool // the upstream said no-store (upstream_control_header)
 	clientGone bool // a write to the client failed
@@ -108,6 +113,13 @@ type capture struct {
 var _ http.ResponseWriter = (*capture)(nil)
 
 func (c *capture) Header() http.Header { return c.hdr }
+
+// begun reports whether the answer's status went to the client.
+func (c *capture) begun() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wroteClient != 0
+}
 
 // toClient reports whether the client still gets what the upstream sends.
 // c.mu must be held.
@@ -172,8 +184,13 @@ func (c *capture) WriteHeader(code int) {
 		c.bodyLimit = c.limit - size
 		if c.bodyLimit < 0 {
 			// The headers alone are over the limit: keep what a client
-			// needs to read the answer, the status and Content-Type.
-			c.header = contentTypeOnly(c.header)
+			// needs to read the answer, the status and Content-Type, and
+			// a trailers-only gRPC answer's grpc-status.
+			all := c.header
+			c.header = contentTypeOnly(all)
+			if c.grpc {
+				withGRPCStatus(c.header, all)
+			}
 			c.omitted, c.bodyLimit = true, 0
 		}
 		// A HEAD, 204 or 304 response announces a length it does not
@@ -209,6 +226,9 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	c.written += int64(len(p))
+	if c.grpc {
+		c.messages.Write(p)
+	}
 	if c.recording && !c.omitted {
 		if int64(len(c.body)+len(p)) > c.bodyLimit {
 			c.omitted, c.body = true, nil
@@ -395,8 +415,13 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 	if len(trailer) > 0 && int64(len(c.body))+fieldsSize(trailer) > c.bodyLimit {
 		// Trailers count toward max_response_body as the body does: an
 		// answer whose trailers take it over is recorded without its body
-		// and trailers, as one whose body does.
+		// and trailers, as one whose body does; a gRPC answer keeps its
+		// status (withGRPCStatus).
+		all := trailer
 		c.omitted, c.body, trailer = true, nil, nil
+		if c.grpc {
+			trailer = withGRPCStatus(nil, all)
+		}
 	}
 	switch {
 	case !bodyAllowed(c.status):
@@ -423,6 +448,21 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		CreatedAt:   c.answered,
 	}
 	return &c.rec
+}
+
+// withGRPCStatus adds the grpc-status of src to dst, a new header when dst
+// is nil, and returns it: what a gRPC answer's record keeps of a header
+// section or trailers too large to record, one short field without which
+// a replay would be no gRPC answer at all. dst is returned as it is when
+// src has none.
+func withGRPCStatus(dst, src http.Header) http.Header {
+	if v := src[grpcwire.StatusField]; len(v) > 0 {
+		if dst == nil {
+			dst = make(http.Header, 1)
+		}
+		dst[grpcwire.StatusField] = v
+	}
+	return dst
 }
 
 // trailers are the trailer fields the upstream sent after the body, as the

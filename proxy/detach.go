@@ -36,6 +36,13 @@ func (h *Handler) await(w http.ResponseWriter, q *request) {
 			h.answered(w, q)
 			return
 		case execution.WaitPassed:
+			if q.grpc && q.capture.begun() {
+				// A gRPC answer under way stays with its client: a server
+				// stream, which looks unary until its second message,
+				// would be cut, and a client that stops waiting resets
+				// the call (ClientLeft). max_execution still bounds it.
+				continue
+			}
 			if h.letGo(w, q, true) {
 				return
 			}

@@ -54,7 +54,7 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 // capture knows of q's route is the policy and whether it reconciles.
 func (h *Handler) startCapture(c *capture, w http.ResponseWriter, q *request) {
 	*c = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
-		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead}
+		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead, grpc: q.grpc}
 }
 
 // call makes the upstream call of q (q.upstream) and settles its key. It

@@ -90,6 +90,51 @@ func TestGraphQLDirectiveKeyProtectsAMutation(t *testing.T) {
 	}
 }
 
+// express-graphql and graphql-go/handler run a mutation whose variables
+// come as a JSON string (as GraphiQL once sent them) with the object the
+// string holds, and one whose variables or operationName is of another
+// type as if it had none: its directive key protects it all the same.
+func TestGraphQLDirectiveKeyHoldsWhateverTypeTheVariablesAndNameHave(t *testing.T) {
+	const q = `mutation R($k: String!, $n: Int) { refundCreate(id: $n) @idempotent(key: $k) { id } }`
+	const lit = `mutation { refundCreate(id: 1) @idempotent(key: \"lit-1\") { id } }`
+	for name, body := range map[string]string{
+		"variables as a string":         `{"query":"` + q + `","variables":"{\"k\":\"s-1\",\"n\":1}"}`,
+		"variables as a number":         `{"query":"` + lit + `","variables":5}`,
+		"variables as an array":         `{"query":"` + lit + `","variables":[]}`,
+		"variables as a string of none": `{"query":"` + lit + `","variables":"not json"}`,
+		"an operationName not a string": `{"query":"` + lit + `","operationName":7}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil, withPolicy(onGraphQL))
+			first := e.do(t, "POST", "/graphql", "", body) // no header: the directive is the key
+			again := e.do(t, "POST", "/graphql", "", body)
+			if got := e.up.calls.Load(); got != 1 || !again.replayed() || again.body != first.body {
+				t.Fatalf("executions = %d, replayed = %v; want one execution, replayed", got, again.replayed())
+			}
+		})
+	}
+	t.Run("a form whose variables are not JSON", func(t *testing.T) {
+		e := newEnv(t, nil, withPolicy(onGraphQL))
+		form := rawForm("/graphql", formType, url.Values{"query": {strings.ReplaceAll(lit, `\"`, `"`)}, "variables": {`{not json`}}.Encode())
+		first, again := e.raw(t, form), e.raw(t, form)
+		if got := e.up.calls.Load(); got != 1 || !again.replayed() || again.body != first.body {
+			t.Fatalf("executions = %d, replayed = %v; want one execution, replayed", got, again.replayed())
+		}
+	})
+	t.Run("a string is read as the object it holds", func(t *testing.T) {
+		e := newEnv(t, nil, withPolicy(onGraphQL))
+		e.do(t, "POST", "/graphql", "", `{"query":"`+q+`","variables":"{\"k\":\"s-2\",\"n\":1}"}`)
+		same := e.do(t, "POST", "/graphql", "", `{"query":"`+q+`","variables":{"n":1,"k":"s-2"}}`)
+		if !same.replayed() || e.up.calls.Load() != 1 {
+			t.Fatalf("the same variables as an object: replayed = %v, executions = %d", same.replayed(), e.up.calls.Load())
+		}
+		other := e.do(t, "POST", "/graphql", "", `{"query":"`+q+`","variables":"{\"k\":\"s-2\",\"n\":2}"}`)
+		if code, _ := graphqlError(t, other); code != "PAYLOAD_MISMATCH" {
+			t.Errorf("other variables in a string: code %s, want PAYLOAD_MISMATCH", code)
+		}
+	})
+}
+
 func TestGraphQLMutationVariablesAreFingerprintedCanonically(t *testing.T) {
 	e := newEnv(t, nil, withPolicy(onGraphQL))
 	q := `mutation M($a: Int, $b: Int) { m(a: $a, b: $b) }`

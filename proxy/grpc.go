@@ -109,7 +109,8 @@ func (h *Handler) wait(q *request) time.Duration {
 // release_statuses for HTTP), or more than one response message, which
 // only a server-streaming call sends — its request looked unary, but a
 // stream is not protected: it went to its client as it came, and its key
-// is released (counted as passthrough).
+// is released (counted as passthrough), whether or not it fitted in
+// max_response_body.
 // When it is, it sets *outcome.
 func grpcReleased(q *request, outcome *Outcome) bool {
 	c := &q.capture
@@ -117,7 +118,7 @@ func grpcReleased(q *request, outcome *Outcome) bool {
 		*outcome = OutcomeReleased
 		return true
 	}
-	if n, _ := grpcwire.Messages(c.body); n > 1 && !c.omitted {
+	if c.messages.Messages() > 1 {
 		*outcome = OutcomePassthrough
 		return true
 	}

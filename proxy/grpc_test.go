@@ -171,6 +171,48 @@ func TestGRPCRefusalsAreStatusesTheClientReads(t *testing.T) {
 	})
 }
 
+// A gRPC client reads no 202: a call carrying prefer: respond-async on a
+// route that allows it waits for its answer as without the preference,
+// and a duplicate while it runs is told ABORTED, as any other.
+func TestGRPCCallWithRespondAsyncWaitsForItsAnswer(t *testing.T) {
+	e := newGRPCEnv(t, func(o *Options) {
+		o.AsyncSecret = testAsyncSecret
+		o.Default.Async = AsyncAllow
+	})
+	e.ledger.Committed, e.ledger.Release = make(chan struct{}), make(chan struct{})
+	call := func(key string) (string, metadata.MD, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key, "prefer", "respond-async")
+		in, reply := []byte("m"), []byte(nil)
+		var header metadata.MD
+		err := e.cc.Invoke(ctx, grpctest.Charge, &in, &reply, grpc.Header(&header))
+		return string(reply), header, err
+	}
+	type answer struct {
+		out string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { out, _, err := call("k"); done <- answer{out, err} }()
+	<-e.ledger.Committed
+	_, _, err := call("k")
+	close(e.ledger.Release)
+	if st := status.Convert(err); st.Code() != codes.Aborted {
+		t.Errorf("duplicate in flight: %v, want ABORTED in-flight", err)
+	}
+	if a := <-done; a.err != nil || a.out != "charged:m" {
+		t.Fatalf("first call: %q, %v; want its answer", a.out, a.err)
+	}
+	out, header, err := call("k")
+	if err != nil || out != "charged:m" || len(header["idempotent-replayed"]) != 1 {
+		t.Fatalf("retry: %q, %v, header %v; want the answer replayed", out, err, header)
+	}
+	if n := e.ledger.Executions.Load(); n != 1 {
+		t.Fatalf("Charge executed %d times, want 1", n)
+	}
+}
+
 // A non-OK status is an answer like a 5xx: recorded and replayed, unless
 // release_grpc_statuses says it means "not processed".
 func TestGRPCStatusesReleasedOrRecorded(t *testing.T) {
@@ -344,30 +386,59 @@ func TestGRPCStreamingCallsPassThroughUnprotected(t *testing.T) {
 	t.Run("server stream looks unary, and is released", func(t *testing.T) {
 		e := newGRPCEnv(t)
 		for range 2 {
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", "w")
-			s, err := e.cc.NewStream(ctx, grpctest.WatchDesc, grpctest.Watch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := []byte("x")
-			s.SendMsg(&in)
-			s.CloseSend()
-			var got []string
-			for {
-				var out []byte
-				if err := s.RecvMsg(&out); err != nil {
-					break
-				}
-				got = append(got, string(out))
-			}
-			if strings.Join(got, ",") != "one,two" {
-				t.Fatalf("stream gave %q", got)
+			if got, err := e.watch(t, "w"); err != nil || strings.Join(got, ",") != "one,two" {
+				t.Fatalf("stream gave %q, %v", got, err)
 			}
 		}
 		if n := e.ledger.Executions.Load(); n != 2 {
 			t.Fatalf("server stream ran %d times, want 2 (not replayed)", n)
 		}
 	})
+}
+
+// watch calls the server stream Watch with key, and returns the messages
+// it gave and how it ended (nil for OK).
+func (e *grpcEnv) watch(t *testing.T, key string) ([]string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
+	s, err := e.cc.NewStream(ctx, grpctest.WatchDesc, grpctest.Watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []byte("x")
+	s.SendMsg(&in)
+	s.CloseSend()
+	var got []string
+	for {
+		var out []byte
+		if err := s.RecvMsg(&out); err == io.EOF {
+			return got, nil
+		} else if err != nil {
+			return got, err
+		}
+		got = append(got, string(out))
+	}
+}
+
+// A server stream is told by its answer, more than one message, whether
+// or not the answer fits in max_response_body: one too large to record is
+// released as one that fits, and every call of it reaches the server, never
+// a replay of a record without its messages.
+func TestGRPCServerStreamOverTheRecordLimitIsNeverReplayed(t *testing.T) {
+	e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 1 })) // not a message of it
+	for range 2 {
+		if got, err := e.watch(t, "w"); err != nil || strings.Join(got, ",") != "one,two" {
+			t.Fatalf("stream gave %q, %v; want one,two and OK", got, err)
+		}
+	}
+	if n := e.ledger.Executions.Load(); n != 2 {
+		t.Fatalf("server stream ran %d times, want 2 (not replayed)", n)
+	}
+	if got := testutil.ToFloat64(e.proxy.metrics.requests.WithLabelValues(defaultRoute, string(OutcomePassthrough))); got != 2 {
+		t.Errorf("outcome passthrough counted %v times, want 2", got)
+	}
 }
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -465,5 +536,35 @@ func TestGRPCAnswerOverTheRecordLimitIsNotExecutedTwice(t *testing.T) {
 	}
 	if n := e.ledger.Executions.Load(); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
+// An answer whose trailers take it over max_response_body is recorded
+// without its message and trailers but with its grpc-status: a retry gets
+// the call's status code, or INTERNAL from grpc-go for an OK without its
+// message, never a status-less answer grpc-go reads as UNKNOWN.
+func TestGRPCAnswerWhoseTrailersTakeItOverTheLimitKeepsItsStatus(t *testing.T) {
+	for _, tt := range []struct {
+		answer, want codes.Code
+	}{{codes.OK, codes.Internal}, {codes.InvalidArgument, codes.InvalidArgument}} {
+		t.Run(tt.answer.String(), func(t *testing.T) {
+			e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 256 }))
+			e.ledger.Answer = func(ctx context.Context) error {
+				grpc.SetTrailer(ctx, metadata.Pairs("x-audit", strings.Repeat("t", 512)))
+				return status.Error(tt.answer, "declined")
+			}
+			if _, _, _, err := e.charge(t, "k", "m"); status.Code(err) != tt.answer {
+				t.Fatalf("first call: %v, want %v", err, tt.answer)
+			}
+			// A trailers-only replay's header is what grpc-go calls its
+			// trailer.
+			_, h, tr, err := e.charge(t, "k", "m")
+			if status.Code(err) != tt.want || len(h["idempotent-body-omitted"])+len(tr["idempotent-body-omitted"]) != 1 {
+				t.Fatalf("retry: %v, header %v, trailer %v; want %v, the replay without its message", err, h, tr, tt.want)
+			}
+			if n := e.ledger.Executions.Load(); n != 1 {
+				t.Fatalf("%d executions, want 1", n)
+			}
+		})
 	}
 }

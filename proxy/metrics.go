@@ -193,8 +193,10 @@ type routeMetrics struct {
 	protocols [numProtocols]prometheus.Counter
 }
 
-// executedOutcomes are the outcomes an executed request ends in.
-var executedOutcomes = []Outcome{OutcomeExecuted, OutcomeReleased, OutcomeUpstreamError}
+// executedOutcomes are the outcomes an executed request ends in:
+// passthrough for a gRPC call whose answer showed a server stream
+// (grpcReleased).
+var executedOutcomes = []Outcome{OutcomeExecuted, OutcomeReleased, OutcomeUpstreamError, OutcomePassthrough}
 
 // NewMetrics creates the proxy's collectors and registers them, plus
 // idempotency_proxy_build_info, on reg.

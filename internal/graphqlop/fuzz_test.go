@@ -14,6 +14,7 @@ func FuzzReadBody(f *testing.F) {
 		`[{"query":"{ a }"},{"query":"mutation { b }"}]`,
 		`{"query":"mutation { ...F } fragment F on M { ...F a @idempotent(key: \"x\") }"}`,
 		`{"query":"{ a }","Query":"mutation { b }"}`,
+		`{"query":"mutation($k: String) { a @idempotent(key: $k) }","variables":"{\"k\":\"v\"}"}`,
 	} {
 		f.Add("application/json", []byte(s))
 	}

@@ -89,7 +89,8 @@ type Request struct {
 	Key    string
 	HasKey bool
 	// Document, OperationName and Variables are as sent; Variables is
-	// the raw JSON object (a slice of the body), nil when absent or null.
+	// the raw JSON object (a slice of the body, or the object a variables
+	// string holds), nil when there is none (variables).
 	Document      string
 	OperationName string
 	Variables     []byte
@@ -180,9 +181,13 @@ func readForm(form string) (Request, error) {
 	}
 	var obj []byte
 	if fields[2] != "" {
+		// A variables field that is not JSON is none, as graphql-go/handler
+		// runs the form (express-graphql refuses it).
 		obj = []byte(`{"variables":` + fields[2] + "}")
-		if err := jsonread.Validate(obj); err != nil {
+		if err := jsonread.Validate(obj); errors.Is(err, jsonread.ErrDuplicateName) {
 			return Request{}, notJSON(err)
+		} else if err != nil {
+			obj = nil
 		}
 	}
 	return readDocument(fields[0], fields[1], obj)
@@ -269,31 +274,51 @@ func readObject(obj []byte) (Request, error) {
 	case q[0] != '"':
 		return Request{}, ErrNotGraphQL
 	}
+	// An operationName that is not a string is none: express-graphql and
+	// graphql-go/handler run the request so.
 	var name string
-	switch v, err := ptrOperationName.Find(obj); {
-	case err != nil, v[0] == 'n': // absent, null
-	case v[0] == '"':
+	if v, err := ptrOperationName.Find(obj); err == nil && v[0] == '"' {
 		name = jsonread.Unquote(v)
-	default:
-		return Request{}, ErrNotGraphQL
 	}
 	return readDocument(jsonread.Unquote(q), name, obj)
 }
 
-// variables returns the variables of a request object: a JSON object, nil
-// when absent or null (or when there is no object: application/graphql).
+// variables returns the variables of a request object as the servers that
+// run it read them: a JSON object; the object a JSON string holds, which
+// express-graphql and graphql-go/handler parse (GraphiQL once sent
+// variables so); nil for anything else — absent, null, another value, a
+// string holding no object, or no request object (application/graphql) —
+// which those servers run as no variables, and others refuse.
 func variables(obj []byte) ([]byte, error) {
 	if obj == nil {
 		return nil, nil
 	}
 	vars, err := ptrVariables.Find(obj)
 	switch {
-	case err != nil, vars[0] == 'n':
+	case err != nil:
 		return nil, nil
+	case vars[0] == '"':
+		return objectIn(jsonread.Unquote(vars))
 	case vars[0] != '{':
-		return nil, ErrNotGraphQL
+		return nil, nil
 	}
 	return vars, nil
+}
+
+// objectIn is the JSON object a variables string holds, nil when it holds
+// none; one that repeats a member name is ambiguous, as a body is.
+func objectIn(s string) ([]byte, error) {
+	b := []byte(s)
+	if first(b) != '{' {
+		return nil, nil
+	}
+	if err := jsonread.Validate(b); err != nil {
+		if errors.Is(err, jsonread.ErrDuplicateName) {
+			return nil, notJSON(err)
+		}
+		return nil, nil
+	}
+	return b, nil
 }
 
 // readBatch reads a batch: an array of request objects, a valid JSON text.

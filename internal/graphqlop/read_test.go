@@ -101,12 +101,41 @@ func TestWhatIsNotAGraphQLRequestIsSaidSo(t *testing.T) {
 	for _, body := range []string{
 		``, `not json`, `"mutation { a }"`, `{}`, `{"query":null}`, `{"query":7}`,
 		`{"extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}}}`,
-		`{"query":"mutation {"}`, `{"query":"{ a }","operationName":3}`, `{"query":"mutation { a }","variables":"x"}`,
+		`{"query":"mutation {"}`,
 		`[{"query":"{ a }"}, 3]`,
 	} {
 		if _, err := ReadBody("application/json", []byte(body)); err != ErrNotGraphQL {
 			t.Errorf("%q: err = %v, want ErrNotGraphQL", body, err)
 		}
+	}
+}
+
+// Variables sent as a JSON string are the object it holds, as
+// express-graphql and graphql-go/handler parse them; variables or an
+// operationName of another type are none, as those servers run them.
+func TestVariablesAndOperationNameAreReadAsServersRunThem(t *testing.T) {
+	for _, tc := range []struct {
+		body, vars string
+		kind       Kind
+	}{
+		{`{"query":"mutation { a }","variables":"{\"k\": 1}"}`, `{"k": 1}`, Mutation},
+		{`{"query":"mutation { a }","variables":" {}"}`, ` {}`, Mutation},
+		{`{"query":"mutation { a }","variables":"x"}`, "", Mutation},
+		{`{"query":"mutation { a }","variables":"[1]"}`, "", Mutation},
+		{`{"query":"mutation { a }","variables":"{bad"}`, "", Mutation},
+		{`{"query":"mutation { a }","variables":5}`, "", Mutation},
+		{`{"query":"mutation { a }","variables":[{"k":1}]}`, "", Mutation},
+		{`{"query":"mutation { a }","operationName":3}`, "", Mutation},
+		{`{"query":"{ a }","operationName":["a"]}`, "", Query},
+	} {
+		r, err := ReadBody("application/json", []byte(tc.body))
+		if err != nil || r.Kind != tc.kind || string(r.Variables) != tc.vars || r.OperationName != "" {
+			t.Errorf("%s: %v, variables %q, name %q, %v; want %v, variables %q", tc.body, r.Kind, r.Variables, r.OperationName, err, tc.kind, tc.vars)
+		}
+	}
+	body := `{"query":"mutation { a }","variables":"{\"k\":1,\"k\":2}"}`
+	if _, err := ReadBody("application/json", []byte(body)); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("%s: err = %v, want ErrAmbiguous", body, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -239,22 +240,36 @@ func TestStatusReadsTrailersThenTrailersOnlyHeader(t *testing.T) {
 	}
 }
 
-func TestMessages(t *testing.T) {
+// A Counter counts the messages begun in a body, however its writes cut
+// it: in prefixes, in lengths, in messages.
+func TestCounterCountsMessagesWhateverTheWrites(t *testing.T) {
 	tests := []struct {
 		b    []byte
 		n    int
-		ok   bool
 		name string
 	}{
-		{nil, 0, true, "empty"},
-		{[]byte{0, 0, 0, 0, 0}, 1, true, "one empty message"},
-		{[]byte{0, 0, 0, 0, 1, 'a', 1, 0, 0, 0, 0}, 2, true, "two"},
-		{[]byte{0, 0, 0, 0, 2, 'a'}, 0, false, "cut"},
-		{[]byte{0, 0, 0, 0, 0, 0}, 1, false, "trailing byte"},
+		{nil, 0, "empty"},
+		{[]byte{0, 0, 0, 0, 0}, 1, "one empty message"},
+		{[]byte{0, 0, 0, 0, 1, 'a', 1, 0, 0, 0, 0}, 2, "two"},
+		{[]byte{0, 0, 0, 0, 2, 'a'}, 1, "cut"},
+		{[]byte{0, 0, 0, 0, 0, 0}, 1, "a prefix begun"},
+		{[]byte{0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0}, 1, "a message as long as a prefix says"},
 	}
 	for _, tt := range tests {
-		if n, ok := Messages(tt.b); n != tt.n || ok != tt.ok {
-			t.Errorf("%s: Messages = %d, %v; want %d, %v", tt.name, n, ok, tt.n, tt.ok)
+		for i := range len(tt.b) + 1 {
+			var c Counter
+			c.Write(tt.b[:i])
+			c.Write(tt.b[i:])
+			if got := c.Messages(); got != tt.n {
+				t.Errorf("%s, written at %d: Messages = %d, want %d", tt.name, i, got, tt.n)
+			}
+		}
+		var c Counter
+		for i := range tt.b {
+			c.Write(tt.b[i : i+1])
+		}
+		if got := c.Messages(); got != tt.n {
+			t.Errorf("%s, written a byte at a time: Messages = %d, want %d", tt.name, got, tt.n)
 		}
 	}
 }
@@ -268,6 +283,20 @@ func TestTimeout(t *testing.T) {
 		if want < 0 && ok || want >= 0 && (!ok || got != want) {
 			t.Errorf("Timeout(%q) = %v, %v; want %v", v, got, ok, want)
 		}
+	}
+}
+
+// A timeout longer than a time.Duration holds (about 292 years) is the
+// longest one, as grpc-go reads it: never a product that wraps around to
+// a short or negative wait.
+func TestTimeoutTooLongForADurationIsTheLongest(t *testing.T) {
+	for _, v := range []string{"5124096H", "99999999H", "2562048H"} {
+		if got, ok := Timeout(v); !ok || got != math.MaxInt64 {
+			t.Errorf("Timeout(%q) = %v, %v; want the longest duration", v, got, ok)
+		}
+	}
+	if got, ok := Timeout("2562047H"); !ok || got != 2562047*time.Hour {
+		t.Errorf("Timeout(2562047H) = %v, %v; want 2562047h", got, ok)
 	}
 }
 
@@ -287,12 +316,16 @@ func TestCodeWords(t *testing.T) {
 	}
 }
 
-func FuzzMessages(f *testing.F) {
-	f.Add([]byte{0, 0, 0, 0, 1, 'a'})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		n, ok := Messages(b)
-		if ok && n == 0 && len(b) != 0 {
-			t.Fatalf("Messages(%x) = 0, true", b)
+func FuzzCounter(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 1, 'a', 1, 0, 0, 0, 0}, uint8(3))
+	f.Fuzz(func(t *testing.T, b []byte, at uint8) {
+		var whole, cut Counter
+		whole.Write(b)
+		i := min(int(at), len(b))
+		cut.Write(b[:i])
+		cut.Write(b[i:])
+		if whole.Messages() != cut.Messages() {
+			t.Fatalf("%x: %d messages whole, %d written at %d", b, whole.Messages(), cut.Messages(), i)
 		}
 	})
 }

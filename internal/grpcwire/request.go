@@ -170,20 +170,32 @@ func (j *joined) Read(b []byte) (int, error) {
 
 func (j *joined) Close() error { return j.rest.Close() }
 
-// Messages counts the length-prefixed messages of a whole body, such as a
-// recorded response's; ok is false when the body does not divide into
-// whole messages.
-func Messages(b []byte) (n int, ok bool) {
-	for len(b) > 0 {
-		if len(b) < prefixLen {
-			return n, false
-		}
-		l := uint64(binary.BigEndian.Uint32(b[1:prefixLen]))
-		if uint64(len(b)-prefixLen) < l {
-			return n, false
-		}
-		b = b[prefixLen+int(l):]
-		n++
-	}
-	return n, true
+// Counter counts the length-prefixed messages of a body written to it
+// piece by piece, keeping none of it: an answer too large to record still
+// shows whether it held more than one message. Its zero value is ready.
+type Counter struct {
+	n      int
+	left   uint64 // bytes of the current message still to come
+	prefix [prefixLen]byte
+	got    int // bytes of the next prefix seen so far
 }
+
+// Write counts the messages that begin in p.
+func (c *Counter) Write(p []byte) {
+	for len(p) > 0 {
+		if c.left > 0 {
+			k := min(uint64(len(p)), c.left)
+			p, c.left = p[k:], c.left-k
+			continue
+		}
+		k := copy(c.prefix[c.got:], p)
+		p, c.got = p[k:], c.got+k
+		if c.got == prefixLen {
+			c.n, c.got = c.n+1, 0
+			c.left = uint64(binary.BigEndian.Uint32(c.prefix[1:]))
+		}
+	}
+}
+
+// Messages is how many messages have begun.
+func (c *Counter) Messages() int { return c.n }

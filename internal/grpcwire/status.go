@@ -1,6 +1,7 @@
 package grpcwire
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -103,6 +104,11 @@ func Timeout(v string) (d time.Duration, ok bool) {
 		unit = time.Nanosecond
 	default:
 		return 0, false
+	}
+	if n > math.MaxInt64/int64(unit) {
+		// Longer than a Duration holds: the longest, as grpc-go reads it,
+		// never a product wrapped around to a short or negative wait.
+		return math.MaxInt64, true
 	}
 	return time.Duration(n) * unit, true
 }
