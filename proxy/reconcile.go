@@ -253,7 +253,7 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 // the upstream again. Without a marker the next owner would forward the
 // key, so it stays held until the store takes one or the other.
 func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, outcome Outcome) settlement {
-	rec.Request = q.desc
+	rec.Request, rec.Lookup = q.desc, q.lookup()
 	if q.route.policy.ExpiredKeys == ExpiredReject {
 		rec.Tombstone = q.route.policy.ExpiredKeyWindow
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -634,5 +635,56 @@ func TestUnreachableUpstreamOnAReconcileRouteIsAnsweredAtOnce(t *testing.T) {
 		if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-unreachable" {
 			t.Fatalf("try %d with an unreachable upstream: %d %q, want 502 upstream-unreachable", i+1, r.StatusCode, r.body)
 		}
+	}
+}
+
+// A settled key's record is found by its raw key, as every record is
+// (`keys find`, docs/operating.md): the keys whose outcome was unknown are
+// the ones support asks about. Whatever settled it: the lookup's answer,
+// the resend's, or then: keep's 502.
+func TestSettledRecordIsFoundByItsRawKey(t *testing.T) {
+	for name, tc := range map[string]struct {
+		noCommit bool
+		policy   func(*Policy)
+		status   int
+	}{
+		"found":  {status: http.StatusOK},
+		"resent": {noCommit: true, policy: func(p *Policy) { p.Reconcile.Resend = true }, status: http.StatusCreated},
+		"then keep": {noCommit: true, policy: func(p *Policy) {
+			p.Reconcile.Absent = []int{http.StatusGone} // nothing settles it
+			p.Reconcile.For = 50 * time.Millisecond
+		}, status: http.StatusBadGateway},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mem := memory.New(memory.Options{})
+			t.Cleanup(func() { mem.Close() })
+			l := &ledger{die: 1, noCommit: tc.noCommit, charges: map[string]string{}}
+			e := newEnv(t, l.handler, withStore(mem), func(o *Options) {
+				o.UpstreamTimeout = 10 * time.Second
+				p := &o.Default
+				p.OnUpstreamError = UpstreamErrorReconcile
+				p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+				p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 20*time.Millisecond
+				if tc.policy != nil {
+					tc.policy(p)
+				}
+			})
+			if r := e.do(t, "POST", "/v1/charges", "order-42", `{}`, "Authorization", "Bearer c1"); r.StatusCode != tc.status {
+				t.Fatalf("got %d %s, want %d", r.StatusCode, r.body, tc.status)
+			}
+			entries, _, err := mem.List(context.Background(), store.Completed, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var found int
+			for _, en := range entries {
+				if en.Record != nil && en.Record.Lookup.Key == store.LookupKey("order-42") {
+					found++
+				}
+			}
+			if found != 1 {
+				t.Errorf("records found by the raw key = %d of %d, want the settled one", found, len(entries))
+			}
+		})
 	}
 }
