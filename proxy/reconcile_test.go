@@ -206,7 +206,8 @@ func TestProbeTemplateFill(t *testing.T) {
 		{"GET /v1/charges?idempotency_key={key}", "/v1/charges?idempotency_key=k+%26%3D1", ""},
 		{"GET /v1/keys/{key}", "/v1/keys/k%20&=1", ""},
 		{"GET /v1/orders/{json:/order/id}?n={json:/n}", "/v1/orders/ord%207?n=42", ""},
-		{"GET /v1/orders/{header:x-order}", "/v1/orders/o%2F1%202", ""},
+		{"GET /v1/orders/{header:x-order}", "", "/ or \\"},
+		{"GET /v1/orders?id={header:x-order}", "/v1/orders?id=o%2F1+2", ""},
 		{"GET /v1/refs/{query:ref}", "/v1/refs/r%201", ""},
 		{"GET {path}/status?of={path}", "/v1/a%2Fb/charges/status?of=%2Fv1%2Fa%2Fb%2Fcharges", ""},
 		{"GET /v1/orders/{json:/missing}", "", "/missing"},
@@ -273,6 +274,33 @@ func TestLookupPlaceholderTheRequestCannotFillIsRefusedBeforeForwarding(t *testi
 	}
 	if effects, lookups := l.count(); effects != 0 || lookups != 0 {
 		t.Errorf("effects %d lookups %d, want none", effects, lookups)
+	}
+}
+
+// A value holding a / or a \ in the lookup's path is read two ways: as
+// one segment (%2F) by some upstreams, as two by those that decode the
+// path before routing it (every WSGI server, so Flask and Django; nginx
+// in front with a URI in proxy_pass). There the lookup of
+// "/v1/orders/INV%2F2024%2F7" asks for another resource, whose 404 would
+// be taken for absent and the charge resent. The request is refused, as
+// a request whose own path holds %2F or %5C is, before anything is
+// locked or sent; in the lookup's query the value is unambiguous.
+func TestLookupPathValueReadTwoWaysIsRefusedBeforeForwarding(t *testing.T) {
+	for _, id := range []string{"INV/2024/7", `INV\\2024`, "a/..", "../admin"} {
+		l := &ledger{}
+		e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders/{json:/order_id}" })
+		r := e.do(t, "POST", "/v1/charges", "k1", `{"order_id":"`+id+`"}`)
+		if r.StatusCode != http.StatusBadRequest || r.problemType() != "missing-key" || !strings.Contains(r.body, "lookup's path") {
+			t.Errorf("order_id %s: got %d %s, want 400 saying the lookup's path cannot hold it", id, r.StatusCode, r.body)
+		}
+		if effects, lookups := l.count(); effects != 0 || lookups != 0 {
+			t.Errorf("order_id %s: effects %d lookups %d, want none", id, effects, lookups)
+		}
+	}
+	l := &ledger{}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders?id={json:/order_id}" })
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{"order_id":"INV/2024/7"}`); r.StatusCode != http.StatusCreated {
+		t.Errorf("order_id in the lookup's query: got %d %s, want it forwarded", r.StatusCode, r.body)
 	}
 }
 
