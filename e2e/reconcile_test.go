@@ -46,6 +46,9 @@ type chargeLedger struct {
 	answerAs int
 	// lookupsDown answers lookups 503 while set.
 	lookupsDown bool
+	// held, when set, is where the next commit waits before answering,
+	// and hold is closed when it does.
+	held, hold chan struct{}
 	// chaos, when set, picks each POST's fate and each lookup's: see
 	// chaosFate.
 	chaos *rand.Rand
@@ -113,7 +116,13 @@ func (l *chargeLedger) serve(w http.ResponseWriter, r *http.Request) {
 		l.dieAfterCommit--
 	}
 	status := l.answerAs
+	held, hold := l.held, l.hold
+	l.held, l.hold = nil, nil
 	l.mu.Unlock()
+	if held != nil {
+		close(held)
+		<-hold
+	}
 	switch {
 	case die:
 		hangUp(w)
@@ -583,6 +592,45 @@ func TestNextOwnerLooksUpTheRequestWhoseOutcomeIsUnknown(t *testing.T) {
 	}
 	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
 		t.Fatalf("the retry: %s %q, want the committed charge from the lookup", r, r.Body)
+	}
+}
+
+// TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain measures
+// what a reconciling route cannot settle: the proxy is SIGKILLed while the
+// service runs a charge it has committed, before either knows the outcome
+// is unknown. No marker was written, only the lease: once it expires the
+// retry is forwarded as new, and the ledger holds two charges
+// (docs/guarantees.md, "What a proxy cannot guarantee").
+func TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain(t *testing.T) {
+	l := startChargeLedger(t)
+	held, hold := make(chan struct{}), make(chan struct{})
+	l.set(func(l *chargeLedger) { l.held, l.hold = held, hold })
+	cfg := reconcileConfig(l, "")
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	ps := startReplicas(t, 2, cfg)
+	c := newClient(t, 20*time.Second)
+	const key = "killed-mid-call"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go send(ctx, c, ps[0].URL(), chargeRequest(key))
+	<-held // committed, not answered
+	ps[0].Kill()
+	close(hold)
+
+	var r reply
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
+		r = mustSend(t, c, ps[1].URL(), chargeRequest(key))
+		if r.Status == http.StatusConflict {
+			return errors.New("409: the dead proxy's lease has not expired yet")
+		}
+		return nil
+	})
+	if _, lookups := l.counts(); lookups != 0 {
+		t.Errorf("lookups = %d: the key was looked up, and this test measures a window that is closed", lookups)
+	}
+	if n := l.effectsOf(key); n != 2 || r.Status != http.StatusCreated {
+		t.Errorf("charges on the ledger = %d, retry %s: want 2 and a fresh 201, the window docs/guarantees.md describes", n, r)
 	}
 }
 
