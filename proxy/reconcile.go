@@ -227,11 +227,16 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		case result == probeAbsent && !q.recon.resent.IsZero():
 			return h.giveUp(ctx, q)
 		case result == probeAbsent && pol.Resend && marked:
-			rec, sent := h.resend(ctx, q)
-			if rec != nil {
+			rec, sent, released := h.resend(ctx, q)
+			switch {
+			case rec != nil:
 				return h.record(ctx, q, rec, OutcomeReconciledAbsent)
-			}
-			if sent {
+			case released:
+				// Not processed, the upstream answered (release_statuses),
+				// as the lookup said: released, as that answer releases
+				// any request's key.
+				return h.releaseWithin(ctx, q, OutcomeReconciledAbsent)
+			case sent:
 				// Unknown again: its work may outlive the connection.
 				wait = pol.After
 			}
@@ -295,24 +300,29 @@ func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
 	h.log.Error("no lookup settled the unknown outcome within reconcile.for: applying reconcile.then",
 		"route", q.route.label, "key_hash", q.keyHash, "then", q.route.policy.Reconcile.Then.String(), "probes", q.recon.probes.Load())
 	if q.route.policy.Reconcile.Then == ThenRelease {
-		// Tried for one lock_ttl, as a record is (record): a store that
-		// takes the renewals but never the release would otherwise hold
-		// the key for ever. Left to run out, the lease releases it too.
-		holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
-		for !h.releaseSettled(ctx, q) {
-			if !h.clock.Now().Before(holdUntil) {
-				h.log.Warn("the store did not take the key's release within lock_ttl: the key unlocks at its lease's end",
-					"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
-				break
-			}
-			if q.settle.HoldFor(ctx, &h.settler, time.Second) {
-				return settlement{lost: true}
-			}
-		}
-		return settlement{outcome: OutcomeReconcileGaveUp}
+		return h.releaseWithin(ctx, q, OutcomeReconcileGaveUp)
 	}
 	p, detail, _ := failureProblem(failUpstream, nil)
 	return h.record(ctx, q, problemRecord(p, detail, q.fp), OutcomeReconcileGaveUp)
+}
+
+// releaseWithin releases q's key, settled with outcome and no record. It
+// is tried for one lock_ttl, as a record is (record): a store that takes
+// the renewals but never the release would otherwise hold the key for
+// ever. Left to run out, the lease releases it too.
+func (h *Handler) releaseWithin(ctx context.Context, q *request, outcome Outcome) settlement {
+	holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
+	for !h.releaseSettled(ctx, q) {
+		if !h.clock.Now().Before(holdUntil) {
+			h.log.Warn("the store did not take the key's release within lock_ttl: the key unlocks at its lease's end",
+				"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
+			break
+		}
+		if q.settle.HoldFor(ctx, &h.settler, time.Second) {
+			return settlement{lost: true}
+		}
+	}
+	return settlement{outcome: outcome}
 }
 
 // Settling reports whether this process is settling the unknown outcome

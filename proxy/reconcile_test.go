@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,6 +247,53 @@ func TestAbsentOutcomeIsResentOnce(t *testing.T) {
 	// never left deleted until a later lookup.
 	if got := e.probes(probeAbsent) + e.probes(probeUnknown) + e.probes(probeError); got != 1 {
 		t.Errorf("lookups = %v, want 1: the key is resent on the first absent answer", got)
+	}
+}
+
+// A resend answered with a release status (503, 429: "not processed, try
+// again") settles the key as absent, as that answer settles an original
+// request: the key is released and the client's retry executes it. It is
+// not left to a lookup that, after a resend, can only end in
+// reconcile.then — under keep a 502 recorded for a charge that never
+// happened, and the client, told its outcome is unknown, never charged.
+func TestResendAnsweredNotProcessedReleasesTheKey(t *testing.T) {
+	var posts atomic.Int32
+	l := &ledger{charges: map[string]string{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			switch posts.Add(1) {
+			case 1: // lost before its commit: absent
+				hangUp(w)
+				return
+			case 2: // the resend: not processed
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		l.handler(w, r)
+	}
+	e := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 20*time.Millisecond
+		p.Reconcile.Resend = true
+	})
+	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if first.StatusCode != http.StatusBadGateway || !strings.Contains(first.body, "released") {
+		t.Fatalf("first caller: %d %s, want the 502 saying the key is released", first.StatusCode, first.body)
+	}
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if retry.StatusCode != http.StatusCreated || retry.replayed() {
+		t.Errorf("retry: %d %s, want it executed: 201", retry.StatusCode, retry.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+	if got := e.outcomes("default", OutcomeReconciledAbsent); got != 1 {
+		t.Errorf("reconciled_absent = %v, want 1", got)
 	}
 }
 
