@@ -595,6 +595,55 @@ func TestNextOwnerLooksUpTheRequestWhoseOutcomeIsUnknown(t *testing.T) {
 	}
 }
 
+// TestKeyTakenOverAfterReconcileForIsAskedBeforeThen: the proxy settling
+// a committed charge, whose lookups fail, is SIGKILLed, and the client
+// retries only once reconcile.for has passed since the failure. The proxy
+// that takes the key over asks the upstream before it applies then: the
+// lookup, back by now, finds the charge. Applying then: release unasked
+// would let the retry charge again.
+func TestKeyTakenOverAfterReconcileForIsAskedBeforeThen(t *testing.T) {
+	l := startChargeLedger(t)
+	l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
+	cfg := reconcileConfig(l, "for: 1s, then: release")
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	cfg.UpstreamTimeout = time.Second
+	settling := startProxy(t, "settling", cfg)
+	cfg.UpstreamTimeout = 10 * time.Second
+	other := startProxy(t, "other", cfg)
+	c := newClient(t, 20*time.Second)
+	const key = "asked-after-for"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go send(ctx, c, settling.URL(), chargeRequest(key))
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if _, lookups := l.counts(); lookups == 0 {
+			return errors.New("no lookup failed yet")
+		}
+		return nil
+	})
+	settling.Kill()
+	l.set(func(l *chargeLedger) { l.lookupsDown = false })
+
+	// The dead proxy's lease (lock_ttl 2s) outlives reconcile.for (1s):
+	// the first request the other proxy takes the key with comes after it.
+	var r reply
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
+		r = mustSend(t, c, other.URL(), chargeRequest(key))
+		if r.Status == http.StatusConflict {
+			return errors.New("409: the dead proxy's lease has not expired yet")
+		}
+		return nil
+	})
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
+		t.Errorf("the retry after reconcile.for: %s %q, want the committed charge from the lookup", r, r.Body)
+	}
+	mustSend(t, c, other.URL(), chargeRequest(key))
+	if n := l.effectsOf(key); n != 1 {
+		t.Fatalf("charges on the ledger = %d, want 1: then: release applied without asking", n)
+	}
+}
+
 // TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain measures
 // what a reconciling route cannot settle: the proxy is SIGKILLed while the
 // service runs a charge it has committed, before either knows the outcome

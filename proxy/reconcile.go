@@ -188,7 +188,7 @@ func (h *Handler) reconcile(q *request, first time.Duration) {
 }
 
 // settle runs the lookups until one settles the key, or reconcile.for
-// passes. An empty outcome means the lease was lost: another owner
+// passes after one was sent. An empty outcome means the lease was lost: another owner
 // settles the key.
 //
 // The original request is sent again at most once per key, whichever
@@ -217,7 +217,10 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		if !marked {
 			marked = h.markReconciling(ctx, q)
 		}
-		if !h.clock.Now().Before(deadline) {
+		// Asked at least once, whatever the time: a key taken over after
+		// reconcile.for passed (its settling proxy died, its client came
+		// back late) was not settled by a lookup, it was not asked.
+		if !h.clock.Now().Before(deadline) && q.recon.probes.Load() > 0 {
 			return h.giveUp(ctx, q)
 		}
 		result, rec := h.probe(ctx, q)
