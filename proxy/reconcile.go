@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -154,7 +155,18 @@ func (h *Handler) startReconcile(q *request) Outcome {
 // never forwarded again.
 func (h *Handler) leaveToNextOwner(q *request) {
 	h.metrics.detachRefused.Inc()
+	// Left only once marked: a plain lease would have the key's next
+	// owner forward it again. A store that fails the write is asked again
+	// for one lock_ttl, the lease renewed meanwhile, as a record is; the
+	// last try comes after the lease a failed write left on the marker
+	// (writeMarker) has run out.
 	marked := h.markReconciling(q.detached, q)
+	for until := h.clock.Now().Add(q.route.policy.LockTTL); !marked && h.clock.Now().Before(until); {
+		if q.settle.HoldFor(q.detached, &h.settler, execution.RenewEvery(q.route.policy.LockTTL)) {
+			break
+		}
+		marked = h.markReconciling(q.detached, q)
+	}
 	h.log.Warn("too many unknown outcomes being settled (upstream.max_detached, upstream.max_detached_bytes): this key is left to its next request after lock_ttl",
 		"route", q.route.label, "key_hash", q.keyHash, "marked", marked, "lock_ttl", q.route.policy.LockTTL.String())
 	q.recon.waiting.Store(false)

@@ -425,6 +425,75 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	}
 }
 
+// flakyMarkers is a store whose next writes of a marker time out, as a
+// store under strain does; the marker's lease is left taken, as a write
+// that timed out leaves it.
+type flakyMarkers struct {
+	*memory.Store
+	fail atomic.Int32
+}
+
+func (s *flakyMarkers) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if strings.HasSuffix(key, ReconcileSuffix) && s.fail.Add(-1) >= 0 {
+		return fmt.Errorf("the write timed out: %w", store.ErrUnavailable)
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A key past the room of settlements is left to its next owner only once
+// its marker is written: a marker write the store fails is tried again,
+// the key's lease renewed meanwhile, since a key left with a plain lease
+// is forwarded again by its next owner after lock_ttl.
+func TestKeyPastTheRoomIsLeftOnlyOnceMarked(t *testing.T) {
+	l := &ledger{die: 2}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("idempotency_key") == "a" && !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	l.charges = map[string]string{}
+	st := &flakyMarkers{Store: memory.New(memory.Options{})}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, l.handler, withStore(st), func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
+		p.LockTTL = time.Second
+	})
+	e.handler.detachable.MaxN = 1
+	done := make(chan *response, 1)
+	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
+	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
+	st.fail.Store(1) // b's first marker write
+	if b := e.do(t, "POST", "/v1/charges", "b", `{}`); b.StatusCode != http.StatusBadGateway {
+		t.Fatalf("b past the room: %d %s, want 502", b.StatusCode, b.body)
+	}
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	if r := <-done; r.StatusCode != http.StatusOK {
+		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
+	}
+	var r *response
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
+		if r.StatusCode == http.StatusConflict {
+			return fmt.Errorf("b still in flight")
+		}
+		return nil
+	})
+	if effects, _ := l.count(); effects != 2 {
+		t.Fatalf("effects = %d, want 2 (a and b, once each): b was forwarded again", effects)
+	}
+	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Errorf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
+	}
+}
+
 // Under concurrent: wait a retry of a key being settled waits for the
 // settled answer instead of getting 409.
 func TestRetryOfAKeyBeingSettledWaitsUnderConcurrentWait(t *testing.T) {
