@@ -23,18 +23,20 @@ import (
 // commits a charge to its ledger, under the request's idempotency key and
 // its body's order_id, and then answers — or dies after the commit (closes
 // the connection without answering), as a service killed mid-request does.
-// GET /v1/charges?idempotency_key=K and GET /v1/orders/ID answer from the
-// ledger: 200 with the charge, 404 when there is none. Effects are counted
-// on the ledger, not in requests.
+// GET /v1/charges?idempotency_key=K, GET /v1/orders/ID and GET
+// /v1/requests/ID (the POST's X-Request-Id) answer from the ledger: 200
+// with the charge, 404 when there is none. Effects are counted on the
+// ledger, not in requests.
 type chargeLedger struct {
 	srv *httptest.Server
 
 	mu sync.Mutex
-	// byKey and byOrder are the ledger: the charge's JSON.
-	byKey, byOrder map[string]string
-	effects        map[string]int // charges committed per key
-	posts          int            // POSTs that reached the ledger
-	lookups        int
+	// byKey, byOrder and byRequestID are the ledger: the charge's JSON,
+	// also under the X-Request-Id the POST carried.
+	byKey, byOrder, byRequestID map[string]string
+	effects                     map[string]int // charges committed per key
+	posts                       int            // POSTs that reached the ledger
+	lookups                     int
 	// dieAfterCommit makes the next commits close the connection instead
 	// of answering; dieBeforeCommit the next POSTs close it without
 	// committing.
@@ -44,6 +46,9 @@ type chargeLedger struct {
 	answerAs int
 	// lookupsDown answers lookups 503 while set.
 	lookupsDown bool
+	// held, when set, is where the next commit waits before answering,
+	// and hold is closed when it does.
+	held, hold chan struct{}
 	// chaos, when set, picks each POST's fate and each lookup's: see
 	// chaosFate.
 	chaos *rand.Rand
@@ -66,7 +71,7 @@ func (l *chargeLedger) chaosFate() {
 
 func startChargeLedger(t *testing.T) *chargeLedger {
 	t.Helper()
-	l := &chargeLedger{byKey: map[string]string{}, byOrder: map[string]string{}, effects: map[string]int{}}
+	l := &chargeLedger{byKey: map[string]string{}, byOrder: map[string]string{}, byRequestID: map[string]string{}, effects: map[string]int{}}
 	l.srv = httptest.NewServer(http.HandlerFunc(l.serve))
 	t.Cleanup(l.srv.Close)
 	return l
@@ -103,12 +108,21 @@ func (l *chargeLedger) serve(w http.ResponseWriter, r *http.Request) {
 	if order != "" {
 		l.byOrder[order] = charge
 	}
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		l.byRequestID[id] = charge
+	}
 	die := l.dieAfterCommit > 0
 	if die {
 		l.dieAfterCommit--
 	}
 	status := l.answerAs
+	held, hold := l.held, l.hold
+	l.held, l.hold = nil, nil
 	l.mu.Unlock()
+	if held != nil {
+		close(held)
+		<-hold
+	}
 	switch {
 	case die:
 		hangUp(w)
@@ -129,6 +143,8 @@ func (l *chargeLedger) lookup(w http.ResponseWriter, r *http.Request) {
 	var ok bool
 	if id, found := strings.CutPrefix(r.URL.Path, "/v1/orders/"); found {
 		charge, ok = l.byOrder[id]
+	} else if id, found := strings.CutPrefix(r.URL.Path, "/v1/requests/"); found {
+		charge, ok = l.byRequestID[id]
 	} else {
 		charge, ok = l.byKey[r.URL.Query().Get("idempotency_key")]
 	}
@@ -524,6 +540,146 @@ func TestSettlementOutlivesTheSettlingProxy(t *testing.T) {
 				t.Errorf("retry: %s %q, want %q", again, again.Body, r.Body)
 			}
 		})
+	}
+}
+
+// TestNextOwnerLooksUpTheRequestWhoseOutcomeIsUnknown: the lookup names
+// the charge by a header each attempt sets anew (X-Request-Id), which the
+// fingerprint leaves out. The proxy settling the key is SIGKILLed; the
+// proxy that takes the key over with a retry asks about the request that
+// was sent, not about the retry, which the ledger never saw: it finds the
+// charge instead of resending it.
+func TestNextOwnerLooksUpTheRequestWhoseOutcomeIsUnknown(t *testing.T) {
+	l := startChargeLedger(t)
+	l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
+	cfg := reconcileConfig(l, "resend: true")
+	cfg.Routes[0].Keys["reconcile"] = `{request: "GET /v1/requests/{header:X-Request-Id}", after: 100ms, every: 500ms, resend: true}`
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	cfg.UpstreamTimeout = time.Second
+	settling := startProxy(t, "settling", cfg)
+	cfg.UpstreamTimeout = 10 * time.Second
+	other := startProxy(t, "other", cfg)
+	c := newClient(t, 20*time.Second)
+	const key = "per-attempt-id"
+	attempt := func(id string) request {
+		rq := chargeRequest(key)
+		rq.Header = map[string]string{"X-Request-Id": id}
+		return rq
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go send(ctx, c, settling.URL(), attempt("req-1"))
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if len(settling.logLines(map[string]string{"msg": "upstream outcome unknown: the key is marked as being settled, and the upstream is asked"})) == 0 {
+			return errors.New("the key is not marked yet")
+		}
+		return nil
+	})
+	settling.Kill()
+	l.set(func(l *chargeLedger) { l.lookupsDown = false })
+
+	var r reply
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
+		r = mustSend(t, c, other.URL(), attempt("req-2"))
+		if r.Status == http.StatusConflict {
+			return errors.New("409: the dead proxy's lease has not expired yet")
+		}
+		return nil
+	})
+	if n := l.effectsOf(key); n != 1 {
+		t.Fatalf("charges on the ledger = %d, want 1: the next owner asked about the retry's X-Request-Id and resent the charge", n)
+	}
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
+		t.Fatalf("the retry: %s %q, want the committed charge from the lookup", r, r.Body)
+	}
+}
+
+// TestKeyTakenOverAfterReconcileForIsAskedBeforeThen: the proxy settling
+// a committed charge, whose lookups fail, is SIGKILLed, and the client
+// retries only once reconcile.for has passed since the failure. The proxy
+// that takes the key over asks the upstream before it applies then: the
+// lookup, back by now, finds the charge. Applying then: release unasked
+// would let the retry charge again.
+func TestKeyTakenOverAfterReconcileForIsAskedBeforeThen(t *testing.T) {
+	l := startChargeLedger(t)
+	l.set(func(l *chargeLedger) { l.dieAfterCommit, l.lookupsDown = 1, true })
+	cfg := reconcileConfig(l, "for: 1s, then: release")
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	cfg.UpstreamTimeout = time.Second
+	settling := startProxy(t, "settling", cfg)
+	cfg.UpstreamTimeout = 10 * time.Second
+	other := startProxy(t, "other", cfg)
+	c := newClient(t, 20*time.Second)
+	const key = "asked-after-for"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go send(ctx, c, settling.URL(), chargeRequest(key))
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if _, lookups := l.counts(); lookups == 0 {
+			return errors.New("no lookup failed yet")
+		}
+		return nil
+	})
+	settling.Kill()
+	l.set(func(l *chargeLedger) { l.lookupsDown = false })
+
+	// The dead proxy's lease (lock_ttl 2s) outlives reconcile.for (1s):
+	// the first request the other proxy takes the key with comes after it.
+	var r reply
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
+		r = mustSend(t, c, other.URL(), chargeRequest(key))
+		if r.Status == http.StatusConflict {
+			return errors.New("409: the dead proxy's lease has not expired yet")
+		}
+		return nil
+	})
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
+		t.Errorf("the retry after reconcile.for: %s %q, want the committed charge from the lookup", r, r.Body)
+	}
+	mustSend(t, c, other.URL(), chargeRequest(key))
+	if n := l.effectsOf(key); n != 1 {
+		t.Fatalf("charges on the ledger = %d, want 1: then: release applied without asking", n)
+	}
+}
+
+// TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain measures
+// what a reconciling route cannot settle: the proxy is SIGKILLed while the
+// service runs a charge it has committed, before either knows the outcome
+// is unknown. No marker was written, only the lease: once it expires the
+// retry is forwarded as new, and the ledger holds two charges
+// (docs/guarantees.md, "What a proxy cannot guarantee").
+func TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain(t *testing.T) {
+	l := startChargeLedger(t)
+	held, hold := make(chan struct{}), make(chan struct{})
+	l.set(func(l *chargeLedger) { l.held, l.hold = held, hold })
+	cfg := reconcileConfig(l, "")
+	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
+	ps := startReplicas(t, 2, cfg)
+	c := newClient(t, 20*time.Second)
+	const key = "killed-mid-call"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go send(ctx, c, ps[0].URL(), chargeRequest(key))
+	<-held // committed, not answered
+	ps[0].Kill()
+	close(hold)
+
+	var r reply
+	wait.SucceedsSoon(t, 15*time.Second, func() error {
+		r = mustSend(t, c, ps[1].URL(), chargeRequest(key))
+		if r.Status == http.StatusConflict {
+			return errors.New("409: the dead proxy's lease has not expired yet")
+		}
+		return nil
+	})
+	if _, lookups := l.counts(); lookups != 0 {
+		t.Errorf("lookups = %d: the key was looked up, and this test measures a window that is closed", lookups)
+	}
+	if n := l.effectsOf(key); n != 2 || r.Status != http.StatusCreated {
+		t.Errorf("charges on the ledger = %d, retry %s: want 2 and a fresh 201, the window docs/guarantees.md describes", n, r)
 	}
 }
 

@@ -178,6 +178,13 @@ func (t *probeTemplate) fill(r *http.Request, key string, body []byte) (string, 
 			// url.PathEscape leaves dots alone: a dot segment would
 			// send the lookup to another resource of the upstream.
 			return "", errProbeHole{"a value other than " + strconv.Quote(v) + " in the lookup's path"}
+		case strings.ContainsAny(v, `/\`):
+			// Escaped as %2F or %5C, it is one segment to some upstreams
+			// and two to those that decode the path before routing it
+			// (WSGI's PATH_INFO): the lookup would ask for another
+			// resource, whose 404 reads as absent. Refused as a request
+			// path holding them is (ambiguous-path).
+			return "", errProbeHole{`a value without / or \ in the lookup's path`}
 		default:
 			b.WriteString(url.PathEscape(v))
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
@@ -154,7 +155,18 @@ func (h *Handler) startReconcile(q *request) Outcome {
 // never forwarded again.
 func (h *Handler) leaveToNextOwner(q *request) {
 	h.metrics.detachRefused.Inc()
+	// Left only once marked: a plain lease would have the key's next
+	// owner forward it again. A store that fails the write is asked again
+	// for one lock_ttl, the lease renewed meanwhile, as a record is; the
+	// last try comes after the lease a failed write left on the marker
+	// (writeMarker) has run out.
 	marked := h.markReconciling(q.detached, q)
+	for until := h.clock.Now().Add(q.route.policy.LockTTL); !marked && h.clock.Now().Before(until); {
+		if q.settle.HoldFor(q.detached, &h.settler, execution.RenewEvery(q.route.policy.LockTTL)) {
+			break
+		}
+		marked = h.markReconciling(q.detached, q)
+	}
 	h.log.Warn("too many unknown outcomes being settled (upstream.max_detached, upstream.max_detached_bytes): this key is left to its next request after lock_ttl",
 		"route", q.route.label, "key_hash", q.keyHash, "marked", marked, "lock_ttl", q.route.policy.LockTTL.String())
 	q.recon.waiting.Store(false)
@@ -188,7 +200,7 @@ func (h *Handler) reconcile(q *request, first time.Duration) {
 }
 
 // settle runs the lookups until one settles the key, or reconcile.for
-// passes. An empty outcome means the lease was lost: another owner
+// passes after one was sent. An empty outcome means the lease was lost: another owner
 // settles the key.
 //
 // The original request is sent again at most once per key, whichever
@@ -217,7 +229,10 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		if !marked {
 			marked = h.markReconciling(ctx, q)
 		}
-		if !h.clock.Now().Before(deadline) {
+		// Asked at least once, whatever the time: a key taken over after
+		// reconcile.for passed (its settling proxy died, its client came
+		// back late) was not settled by a lookup, it was not asked.
+		if !h.clock.Now().Before(deadline) && q.recon.probes.Load() > 0 {
 			return h.giveUp(ctx, q)
 		}
 		result, rec := h.probe(ctx, q)
@@ -227,11 +242,16 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 		case result == probeAbsent && !q.recon.resent.IsZero():
 			return h.giveUp(ctx, q)
 		case result == probeAbsent && pol.Resend && marked:
-			rec, sent := h.resend(ctx, q)
-			if rec != nil {
+			rec, sent, released := h.resend(ctx, q)
+			switch {
+			case rec != nil:
 				return h.record(ctx, q, rec, OutcomeReconciledAbsent)
-			}
-			if sent {
+			case released:
+				// Not processed, the upstream answered (release_statuses),
+				// as the lookup said: released, as that answer releases
+				// any request's key.
+				return h.releaseWithin(ctx, q, OutcomeReconciledAbsent)
+			case sent:
 				// Unknown again: its work may outlive the connection.
 				wait = pol.After
 			}
@@ -253,7 +273,7 @@ func (h *Handler) settle(ctx context.Context, q *request, wait time.Duration) se
 // the upstream again. Without a marker the next owner would forward the
 // key, so it stays held until the store takes one or the other.
 func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, outcome Outcome) settlement {
-	rec.Request = q.desc
+	rec.Request, rec.Lookup = q.desc, q.lookup()
 	if q.route.policy.ExpiredKeys == ExpiredReject {
 		rec.Tombstone = q.route.policy.ExpiredKeyWindow
 	}
@@ -295,24 +315,29 @@ func (h *Handler) giveUp(ctx context.Context, q *request) settlement {
 	h.log.Error("no lookup settled the unknown outcome within reconcile.for: applying reconcile.then",
 		"route", q.route.label, "key_hash", q.keyHash, "then", q.route.policy.Reconcile.Then.String(), "probes", q.recon.probes.Load())
 	if q.route.policy.Reconcile.Then == ThenRelease {
-		// Tried for one lock_ttl, as a record is (record): a store that
-		// takes the renewals but never the release would otherwise hold
-		// the key for ever. Left to run out, the lease releases it too.
-		holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
-		for !h.releaseSettled(ctx, q) {
-			if !h.clock.Now().Before(holdUntil) {
-				h.log.Warn("the store did not take the key's release within lock_ttl: the key unlocks at its lease's end",
-					"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
-				break
-			}
-			if q.settle.HoldFor(ctx, &h.settler, time.Second) {
-				return settlement{lost: true}
-			}
-		}
-		return settlement{outcome: OutcomeReconcileGaveUp}
+		return h.releaseWithin(ctx, q, OutcomeReconcileGaveUp)
 	}
 	p, detail, _ := failureProblem(failUpstream, nil)
 	return h.record(ctx, q, problemRecord(p, detail, q.fp), OutcomeReconcileGaveUp)
+}
+
+// releaseWithin releases q's key, settled with outcome and no record. It
+// is tried for one lock_ttl, as a record is (record): a store that takes
+// the renewals but never the release would otherwise hold the key for
+// ever. Left to run out, the lease releases it too.
+func (h *Handler) releaseWithin(ctx context.Context, q *request, outcome Outcome) settlement {
+	holdUntil := h.clock.Now().Add(q.route.policy.LockTTL)
+	for !h.releaseSettled(ctx, q) {
+		if !h.clock.Now().Before(holdUntil) {
+			h.log.Warn("the store did not take the key's release within lock_ttl: the key unlocks at its lease's end",
+				"route", q.route.label, "key_hash", q.keyHash, "lock_ttl", q.route.policy.LockTTL.String())
+			break
+		}
+		if q.settle.HoldFor(ctx, &h.settler, time.Second) {
+			return settlement{lost: true}
+		}
+	}
+	return settlement{outcome: outcome}
 }
 
 // Settling reports whether this process is settling the unknown outcome

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,7 +207,8 @@ func TestProbeTemplateFill(t *testing.T) {
 		{"GET /v1/charges?idempotency_key={key}", "/v1/charges?idempotency_key=k+%26%3D1", ""},
 		{"GET /v1/keys/{key}", "/v1/keys/k%20&=1", ""},
 		{"GET /v1/orders/{json:/order/id}?n={json:/n}", "/v1/orders/ord%207?n=42", ""},
-		{"GET /v1/orders/{header:x-order}", "/v1/orders/o%2F1%202", ""},
+		{"GET /v1/orders/{header:x-order}", "", "/ or \\"},
+		{"GET /v1/orders?id={header:x-order}", "/v1/orders?id=o%2F1+2", ""},
 		{"GET /v1/refs/{query:ref}", "/v1/refs/r%201", ""},
 		{"GET {path}/status?of={path}", "/v1/a%2Fb/charges/status?of=%2Fv1%2Fa%2Fb%2Fcharges", ""},
 		{"GET /v1/orders/{json:/missing}", "", "/missing"},
@@ -247,6 +250,53 @@ func TestAbsentOutcomeIsResentOnce(t *testing.T) {
 	}
 }
 
+// A resend answered with a release status (503, 429: "not processed, try
+// again") settles the key as absent, as that answer settles an original
+// request: the key is released and the client's retry executes it. It is
+// not left to a lookup that, after a resend, can only end in
+// reconcile.then — under keep a 502 recorded for a charge that never
+// happened, and the client, told its outcome is unknown, never charged.
+func TestResendAnsweredNotProcessedReleasesTheKey(t *testing.T) {
+	var posts atomic.Int32
+	l := &ledger{charges: map[string]string{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			switch posts.Add(1) {
+			case 1: // lost before its commit: absent
+				hangUp(w)
+				return
+			case 2: // the resend: not processed
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		l.handler(w, r)
+	}
+	e := newEnv(t, handler, func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 20*time.Millisecond
+		p.Reconcile.Resend = true
+	})
+	first := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if first.StatusCode != http.StatusBadGateway || !strings.Contains(first.body, "released") {
+		t.Fatalf("first caller: %d %s, want the 502 saying the key is released", first.StatusCode, first.body)
+	}
+	retry := e.do(t, "POST", "/v1/charges", "k1", `{"amount":5}`)
+	if retry.StatusCode != http.StatusCreated || retry.replayed() {
+		t.Errorf("retry: %d %s, want it executed: 201", retry.StatusCode, retry.body)
+	}
+	if effects, _ := l.count(); effects != 1 {
+		t.Errorf("effects on the ledger = %d, want 1", effects)
+	}
+	if got := e.outcomes("default", OutcomeReconciledAbsent); got != 1 {
+		t.Errorf("reconciled_absent = %v, want 1", got)
+	}
+}
+
 func TestAbsentOutcomeWithoutResendReleasesTheKey(t *testing.T) {
 	l := &ledger{die: 1, noCommit: true}
 	e := reconcileEnv(t, l, nil)
@@ -272,6 +322,33 @@ func TestLookupPlaceholderTheRequestCannotFillIsRefusedBeforeForwarding(t *testi
 	}
 	if effects, lookups := l.count(); effects != 0 || lookups != 0 {
 		t.Errorf("effects %d lookups %d, want none", effects, lookups)
+	}
+}
+
+// A value holding a / or a \ in the lookup's path is read two ways: as
+// one segment (%2F) by some upstreams, as two by those that decode the
+// path before routing it (every WSGI server, so Flask and Django; nginx
+// in front with a URI in proxy_pass). There the lookup of
+// "/v1/orders/INV%2F2024%2F7" asks for another resource, whose 404 would
+// be taken for absent and the charge resent. The request is refused, as
+// a request whose own path holds %2F or %5C is, before anything is
+// locked or sent; in the lookup's query the value is unambiguous.
+func TestLookupPathValueReadTwoWaysIsRefusedBeforeForwarding(t *testing.T) {
+	for _, id := range []string{"INV/2024/7", `INV\\2024`, "a/..", "../admin"} {
+		l := &ledger{}
+		e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders/{json:/order_id}" })
+		r := e.do(t, "POST", "/v1/charges", "k1", `{"order_id":"`+id+`"}`)
+		if r.StatusCode != http.StatusBadRequest || r.problemType() != "missing-key" || !strings.Contains(r.body, "lookup's path") {
+			t.Errorf("order_id %s: got %d %s, want 400 saying the lookup's path cannot hold it", id, r.StatusCode, r.body)
+		}
+		if effects, lookups := l.count(); effects != 0 || lookups != 0 {
+			t.Errorf("order_id %s: effects %d lookups %d, want none", id, effects, lookups)
+		}
+	}
+	l := &ledger{}
+	e := reconcileEnv(t, l, func(p *Policy) { p.Reconcile.Request = "GET /v1/orders?id={json:/order_id}" })
+	if r := e.do(t, "POST", "/v1/charges", "k1", `{"order_id":"INV/2024/7"}`); r.StatusCode != http.StatusCreated {
+		t.Errorf("order_id in the lookup's query: got %d %s, want it forwarded", r.StatusCode, r.body)
 	}
 }
 
@@ -345,6 +422,75 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	}
 	if effects, _ := l.count(); effects != 2 {
 		t.Errorf("effects = %d, want 2 (a and b, once each)", effects)
+	}
+}
+
+// flakyMarkers is a store whose next writes of a marker time out, as a
+// store under strain does; the marker's lease is left taken, as a write
+// that timed out leaves it.
+type flakyMarkers struct {
+	*memory.Store
+	fail atomic.Int32
+}
+
+func (s *flakyMarkers) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if strings.HasSuffix(key, ReconcileSuffix) && s.fail.Add(-1) >= 0 {
+		return fmt.Errorf("the write timed out: %w", store.ErrUnavailable)
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
+}
+
+// A key past the room of settlements is left to its next owner only once
+// its marker is written: a marker write the store fails is tried again,
+// the key's lease renewed meanwhile, since a key left with a plain lease
+// is forwarded again by its next owner after lock_ttl.
+func TestKeyPastTheRoomIsLeftOnlyOnceMarked(t *testing.T) {
+	l := &ledger{die: 2}
+	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("idempotency_key") == "a" && !l.up() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	l.charges = map[string]string{}
+	st := &flakyMarkers{Store: memory.New(memory.Options{})}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, l.handler, withStore(st), func(o *Options) {
+		o.UpstreamTimeout = 10 * time.Second
+		p := &o.Default
+		p.OnUpstreamError = UpstreamErrorReconcile
+		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
+		p.LockTTL = time.Second
+	})
+	e.handler.detachable.MaxN = 1
+	done := make(chan *response, 1)
+	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
+	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
+	st.fail.Store(1) // b's first marker write
+	if b := e.do(t, "POST", "/v1/charges", "b", `{}`); b.StatusCode != http.StatusBadGateway {
+		t.Fatalf("b past the room: %d %s, want 502", b.StatusCode, b.body)
+	}
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	if r := <-done; r.StatusCode != http.StatusOK {
+		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
+	}
+	var r *response
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
+		if r.StatusCode == http.StatusConflict {
+			return fmt.Errorf("b still in flight")
+		}
+		return nil
+	})
+	if effects, _ := l.count(); effects != 2 {
+		t.Fatalf("effects = %d, want 2 (a and b, once each): b was forwarded again", effects)
+	}
+	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+		t.Errorf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
 	}
 }
 
@@ -634,5 +780,56 @@ func TestUnreachableUpstreamOnAReconcileRouteIsAnsweredAtOnce(t *testing.T) {
 		if r.StatusCode != http.StatusBadGateway || r.problemType() != "upstream-unreachable" {
 			t.Fatalf("try %d with an unreachable upstream: %d %q, want 502 upstream-unreachable", i+1, r.StatusCode, r.body)
 		}
+	}
+}
+
+// A settled key's record is found by its raw key, as every record is
+// (`keys find`, docs/operating.md): the keys whose outcome was unknown are
+// the ones support asks about. Whatever settled it: the lookup's answer,
+// the resend's, or then: keep's 502.
+func TestSettledRecordIsFoundByItsRawKey(t *testing.T) {
+	for name, tc := range map[string]struct {
+		noCommit bool
+		policy   func(*Policy)
+		status   int
+	}{
+		"found":  {status: http.StatusOK},
+		"resent": {noCommit: true, policy: func(p *Policy) { p.Reconcile.Resend = true }, status: http.StatusCreated},
+		"then keep": {noCommit: true, policy: func(p *Policy) {
+			p.Reconcile.Absent = []int{http.StatusGone} // nothing settles it
+			p.Reconcile.For = 50 * time.Millisecond
+		}, status: http.StatusBadGateway},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mem := memory.New(memory.Options{})
+			t.Cleanup(func() { mem.Close() })
+			l := &ledger{die: 1, noCommit: tc.noCommit, charges: map[string]string{}}
+			e := newEnv(t, l.handler, withStore(mem), func(o *Options) {
+				o.UpstreamTimeout = 10 * time.Second
+				p := &o.Default
+				p.OnUpstreamError = UpstreamErrorReconcile
+				p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
+				p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 20*time.Millisecond
+				if tc.policy != nil {
+					tc.policy(p)
+				}
+			})
+			if r := e.do(t, "POST", "/v1/charges", "order-42", `{}`, "Authorization", "Bearer c1"); r.StatusCode != tc.status {
+				t.Fatalf("got %d %s, want %d", r.StatusCode, r.body, tc.status)
+			}
+			entries, _, err := mem.List(context.Background(), store.Completed, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var found int
+			for _, en := range entries {
+				if en.Record != nil && en.Record.Lookup.Key == store.LookupKey("order-42") {
+					found++
+				}
+			}
+			if found != 1 {
+				t.Errorf("records found by the raw key = %d of %d, want the settled one", found, len(entries))
+			}
+		})
 	}
 }

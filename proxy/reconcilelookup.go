@@ -102,17 +102,18 @@ func foundRecord(resp *http.Response, body []byte, pol *Policy, fp store.Fingerp
 // resend forwards q's original request once more, for an absent answer
 // under reconcile.resend, and returns its record when it answered. sent
 // reports whether it reached the upstream: a resend that did not may be
-// tried again, one that did never is.
-func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, sent bool) {
+// tried again, one that did never is. released reports an answer that
+// releases a key (release_statuses, the control header's no-store).
+func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, sent, released bool) {
 	// Ownership is proven just before: a proxy that lost the key, or
 	// cannot tell, must not execute it again. The marker says it is
 	// resent before it is, so that no later owner resends it too.
 	if held, _ := q.settle.RenewUnknown(ctx, &h.settler); !held {
-		return nil, false
+		return nil, false, false
 	}
 	at := h.clock.Now()
 	if !h.markResent(ctx, q, at) {
-		return nil, false
+		return nil, false, false
 	}
 	q.recon.resent = at
 	// Renewed while it runs: a resend that outlives lock_ttl must not let
@@ -135,16 +136,17 @@ func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, se
 	h.log.Info("absent upstream outcome: the original request was sent again", "route", q.route.label, "key_hash", q.keyHash, "sent", sent)
 	switch {
 	case c.upstreamErr != nil || aborted || !c.responseStarted || c.cutShort() || c.ambiguous:
-		return nil, sent
+		return nil, sent, false
 	case !c.recording:
-		// A release status: nothing recorded; the lookups go on.
-		return nil, true
+		// A release status, or the upstream's no-store: nothing
+		// recorded, and the key released, as for any request.
+		return nil, true, true
 	}
 	// The record's header is the capture's, pooled: the client that
 	// waits for the settlement replays it after the key is settled.
 	rec = c.record(q.fp)
 	rec.Header = cloneHeader(rec.Header)
-	return rec, true
+	return rec, true, false
 }
 
 // resendUpstream runs the reverse proxy for a resend and reports whether

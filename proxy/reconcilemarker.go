@@ -19,6 +19,13 @@ import (
 // it asks.
 const markerResentAt = "Resent-At"
 
+// markerLookup is the marker's field that holds the lookup's target as
+// filled from the request whose outcome is unknown: the key's next owner
+// asks about that request, not about the retry that took the key over,
+// whose headers (an X-Request-Id set anew for each attempt) need not be
+// the same.
+const markerLookup = "Lookup"
+
 // markReconciling writes q's key's marker, unless one is there, once a
 // renewal proved the key still held: a proxy that lost the key must not
 // mark it for its new owner.
@@ -70,7 +77,11 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 		return false
 	}
 	pol := &q.route.policy
-	hdr := map[string][]string{}
+	target := q.probeTarget // a shutdown's marker: nothing settles it yet
+	if q.recon != nil {
+		target = q.recon.target
+	}
+	hdr := map[string][]string{markerLookup: {target}}
 	if !resent.IsZero() {
 		hdr[markerResentAt] = []string{resent.UTC().Format(time.RFC3339Nano)}
 	}
@@ -96,6 +107,16 @@ func resentAt(m *store.Record) time.Time {
 		return time.Now()
 	}
 	return t
+}
+
+// lookupOf is the lookup's target the marker m names; target, the one
+// filled from the request in hand, when m names none (a marker written
+// before markers held it).
+func lookupOf(m *store.Record, target string) string {
+	if v := m.Header[markerLookup]; len(v) == 1 && v[0] != "" {
+		return v[0]
+	}
+	return target
 }
 
 // dropMarker deletes the marker of a settled key. One left behind costs a
@@ -187,7 +208,9 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	q.done = h.owners.Add(q.keyHash, func() {})
 	q.detached = detached
 	q.startLease()
-	q.recon = &reconciliation{target: q.probeTarget, since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
+	// The request that was sent is the one asked about, and the marker
+	// this settlement rewrites names it still.
+	q.recon = &reconciliation{target: lookupOf(m, q.probeTarget), since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
 	q.recon.client = true
 	q.recon.waiting.Store(true)
 	// The first lookup is due when it was for the earlier owner: after
