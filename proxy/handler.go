@@ -221,10 +221,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.target = readTarget(r)
 	routes := h.routes.Load()
 	if routes.readsMethodParams(&q.target) {
-		// A form's _method: the body read for it is the request's when
-		// it is all of it, and is forwarded as sent in any case.
+		// A form's or a JSON body's _method: the body read for it is the
+		// request's when it is all of it, and is forwarded as sent in any
+		// case, read again through q's reader (passThrough).
 		var whole bool
-		if q.body, whole = readMethodParams(r, &q.target, routes.maxBody); whole {
+		if q.body, whole = readMethodParams(r, &q.target, routes.maxBody, &q.bodyReader); whole {
 			q.bodyRead = true
 		} else {
 			q.body = nil

@@ -35,7 +35,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	var read []byte // a form body read whole for its _method parameters
 	if routes.readsMethodParams(&t) {
 		var whole bool
-		if read, whole = readMethodParams(r, &t, routes.maxBody); !whole {
+		if read, whole = readMethodParams(r, &t, routes.maxBody, nil); !whole {
 			read = nil
 		}
 	}

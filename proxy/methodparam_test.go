@@ -76,12 +76,14 @@ func multipartForm(t testing.TB, fields ...string) ([]byte, string) {
 
 // A POST whose _method parameter names DELETE reaches the upstream's
 // DELETE handler in Rails (the form body), Laravel and Symfony (the body,
-// then the query string, PHP reading ".method" and "[method" as _method)
+// then the query string, PHP reading ".method" and "[method" as _method;
+// Laravel also a JSON body's top-level "_method" member)
 // and Spring (the query string or the body): it
 // gets the DELETE route's policy — its key required, executed once and
 // replayed — wherever the parameter is.
 func TestMethodParamIsTheMethodAnUpstreamApplies(t *testing.T) {
 	multi, multiType := multipartForm(t, "_method", "delete", "reason", "closed")
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100) // PHP reads 512 levels
 	for _, c := range []struct {
 		name, target, contentType string
 		body                      []byte
@@ -94,6 +96,10 @@ func TestMethodParamIsTheMethodAnUpstreamApplies(t *testing.T) {
 		{"query string, escaped name", "/v1/accounts/1?%5Fmethod=DELETE", "application/json", []byte(`{}`)},
 		{"body, a name PHP reads as _method", "/v1/accounts/1", "application/x-www-form-urlencoded", []byte("+.method=DELETE")},
 		{"query string, a name PHP reads as _method", "/v1/accounts/1?%5Bmethod=DELETE", "application/json", []byte(`{}`)},
+		{"JSON body", "/v1/accounts/1", "application/json", []byte(`{"reason":"closed","_method":"DELETE"}`)},
+		{"JSON body, a +json type", "/v1/accounts/1", "application/vnd.api+json", []byte(`{"_method":"delete"}`)},
+		{"JSON body, an escaped name", "/v1/accounts/1", "Application/JSON; charset=utf-8", []byte(`{"\u005fmetho\u0064":"DELETE"}`)},
+		{"JSON body, after a value nested deep", "/v1/accounts/1", "application/json", []byte(`{"a":` + deep + `,"_method":"DELETE"}`)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, _ := accountsEnv(t, 10<<20)
@@ -112,21 +118,25 @@ func TestMethodParamIsTheMethodAnUpstreamApplies(t *testing.T) {
 	}
 }
 
-// A form body a route's reading must not refuse or hold: an upload larger
-// than max_request_body to a path no route protects is forwarded whole,
-// as sent, though its first bytes were read for a _method; a POST whose
-// _method names a protected method still gets that route's limit.
-func TestFormBodiesPastTheLimitPassWhereNothingIsProtected(t *testing.T) {
+// A form or JSON body a route's reading must not refuse or hold: an upload
+// larger than max_request_body to a path no route protects is forwarded
+// whole, as sent, though its first bytes were read for a _method; a POST
+// whose _method names a protected method still gets that route's limit.
+func TestBodiesPastTheLimitPassWhereNothingIsProtected(t *testing.T) {
 	e, bodies := accountsEnv(t, 1024)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10/16) // 64 KiB
 	upload, uploadType := multipartForm(t, "title", "report", "file", string(big))
 	for _, c := range []struct{ name, contentType string }{
 		{"multipart", uploadType},
 		{"url-encoded", "application/x-www-form-urlencoded"},
+		{"JSON", "application/json"},
 	} {
 		body := upload
-		if c.contentType == "application/x-www-form-urlencoded" {
+		switch c.contentType {
+		case "application/x-www-form-urlencoded":
 			body = append([]byte("title=report&file="), big...)
+		case "application/json":
+			body = []byte(`{"title":"report","_method":"PUT","file":"` + string(big) + `"}`)
 		}
 		t.Run(c.name, func(t *testing.T) {
 			r := e.send(t, "/v1/uploads", "", c.contentType, body)
@@ -139,9 +149,14 @@ func TestFormBodiesPastTheLimitPassWhereNothingIsProtected(t *testing.T) {
 			}
 		})
 	}
-	small := append([]byte("_method=DELETE&pad="), bytes.Repeat([]byte("x"), 2048)...)
-	if r := e.send(t, "/v1/accounts/1", "acct-1", "application/x-www-form-urlencoded", small); r.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("a DELETE by _method past its route's limit: %d %s, want 413", r.StatusCode, r.body)
+	pad := strings.Repeat("x", 2048)
+	for _, c := range []struct{ contentType, body string }{
+		{"application/x-www-form-urlencoded", "_method=DELETE&pad=" + pad},
+		{"application/json", `{"_method":"DELETE","pad":"` + pad + `"}`},
+	} {
+		if r := e.send(t, "/v1/accounts/1", "acct-1", c.contentType, []byte(c.body)); r.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("a DELETE by a %s _method past its route's limit: %d %s, want 413", c.contentType, r.StatusCode, r.body)
+		}
 	}
 }
 
@@ -167,6 +182,9 @@ func TestMethodParamsThatDisagreeAreRefused(t *testing.T) {
 		{"repeated in a multipart body", "/v1/accounts/1", multiType, string(multi), nil},
 		{"beside an override header", "/v1/accounts/1", form, "_method=DELETE", []string{"X-HTTP-Method-Override", "PATCH"}},
 		{"a method beside what is none", "/v1/accounts/1?_method=DELETE%2CPATCH", form, "_method=DELETE", nil},
+		{"JSON member beside an override header", "/v1/accounts/1", "application/json", `{"_method":"DELETE"}`, []string{"X-HTTP-Method-Override", "PATCH"}},
+		{"repeated in a JSON body", "/v1/accounts/1", "application/json", `{"_method":"PATCH","_method":"DELETE"}`, nil},
+		{"query and JSON body", "/v1/accounts/1?_method=PATCH", "application/json", `{"_method":"DELETE"}`, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := e.send(t, c.target, "acct-1", c.contentType, []byte(c.body), c.header...)
@@ -197,6 +215,40 @@ func TestAKeyReusedWithAnotherMethodParamIsAMismatch(t *testing.T) {
 	if r.StatusCode != http.StatusUnprocessableEntity || r.problemType() != "payload-mismatch" {
 		t.Fatalf("the key with _method in the body: %d %s, want 422 payload-mismatch", r.StatusCode, r.body)
 	}
+	const json = "application/json"
+	if r := e.send(t, "/v1/accounts/2", "acct-2", json, []byte(`{"reason":"closed","_method":"DELETE"}`)); r.StatusCode != http.StatusOK {
+		t.Fatalf("first, _method in a JSON body: %d %s", r.StatusCode, r.body)
+	}
+	r = e.send(t, "/v1/accounts/2?_method=DELETE", "acct-2", json, []byte(`{"reason":"closed"}`))
+	if r.StatusCode != http.StatusUnprocessableEntity || r.problemType() != "payload-mismatch" {
+		t.Fatalf("the key with _method in the query: %d %s, want 422 payload-mismatch", r.StatusCode, r.body)
+	}
+	if n := e.up.calls.Load(); n != 2 {
+		t.Fatalf("the upstream executed %d requests, want 2", n)
+	}
+}
+
+// A JSON body names a method to Laravel only by a top-level "_method"
+// member whose value is a string, under a Content-Type holding "/json" or
+// "+json": a member nested, of another case or of another type, or a body
+// of another type, leaves the POST what it was sent as — forwarded
+// without a key, unprotected here.
+func TestJSONBodiesThatNameNoMethodPassAsTheirOwn(t *testing.T) {
+	e, _ := accountsEnv(t, 10<<20)
+	for _, c := range []struct{ name, contentType, body string }{
+		{"nested", "application/json", `{"account":{"_method":"DELETE"}}`},
+		{"another case", "application/json", `{"_METHOD":"DELETE","field":"_method"}`},
+		{"not a string", "application/json", `{"_method":["DELETE"]}`},
+		{"in a string", "application/json", `{"note":"\"_method\":\"DELETE\""}`},
+		{"not a JSON type", "text/plain", `{"_method":"DELETE"}`},
+		{"a gRPC stream", "application/grpc+json", `{"_method":"DELETE"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if r := e.send(t, "/v1/accounts/1", "", c.contentType, []byte(c.body)); r.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s, want it forwarded as a POST", r.StatusCode, r.body)
+			}
+		})
+	}
 }
 
 // Whatever a form or query string holds, reading its _method parameters
@@ -208,6 +260,7 @@ func FuzzReadMethodParamsKeepsTheBody(f *testing.F) {
 	f.Add("application/x-www-form-urlencoded", "_method=PATCH", []byte("_method=DELETE&a=1"), int64(8), true, uint8(0))
 	f.Add(multiType, "", multi, int64(40), false, uint8(0))
 	f.Add("", "%5Bmethod=put", []byte("+.method=delete"), int64(1<<10), true, uint8(3))
+	f.Add("application/json", "", []byte(`{"_method":"DELETE","a":[1]}`), int64(20), true, uint8(0))
 	f.Fuzz(func(t *testing.T, contentType, query string, body []byte, limit int64, known bool, short uint8) {
 		if limit < 0 || limit > 1<<16 {
 			return
@@ -224,7 +277,7 @@ func FuzzReadMethodParamsKeepsTheBody(f *testing.F) {
 			r.ContentLength = -1
 		}
 		tg := readTarget(r)
-		read, whole := readMethodParams(r, &tg, limit)
+		read, whole := readMethodParams(r, &tg, limit, nil)
 		if whole && (!bytes.Equal(read, body) || short > 0 && known) {
 			t.Fatalf("read whole %q, the body is %q", read, body)
 		}
@@ -239,9 +292,14 @@ func FuzzReadMethodParamsKeepsTheBody(f *testing.F) {
 // _method names a protected method is that method's route's key.
 func TestKeyHashFromReadsTheMethodParam(t *testing.T) {
 	e, _ := accountsEnv(t, 10<<20)
-	r := httptest.NewRequest(http.MethodPost, "/v1/accounts/1", strings.NewReader("_method=DELETE"))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if _, err := e.handler.KeyHashFrom(r, "acct-1", ""); err != nil {
-		t.Fatalf("KeyHashFrom a POST with _method=DELETE: %v, want the DELETE route's key", err)
+	for _, c := range []struct{ contentType, body string }{
+		{"application/x-www-form-urlencoded", "_method=DELETE"},
+		{"application/json", `{"_method":"DELETE"}`},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/accounts/1", strings.NewReader(c.body))
+		r.Header.Set("Content-Type", c.contentType)
+		if _, err := e.handler.KeyHashFrom(r, "acct-1", ""); err != nil {
+			t.Fatalf("KeyHashFrom a POST with %s %s: %v, want the DELETE route's key", c.contentType, c.body, err)
+		}
 	}
 }

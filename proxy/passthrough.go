@@ -24,6 +24,13 @@ import (
 // start, so it would end the request stream of every gRPC stream that
 // lasts longer, as if its client had hung up.
 func (h *Handler) passThrough(w http.ResponseWriter, q *request, r *http.Request) {
+	if r.Body == &q.bodyReader {
+		// The body read for its _method parameters (methodparam.go) is
+		// read through q, which is recycled once ServeHTTP returns, and
+		// the transport may read a body after that: it gets its own.
+		held := q.bodyReader
+		r.Body = &held
+	}
 	switch {
 	case r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody:
 		if err := http.NewResponseController(serverWriter(w)).EnableFullDuplex(); err != nil {

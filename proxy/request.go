@@ -102,7 +102,11 @@ type execState struct {
 	capture  capture
 	lease    execution.Lease
 	// bodyReader reads body to the upstream; an executed request is never
-	// recycled, so it outlives the transport's reads.
+	// recycled, so it outlives the transport's reads. Before the route is
+	// known it is also what in.Body reads again of a body read whole for
+	// its _method parameters (methodparam.go): the same bytes, at no cost
+	// of a field more; a request passed through gets a copy of its own
+	// (passThrough), as it is recycled.
 	bodyReader memoryBody
 	done       chan struct{} // closes when the key is settled, waking local waiters
 	// settling records the key's record, or releases it, once the call
