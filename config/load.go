@@ -297,13 +297,14 @@ func parseRoutesDocument(doc string) (any, error) {
 	return routes, nil
 }
 
-// environ keeps the IDEMPOTENCY_PROXY_ variables; the last of duplicates
-// wins, as with os/exec.
+// environ keeps the IDEMPOTENCY_PROXY_ variables, and those spelled in
+// another case, which the proxy does not read and applyEnv reports; the
+// last of duplicates wins, as with os/exec.
 func environ(list []string) map[string]string {
 	out := map[string]string{}
 	for _, kv := range list {
 		name, value, ok := strings.Cut(kv, "=")
-		if ok && strings.HasPrefix(name, EnvPrefix) {
+		if ok && len(name) >= len(EnvPrefix) && strings.EqualFold(name[:len(EnvPrefix)], EnvPrefix) {
 			out[name] = value
 		}
 	}
@@ -335,7 +336,7 @@ func envHint(name string) string {
 	for _, k := range Keys() {
 		known = append(known, strings.TrimPrefix(EnvVar(k), EnvPrefix))
 	}
-	if s := suggest(strings.TrimPrefix(name, EnvPrefix), known, "_"); s != "" {
+	if s := suggest(strings.ToUpper(name[len(EnvPrefix):]), known, "_"); s != "" {
 		return "; did you mean " + EnvPrefix + s + "?"
 	}
 	return ""

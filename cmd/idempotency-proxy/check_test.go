@@ -81,6 +81,14 @@ func TestStoreAddressGivenEmptyIsRefusedNotRunInMemory(t *testing.T) {
 	}
 }
 
+// A variable in another case than the proxy reads is refused, not ignored.
+func TestVariableSpelledInAnotherCaseStopsTheStart(t *testing.T) {
+	code, out, errs := runBinary(t, []string{"idempotency_proxy_defaults_require_key=true"}, "--upstream", "http://127.0.0.1:1", "--validate")
+	if code != 2 || !strings.Contains(errs, "idempotency_proxy_defaults_require_key: unknown environment variable; did you mean IDEMPOTENCY_PROXY_DEFAULTS_REQUIRE_KEY?") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 naming the variable and its spelling", code, out, errs)
+	}
+}
+
 func TestCheckReportsRedisVersionAndEvictionPolicy(t *testing.T) {
 	up, _ := countingUpstream(t)
 	safe := redistest.Start(t, "--maxmemory-policy", "noeviction")
