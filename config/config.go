@@ -93,7 +93,14 @@ type Config struct {
 	// origins are the paths Load's layers set: "" for the file, "from
 	// NAME" for a variable or flag (View tells them from defaults).
 	origins map[string]string
+	// fileEmpty: File holds no key (empty, or every line a comment).
+	fileEmpty bool
 }
+
+// FileEmpty reports whether the configuration file holds no key: it is
+// empty, or every line of it is a comment. A reload refuses such a file
+// where the configuration in force came from one that held keys.
+func (c *Config) FileEmpty() bool { return c.fileEmpty }
 
 // Upstream is the service the proxy protects.
 type Upstream struct {

@@ -42,18 +42,21 @@ func Load(src Source) (*Config, error) {
 	d := newDecoder()
 	tree := map[string]any{}
 	var lines map[string]int // key path → its line in the file
+	fileEmpty := false
 	if file != "" {
 		t, l, err := readFile(file)
 		if err != nil {
 			return nil, errors.Join(err)
 		}
 		tree, lines = t, l
+		fileEmpty = len(t) == 0
 	}
 	applyEnv(d, tree, env)
 	applyOverrides(d, tree, src.Overrides)
 
 	cfg := Default()
 	cfg.File = file
+	cfg.fileEmpty = fileEmpty
 	d.defaults = &cfg.Defaults
 	d.mapping("", tree, reflect.ValueOf(cfg).Elem())
 	if _, set := d.origins["store.kind"]; !set {

@@ -235,3 +235,29 @@ func TestAccessLogFieldsReloadLive(t *testing.T) {
 		t.Errorf("the fields' reload asked for a restart:\n%s", p.logs.String())
 	}
 }
+
+// A file being rewritten can be read empty, and an emptied file is a
+// mistake: read as "every key at its default" it would drop every route.
+// The reload is rejected and the configuration in force stays.
+func TestEmptiedConfigFileKeepsTheConfigurationInForce(t *testing.T) {
+	up, execs := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+
+	for i, body := range []string{"", "# every line commented out\n"} {
+		writeFile(t, file, body)
+		waitFor(t, "the rejected reload", func() bool {
+			return strings.Count(p.logs.String(), "holds no configuration") > i
+		})
+		if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("after the file was emptied (%q), a charge without a key got %d, want 400: the route was dropped", body, res.StatusCode)
+		}
+	}
+	if got := execs.Load(); got != 0 {
+		t.Errorf("upstream executions = %d, want 0", got)
+	}
+	if strings.Contains(p.logs.String(), `"msg":"config reloaded"`) {
+		t.Errorf("an emptied file was reloaded:\n%s", p.logs.String())
+	}
+}

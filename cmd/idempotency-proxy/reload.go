@@ -141,6 +141,13 @@ func (r *reloader) reload(trigger string) {
 			"trigger", trigger, "file", r.file, "problems", err.Error())
 		return
 	}
+	if next.FileEmpty() && !r.config().FileEmpty() {
+		// A file being rewritten can be read empty in between, and read
+		// as "every key at its default" it would drop every route.
+		r.log.Error("config reload rejected; the previous configuration stays in force",
+			"trigger", trigger, "file", r.file, "problems", r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
+		return
+	}
 	def, routes := policies(next)
 	if err := r.handler.SetRoutes(def, routes); err != nil {
 		r.log.Error("config reload rejected; the previous configuration stays in force",
