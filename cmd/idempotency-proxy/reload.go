@@ -61,26 +61,35 @@ func (r *reloader) run(ctx context.Context) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	var w *fsnotify.Watcher
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
 	if files := r.watched(); len(files) > 0 {
-		// Watch the directories, not the files: editors, ConfigMap and
-		// Secret volumes replace a file (rename, symlink swap) rather than
-		// write it.
-		w, err := fsnotify.NewWatcher()
-		for _, f := range files {
-			if err == nil {
-				err = w.Add(filepath.Dir(f))
-			}
+		var err error
+		w, err = fsnotify.NewWatcher()
+		if err == nil {
+			err = r.watch(w)
 		}
 		if err != nil {
 			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
 			if w != nil {
 				w.Close()
 			}
+			w = nil
 		} else {
 			defer w.Close()
 			events, watchErrors = w.Events, w.Errors
+		}
+	}
+	reload := func(trigger string) {
+		r.reload(trigger)
+		if w == nil {
+			return
+		}
+		// A keys file the reload named (encryption turned on, the file
+		// moved) is watched from then on.
+		if err := r.watch(w); err != nil {
+			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", r.watched(), "error", err)
 		}
 	}
 
@@ -91,7 +100,7 @@ func (r *reloader) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload("sighup")
+			reload("sighup")
 		case ev := <-events:
 			if r.concerns(ev) {
 				timer.Reset(settle)
@@ -99,16 +108,28 @@ func (r *reloader) run(ctx context.Context) {
 		case err := <-watchErrors:
 			r.log.Warn("config file watch error", "error", err)
 		case <-timer.C:
-			r.reload("file_changed")
+			reload("file_changed")
 		}
 	}
 }
 
+// watch has w watch the directories of the watched files, not the files:
+// editors, ConfigMap and Secret volumes replace a file (rename, symlink
+// swap) rather than write it. A directory already watched stays so.
+func (r *reloader) watch(w *fsnotify.Watcher) error {
+	for _, f := range r.watched() {
+		if err := w.Add(filepath.Dir(f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // watched are the files whose change reloads: the config file and the
-// encryption keys file it started with.
+// encryption keys file in force.
 func (r *reloader) watched() []string {
 	var files []string
-	for _, f := range []string{r.file, r.started.Store.Encryption.KeysFile} {
+	for _, f := range []string{r.file, r.config().Store.Encryption.KeysFile} {
 		if f != "" {
 			files = append(files, f)
 		}
