@@ -174,6 +174,12 @@ func (d *decoder) routes(path string, raw any, v reflect.Value) {
 			d.add(path, raw, "invalid YAML or JSON list: %v", err)
 			return
 		}
+		if parsed == nil {
+			// A variable set from a ConfigMap or Secret without its key
+			// is empty: read as no routes, it would drop the file's.
+			d.add(path, raw, "empty: write [] for no routes")
+			return
+		}
 		raw = parsed
 		d.within = s.origin
 		defer func() { d.within = "" }()

@@ -284,6 +284,7 @@ func asFloat(v any) (float64, bool) {
 
 // parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a
 // JSON array (JSON is YAML), nested under a routes key so viper can read it.
+// A document that holds nothing is nil.
 func parseRoutesDocument(doc string) (any, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
@@ -293,11 +294,9 @@ func parseRoutesDocument(doc string) (any, error) {
 	}
 	tree := v.AllSettings()
 	keepNumberText([]byte(body), tree)
-	routes, ok := tree["routes"]
-	if !ok {
-		return []any{}, nil
-	}
-	return routes, nil
+	// An empty document (or only comments) holds nothing, not an empty
+	// list: nil, which the caller refuses.
+	return tree["routes"], nil
 }
 
 // environ keeps the IDEMPOTENCY_PROXY_ variables, and those spelled in
