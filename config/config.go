@@ -164,6 +164,11 @@ type Encryption struct {
 func (e *Encryption) load(v *validation) {
 	e.Keyring = nil
 	if e.KeysFile == "" {
+		// Set empty by the environment or a flag (a Secret without its
+		// key), it is a mistake, not a wish to store responses in clear.
+		if v.origins["store.encryption.keys_file"] != "" {
+			v.add("store.encryption.keys_file", "empty: name the keys file; encryption off would store new records in clear and leave sealed ones unreadable")
+		}
 		return
 	}
 	kr, err := seal.Load(e.KeysFile)
