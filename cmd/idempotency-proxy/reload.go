@@ -4,10 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -56,11 +54,9 @@ func (r *reloader) view() []byte {
 	return r.config().View(r.started)
 }
 
-func (r *reloader) run(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
+// run reloads on each signal hup delivers and on each change of a watched
+// file, until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	var w *fsnotify.Watcher
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
