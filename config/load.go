@@ -143,7 +143,12 @@ func readFile(path string) (map[string]any, map[string]int, error) {
 		return tree, nil, nil
 	}
 	keepNumberText(doc, tree)
-	return tree, keyLines(doc), nil
+	lines, twin := keyLines(doc)
+	if twin != nil {
+		twin.File = path
+		return nil, nil, twin
+	}
+	return tree, lines, nil
 }
 
 // literal is a number in a YAML or JSON document as written there: YAML
