@@ -27,8 +27,12 @@ func NewToken(s string) *Token {
 	return t
 }
 
-// Set replaces the token; "" disables the API.
+// Set replaces the token; "" disables the API. Surrounding whitespace is
+// not part of it, as in a token file: a token set from a Secret written by
+// echo ends in a newline, and the credential a request sends is read
+// trimmed, so with it the token could never match; a blank token is none.
 func (t *Token) Set(s string) {
+	s = strings.TrimSpace(s)
 	// Only the digest is kept: comparing digests of equal length in
 	// constant time leaks neither the token nor its length.
 	t.v.Store(&tokenValue{set: s != "", sum: sha256.Sum256([]byte(s))})

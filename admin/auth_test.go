@@ -64,3 +64,20 @@ func TestReplacedTokenAppliesToTheNextRequest(t *testing.T) {
 		t.Errorf("token removed: %d, want 404", rec.Code)
 	}
 }
+
+// A token set with surrounding whitespace — a Secret written by echo ends
+// in a newline — is the token without it, as a token file's is: the
+// credential a client sends is compared trimmed, so it could never match.
+func TestTokenIgnoresSurroundingWhitespaceAsATokenFileDoes(t *testing.T) {
+	e := newEnv(t, testToken+"\n")
+	if rec := e.do(t, "GET", "/admin/keys", bearer, ""); rec.Code != http.StatusOK {
+		t.Errorf("token set with a newline, sent without: %d, want 200", rec.Code)
+	}
+	e.token.Set(" \t\n")
+	if rec := e.do(t, "GET", "/admin/keys", bearer, ""); rec.Code != http.StatusNotFound {
+		t.Errorf("a blank token: %d, want 404 (no token, the API off)", rec.Code)
+	}
+	if e.token.Enabled() {
+		t.Error("a blank token enables the API, which no request could then reach")
+	}
+}

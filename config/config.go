@@ -93,7 +93,14 @@ type Config struct {
 	// origins are the paths Load's layers set: "" for the file, "from
 	// NAME" for a variable or flag (View tells them from defaults).
 	origins map[string]string
+	// fileEmpty: File holds no key (empty, or every line a comment).
+	fileEmpty bool
 }
+
+// FileEmpty reports whether the configuration file holds no key: it is
+// empty, or every line of it is a comment. A reload refuses such a file
+// where the configuration in force came from one that held keys.
+func (c *Config) FileEmpty() bool { return c.fileEmpty }
 
 // Upstream is the service the proxy protects.
 type Upstream struct {
@@ -157,6 +164,11 @@ type Encryption struct {
 func (e *Encryption) load(v *validation) {
 	e.Keyring = nil
 	if e.KeysFile == "" {
+		// Set empty by the environment or a flag (a Secret without its
+		// key), it is a mistake, not a wish to store responses in clear.
+		if v.origins["store.encryption.keys_file"] != "" {
+			v.add("store.encryption.keys_file", "empty: name the keys file; encryption off would store new records in clear and leave sealed ones unreadable")
+		}
 		return
 	}
 	kr, err := seal.Load(e.KeysFile)

@@ -28,6 +28,10 @@ type decoder struct {
 	origins map[string]string
 	// defaults is the decoded defaults policy routes start from.
 	defaults *Policy
+	// within is where the document being decoded came from, when a
+	// variable or flag gave a whole one (IDEMPOTENCY_PROXY_ROUTES): every
+	// value in it came from there.
+	within string
 }
 
 func newDecoder() *decoder { return &decoder{origins: map[string]string{}} }
@@ -36,6 +40,10 @@ func (d *decoder) add(path string, raw any, format string, args ...any) {
 	reason := fmt.Sprintf(format, args...)
 	if s, ok := raw.(sourced); ok {
 		reason += " (from " + s.origin + ")"
+	} else if d.within != "" {
+		reason += " (from " + d.within + ")"
+		// Not the file's: Load must not name the file's line for it.
+		d.origins[path] = "from " + d.within
 	}
 	d.problems = append(d.problems, &Problem{Path: path, Reason: reason})
 }
@@ -99,9 +107,12 @@ var (
 // value decodes one key into v by its type, or by the tag option where the
 // type alone does not say how the value is written.
 func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
-	if s, ok := raw.(sourced); ok {
+	switch s, ok := raw.(sourced); {
+	case ok:
 		d.origins[path] = "from " + s.origin
-	} else {
+	case d.within != "":
+		d.origins[path] = "from " + d.within
+	default:
 		d.origins[path] = ""
 	}
 	switch v.Type() {
@@ -163,7 +174,15 @@ func (d *decoder) routes(path string, raw any, v reflect.Value) {
 			d.add(path, raw, "invalid YAML or JSON list: %v", err)
 			return
 		}
+		if parsed == nil {
+			// A variable set from a ConfigMap or Secret without its key
+			// is empty: read as no routes, it would drop the file's.
+			d.add(path, raw, "empty: write [] for no routes")
+			return
+		}
 		raw = parsed
+		d.within = s.origin
+		defer func() { d.within = "" }()
 	}
 	items, ok := raw.([]any)
 	if !ok {

@@ -354,6 +354,10 @@ func TestPProfWithoutATokenOnlyOnLoopback(t *testing.T) {
 		{"127.0.0.2:9090", "", true},
 		{":9090", "s3cret", true},
 		{":9090", "", false},
+		// A blank token is no token: the API and the profiler take it
+		// trimmed, as a token file's.
+		{":9090", " \t", false},
+		{":9090", "s3cret\n", true},
 		{"0.0.0.0:9090", "", false},
 		{"[::]:9090", "", false},
 		{"10.0.0.5:9090", "", false},

@@ -10,23 +10,31 @@ import (
 
 // keyLines maps each key path of a YAML (or JSON) document to the line it
 // is on, as problems name keys: lower case, routes[0].ttl. Keys merged from
-// an anchor have no line of their own and are left out.
-func keyLines(doc []byte) map[string]int {
+// an anchor have no line of their own and are left out. twin is the first
+// key a mapping repeats in another case ("ttl" and "TTL"): keys are
+// case-insensitive, so it is one key given twice, which YAML refuses only
+// when both are written alike.
+func keyLines(doc []byte) (lines map[string]int, twin *Problem) {
 	var root yaml.Node
 	if yaml.Unmarshal(doc, &root) != nil || root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
-		return nil
+		return nil, nil
 	}
-	lines := map[string]int{}
+	lines = map[string]int{}
 	var walk func(prefix string, n *yaml.Node)
 	walk = func(prefix string, n *yaml.Node) {
 		switch n.Kind {
 		case yaml.MappingNode:
+			seen := map[string]*yaml.Node{}
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i]
 				if k.ShortTag() == "!!merge" {
 					continue
 				}
 				path := join(prefix, strings.ToLower(k.Value))
+				if first, ok := seen[path]; ok && twin == nil {
+					twin = &Problem{Path: path, Line: k.Line, Reason: fmt.Sprintf("%q repeats %q of line %d: keys are case-insensitive; keep one", k.Value, first.Value, first.Line)}
+				}
+				seen[path] = k
 				lines[path] = k.Line
 				walk(path, n.Content[i+1])
 			}
@@ -39,7 +47,7 @@ func keyLines(doc []byte) map[string]int {
 		}
 	}
 	walk("", root.Content[0])
-	return lines
+	return lines, twin
 }
 
 // yamlLine is the "yaml: line N: " yaml starts its syntax errors with.

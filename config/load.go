@@ -42,18 +42,21 @@ func Load(src Source) (*Config, error) {
 	d := newDecoder()
 	tree := map[string]any{}
 	var lines map[string]int // key path → its line in the file
+	fileEmpty := false
 	if file != "" {
 		t, l, err := readFile(file)
 		if err != nil {
 			return nil, errors.Join(err)
 		}
 		tree, lines = t, l
+		fileEmpty = len(t) == 0
 	}
 	applyEnv(d, tree, env)
 	applyOverrides(d, tree, src.Overrides)
 
 	cfg := Default()
 	cfg.File = file
+	cfg.fileEmpty = fileEmpty
 	d.defaults = &cfg.Defaults
 	d.mapping("", tree, reflect.ValueOf(cfg).Elem())
 	if _, set := d.origins["store.kind"]; !set {
@@ -140,7 +143,12 @@ func readFile(path string) (map[string]any, map[string]int, error) {
 		return tree, nil, nil
 	}
 	keepNumberText(doc, tree)
-	return tree, keyLines(doc), nil
+	lines, twin := keyLines(doc)
+	if twin != nil {
+		twin.File = path
+		return nil, nil, twin
+	}
+	return tree, lines, nil
 }
 
 // literal is a number in a YAML or JSON document as written there: YAML
@@ -281,6 +289,7 @@ func asFloat(v any) (float64, bool) {
 
 // parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a
 // JSON array (JSON is YAML), nested under a routes key so viper can read it.
+// A document that holds nothing is nil.
 func parseRoutesDocument(doc string) (any, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
@@ -290,20 +299,19 @@ func parseRoutesDocument(doc string) (any, error) {
 	}
 	tree := v.AllSettings()
 	keepNumberText([]byte(body), tree)
-	routes, ok := tree["routes"]
-	if !ok {
-		return []any{}, nil
-	}
-	return routes, nil
+	// An empty document (or only comments) holds nothing, not an empty
+	// list: nil, which the caller refuses.
+	return tree["routes"], nil
 }
 
-// environ keeps the IDEMPOTENCY_PROXY_ variables; the last of duplicates
-// wins, as with os/exec.
+// environ keeps the IDEMPOTENCY_PROXY_ variables, and those spelled in
+// another case, which the proxy does not read and applyEnv reports; the
+// last of duplicates wins, as with os/exec.
 func environ(list []string) map[string]string {
 	out := map[string]string{}
 	for _, kv := range list {
 		name, value, ok := strings.Cut(kv, "=")
-		if ok && strings.HasPrefix(name, EnvPrefix) {
+		if ok && len(name) >= len(EnvPrefix) && strings.EqualFold(name[:len(EnvPrefix)], EnvPrefix) {
 			out[name] = value
 		}
 	}
@@ -335,7 +343,7 @@ func envHint(name string) string {
 	for _, k := range Keys() {
 		known = append(known, strings.TrimPrefix(EnvVar(k), EnvPrefix))
 	}
-	if s := suggest(strings.TrimPrefix(name, EnvPrefix), known, "_"); s != "" {
+	if s := suggest(strings.ToUpper(name[len(EnvPrefix):]), known, "_"); s != "" {
 		return "; did you mean " + EnvPrefix + s + "?"
 	}
 	return ""

@@ -264,7 +264,7 @@ func TestEnvAndFlagProblems(t *testing.T) {
 		"upstream.tiemout: unknown key (from command line); did you mean upstream.timeout?",
 		`defaults.ttl: invalid duration "3x" (want e.g. 250ms, 30s, 24h) (from IDEMPOTENCY_PROXY_DEFAULTS_TTL)`,
 		`defaults.wait_timeout: invalid duration "soon" (want e.g. 250ms, 30s, 24h) (from command line)`,
-		"routes[0].tll: unknown key; did you mean ttl?",
+		"routes[0].tll: unknown key; did you mean ttl? (from IDEMPOTENCY_PROXY_ROUTES)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -300,5 +300,25 @@ func TestEnvNamesUnambiguous(t *testing.T) {
 	}
 	if got, want := EnvVar("defaults.lock_ttl"), "IDEMPOTENCY_PROXY_DEFAULTS_LOCK_TTL"; got != want {
 		t.Errorf("EnvVar = %s, want %s", got, want)
+	}
+}
+
+// A problem in the routes IDEMPOTENCY_PROXY_ROUTES gives names the variable,
+// and never the line of the file's routes it replaced.
+func TestRouteProblemFromTheEnvironmentNamesTheVariable(t *testing.T) {
+	file := writeFile(t, upstreamOnly+"routes:\n  - match: \"POST /a\"\n    ttl: 1h\n")
+	_, err := Load(Source{File: file, Env: []string{
+		`IDEMPOTENCY_PROXY_ROUTES=[{match: "POST /a", ttl: soon}, {match: "POST /b", tll: 1h}, {match: "POST /c", ttl: 1s}]`,
+	}})
+	if err == nil {
+		t.Fatal("Load accepted the routes")
+	}
+	want := []string{
+		`routes[0].ttl: invalid duration "soon" (want e.g. 250ms, 30s, 24h) (from IDEMPOTENCY_PROXY_ROUTES)`,
+		"routes[1].tll: unknown key; did you mean ttl? (from IDEMPOTENCY_PROXY_ROUTES)",
+		"routes[2].lock_ttl: 30s (from defaults) exceeds ttl 1s (from IDEMPOTENCY_PROXY_ROUTES): lower lock_ttl or raise ttl",
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

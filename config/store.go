@@ -140,10 +140,30 @@ func checkStore(v *validation, s Store) {
 		}
 		v.add("store.kind", "%s needs %s: set %s", kind, strings.Join(keys, " or "), setWith(keys[0]))
 	}
+	checkEmptyAddresses(v, s)
 	for _, k := range storeKinds() {
 		section := "store." + k.name
 		for _, p := range s.options(k).Check(section) {
 			v.add(section+"."+p.Key, "%s", p.Reason)
+		}
+	}
+}
+
+// checkEmptyAddresses refuses a store address that a flag or the
+// environment gives empty while nothing else chooses the store: a Secret
+// without its key gives its variable an empty value, and read as "no
+// address" it would run every replica on a memory store of its own, each
+// executing again the retries another one recorded.
+func checkEmptyAddresses(v *validation, s Store) {
+	if _, chosen := v.origins["store.kind"]; chosen {
+		return
+	}
+	for _, k := range storeKinds() {
+		for _, a := range k.addresses {
+			key := "store." + k.name + "." + a
+			if v.origins[key] != "" && !slices.Contains(s.addressed(k), key) {
+				v.add(key, "empty, so no store would be selected and every key kept in this process's memory: give the store's address, or set store.kind: memory")
+			}
 		}
 	}
 }

@@ -72,7 +72,8 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 		}
 		v.add("admin.token_file", "set %s or admin.token_file, not both", token)
 	}
-	if c.Admin.PProf && c.Admin.Token == "" && c.Admin.TokenFile == "" && !loopback(c.AdminListen) {
+	// A blank token is none: admin.Token ignores surrounding whitespace.
+	if c.Admin.PProf && strings.TrimSpace(c.Admin.Token) == "" && c.Admin.TokenFile == "" && !loopback(c.AdminListen) {
 		v.add("admin.pprof", "true without admin.token or admin.token_file serves profiles, and the command line, to anyone who reaches admin_listen %q: set admin.token (or admin.token_file), or bind admin_listen to a loopback address such as 127.0.0.1:9090", c.AdminListen)
 	}
 	c.checkPolicies(v)

@@ -40,6 +40,12 @@ func CheckPatterns(patterns []string) []PatternProblem {
 			add(i, "%s", err)
 			continue
 		}
+		if f := strings.Fields(p); len(f) == 2 && f[0] != strings.ToUpper(f[0]) {
+			// Requests are matched with their method upper-cased: ServeMux
+			// would match "post" literally, so the route would be dead.
+			add(i, "method %q of %q matches no request: requests are matched with their method upper-cased; write %q", f[0], p, strings.ToUpper(f[0])+" "+f[1])
+			continue
+		}
 		valid[i] = true
 		for j := range i {
 			if !valid[j] {

@@ -47,6 +47,21 @@ func TestAdminAPIIsOffUnlessATokenIsSet(t *testing.T) {
 	}
 }
 
+// A token set from a Secret written by echo ends in a newline: the API
+// takes it without, as it takes a token file's, and the keys command with
+// the same variable gets in.
+func TestTokenFromTheEnvironmentIgnoresSurroundingWhitespace(t *testing.T) {
+	up, _ := countingUpstream(t)
+	env := []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=t0k\n"}
+	p := start(t, env, "--upstream", up.URL)
+	if code, body := p.adminGet(t, "/admin/keys", "t0k"); code != http.StatusOK {
+		t.Errorf("/admin/keys with the token = %d %q, want 200", code, body)
+	}
+	if code, out, errs := runBinary(t, env, "keys", "list", "--admin", "http://"+p.admin); code != 0 || !strings.Contains(out, `"keys"`) {
+		t.Errorf("keys list with the same variable: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
 func TestPProfIsServedBehindTheToken(t *testing.T) {
 	up, _ := countingUpstream(t)
 	env := []string{"IDEMPOTENCY_PROXY_ADMIN_TOKEN=t0k", "IDEMPOTENCY_PROXY_ADMIN_PPROF=true"}

@@ -68,6 +68,27 @@ func TestCheckOfInvalidConfigExits2LikeValidate(t *testing.T) {
 	}
 }
 
+// The variable of a Secret without its key is empty: the binary refuses it
+// rather than check, and then run, a memory store of its own.
+func TestStoreAddressGivenEmptyIsRefusedNotRunInMemory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "upstream:\n  url: http://127.0.0.1:1\nstore:\n  redis:\n    url: redis://127.0.0.1:1/0\n")
+	for _, args := range [][]string{{"--check"}, {"--validate"}} {
+		code, out, errs := runBinary(t, []string{"IDEMPOTENCY_PROXY_STORE_REDIS_URL="}, append([]string{"--config", file}, args...)...)
+		if code != 2 || !strings.Contains(errs, "store.redis.url: empty") || !strings.Contains(errs, "IDEMPOTENCY_PROXY_STORE_REDIS_URL") || out != "" {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 2 naming store.redis.url and its variable, nothing run", args, code, out, errs)
+		}
+	}
+}
+
+// A variable in another case than the proxy reads is refused, not ignored.
+func TestVariableSpelledInAnotherCaseStopsTheStart(t *testing.T) {
+	code, out, errs := runBinary(t, []string{"idempotency_proxy_defaults_require_key=true"}, "--upstream", "http://127.0.0.1:1", "--validate")
+	if code != 2 || !strings.Contains(errs, "idempotency_proxy_defaults_require_key: unknown environment variable; did you mean IDEMPOTENCY_PROXY_DEFAULTS_REQUIRE_KEY?") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 naming the variable and its spelling", code, out, errs)
+	}
+}
+
 func TestCheckReportsRedisVersionAndEvictionPolicy(t *testing.T) {
 	up, _ := countingUpstream(t)
 	safe := redistest.Start(t, "--maxmemory-policy", "noeviction")

@@ -42,3 +42,18 @@ func TestStandardLogAndServerErrorsAreJSONWarnings(t *testing.T) {
 		}
 	}
 }
+
+// What the OpenTelemetry SDK has to say — here, an endpoint it cannot
+// parse — is a JSON line like every other, not a plain one from its own
+// logger.
+func TestTracingSetupProblemsAreJSONLogLines(t *testing.T) {
+	up, _ := countingUpstream(t)
+	p := start(t, []string{"IDEMPOTENCY_PROXY_TRACING_ENABLED=true", "OTEL_EXPORTER_OTLP_ENDPOINT=::not a url"}, "--upstream", up.URL)
+	waitFor(t, "the SDK's complaint", func() bool { return strings.Contains(p.logs.String(), "parse url") })
+	for _, line := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level == "" {
+			t.Errorf("stderr line is not a JSON log line: %q", line)
+		}
+	}
+}

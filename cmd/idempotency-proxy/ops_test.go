@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -234,4 +236,58 @@ func TestAccessLogFieldsReloadLive(t *testing.T) {
 	if strings.Contains(p.logs.String(), "need a restart") {
 		t.Errorf("the fields' reload asked for a restart:\n%s", p.logs.String())
 	}
+}
+
+// A file being rewritten can be read empty, and an emptied file is a
+// mistake: read as "every key at its default" it would drop every route.
+// The reload is rejected and the configuration in force stays.
+func TestEmptiedConfigFileKeepsTheConfigurationInForce(t *testing.T) {
+	up, execs := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+
+	for i, body := range []string{"", "# every line commented out\n"} {
+		writeFile(t, file, body)
+		waitFor(t, "the rejected reload", func() bool {
+			return strings.Count(p.logs.String(), "holds no configuration") > i
+		})
+		if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("after the file was emptied (%q), a charge without a key got %d, want 400: the route was dropped", body, res.StatusCode)
+		}
+	}
+	if got := execs.Load(); got != 0 {
+		t.Errorf("upstream executions = %d, want 0", got)
+	}
+	if strings.Contains(p.logs.String(), `"msg":"config reloaded"`) {
+		t.Errorf("an emptied file was reloaded:\n%s", p.logs.String())
+	}
+}
+
+// A keys file that a reload names (encryption turned on, or the file
+// moved) is watched from then on as the one the proxy started with is: a
+// rotation written to it is in force without a signal.
+func TestKeysFileNamedByAReloadIsWatched(t *testing.T) {
+	up, _ := countingUpstream(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	// The keys in a directory of their own, as a Secret volume beside a
+	// ConfigMap's.
+	keys := filepath.Join(t.TempDir(), "keys")
+	key := func(id string) string { return id + " " + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n" }
+	writeFile(t, keys, key("k1"))
+	writeFile(t, file, "upstream:\n  url: "+up.URL+"\n")
+	p := start(t, nil, "--config", file)
+
+	writeFile(t, file, "upstream:\n  url: "+up.URL+"\nstore:\n  encryption:\n    keys_file: "+keys+"\n")
+	waitFor(t, "encryption on by the reload", func() bool { return strings.Contains(p.logs.String(), `"seals_with":"k1"`) })
+
+	// Rotation step 1: the new key first, written as a Secret volume
+	// writes, by a rename.
+	next := keys + ".next"
+	writeFile(t, next, key("k2")+key("k1"))
+	if err := os.Rename(next, keys); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rotated keys file reloaded", func() bool { return strings.Contains(p.logs.String(), `"seals_with":"k2"`) })
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -56,31 +54,38 @@ func (r *reloader) view() []byte {
 	return r.config().View(r.started)
 }
 
-func (r *reloader) run(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
+// run reloads on each signal hup delivers and on each change of a watched
+// file, until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	var w *fsnotify.Watcher
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
 	if files := r.watched(); len(files) > 0 {
-		// Watch the directories, not the files: editors, ConfigMap and
-		// Secret volumes replace a file (rename, symlink swap) rather than
-		// write it.
-		w, err := fsnotify.NewWatcher()
-		for _, f := range files {
-			if err == nil {
-				err = w.Add(filepath.Dir(f))
-			}
+		var err error
+		w, err = fsnotify.NewWatcher()
+		if err == nil {
+			err = r.watch(w)
 		}
 		if err != nil {
 			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
 			if w != nil {
 				w.Close()
 			}
+			w = nil
 		} else {
 			defer w.Close()
 			events, watchErrors = w.Events, w.Errors
+		}
+	}
+	reload := func(trigger string) {
+		r.reload(trigger)
+		if w == nil {
+			return
+		}
+		// A keys file the reload named (encryption turned on, the file
+		// moved) is watched from then on.
+		if err := r.watch(w); err != nil {
+			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", r.watched(), "error", err)
 		}
 	}
 
@@ -91,7 +96,7 @@ func (r *reloader) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload("sighup")
+			reload("sighup")
 		case ev := <-events:
 			if r.concerns(ev) {
 				timer.Reset(settle)
@@ -99,16 +104,28 @@ func (r *reloader) run(ctx context.Context) {
 		case err := <-watchErrors:
 			r.log.Warn("config file watch error", "error", err)
 		case <-timer.C:
-			r.reload("file_changed")
+			reload("file_changed")
 		}
 	}
 }
 
+// watch has w watch the directories of the watched files, not the files:
+// editors, ConfigMap and Secret volumes replace a file (rename, symlink
+// swap) rather than write it. A directory already watched stays so.
+func (r *reloader) watch(w *fsnotify.Watcher) error {
+	for _, f := range r.watched() {
+		if err := w.Add(filepath.Dir(f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // watched are the files whose change reloads: the config file and the
-// encryption keys file it started with.
+// encryption keys file in force.
 func (r *reloader) watched() []string {
 	var files []string
-	for _, f := range []string{r.file, r.started.Store.Encryption.KeysFile} {
+	for _, f := range []string{r.file, r.config().Store.Encryption.KeysFile} {
 		if f != "" {
 			files = append(files, f)
 		}
@@ -139,6 +156,13 @@ func (r *reloader) reload(trigger string) {
 	if err != nil {
 		r.log.Error("config reload rejected; the previous configuration stays in force",
 			"trigger", trigger, "file", r.file, "problems", err.Error())
+		return
+	}
+	if next.FileEmpty() && !r.config().FileEmpty() {
+		// A file being rewritten can be read empty in between, and read
+		// as "every key at its default" it would drop every route.
+		r.log.Error("config reload rejected; the previous configuration stays in force",
+			"trigger", trigger, "file", r.file, "problems", r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
 		return
 	}
 	def, routes := policies(next)

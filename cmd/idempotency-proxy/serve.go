@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -43,6 +44,12 @@ const (
 func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slog.Logger, access io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP is a reload from the first moment: one that arrives while the
+	// store is being prepared waits for the reloader, rather than end the
+	// process, as its default action would.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	gc := tuneGC(src.Env)
 	defer gc.stop()
 
@@ -106,7 +113,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	go func() { failed <- srv.Serve(ln) }()
 	go func() { failed <- adminSrv.Serve(adminLn) }()
 
-	go r.run(ctx)
+	go r.run(ctx, hup)
 	go adminHandler.WatchStore(ctx, storeWatchInterval)
 
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 
 	"github.com/idempotency-proxy/idempotency-proxy/config"
@@ -36,6 +37,8 @@ func startTracing(c config.Tracing, log *slog.Logger) (*tracer, error) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing", "error", err)
 	}))
+	// Its own logger (an endpoint it cannot parse) writes plain lines too.
+	otel.SetLogger(logr.New(otelSink{log: log}))
 	p, err := tracing.NewProvider(context.Background(), buildVersion())
 	if err != nil {
 		return nil, err
@@ -78,3 +81,31 @@ func (t *tracer) stop() {
 		t.log.Warn("tracing: could not export the last spans", "error", err)
 	}
 }
+
+// otelSink is the OpenTelemetry SDK's logger: its errors become "tracing"
+// warnings, as those of its error handler do, with the SDK's message as
+// detail; its info and debug chatter is dropped.
+type otelSink struct {
+	log    *slog.Logger
+	values []any
+}
+
+var _ logr.LogSink = otelSink{}
+
+func (otelSink) Init(logr.RuntimeInfo) {}
+
+func (otelSink) Enabled(int) bool { return false }
+
+func (otelSink) Info(int, string, ...any) {}
+
+func (s otelSink) Error(err error, msg string, kv ...any) {
+	args := append([]any{"error", err, "detail", msg}, s.values...)
+	s.log.Warn("tracing", append(args, kv...)...)
+}
+
+func (s otelSink) WithValues(kv ...any) logr.LogSink {
+	s.values = append(s.values[:len(s.values):len(s.values)], kv...)
+	return s
+}
+
+func (s otelSink) WithName(string) logr.LogSink { return s }

@@ -75,7 +75,7 @@ func (o Options) Check(section string) []store.Problem {
 		add("replica_ack", "must be >= 0 (0 waits for no replica), not %d", o.ReplicaAck)
 	}
 	switch {
-	case o.ReplicaAckTimeout < 0:
+	case o.ReplicaAckTimeout <= 0:
 		add("replica_ack_timeout", "must be > 0, not %s", o.ReplicaAckTimeout)
 	case o.ReplicaAck > 0 && o.Timeout > 0 && o.ReplicaAckTimeout >= o.Timeout:
 		// The write and the wait share one operation's timeout: a wait

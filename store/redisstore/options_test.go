@@ -12,26 +12,31 @@ import (
 // bound of each number.
 func TestCheckNamesEachProblemsKey(t *testing.T) {
 	const s = time.Second
+	// Check reads options after Defaults: a zero replica_ack_timeout there
+	// was set so, and is refused rather than read as the default.
+	const ack = DefaultReplicaAckTimeout
 	url := "redis://db:6379/0"
 	for _, c := range []struct {
 		name string
 		opts Options
 		want []string
 	}{
-		{"a URL", Options{URL: url, Timeout: s}, nil},
-		{"a TLS URL", Options{URL: "rediss://db:6379/0", Timeout: s}, nil},
-		{"a URL that does not parse", Options{URL: "redis://db:port", Timeout: s}, []string{"url"}},
-		{"another scheme", Options{URL: "http://db:6379", Timeout: s}, []string{"url"}},
-		{"no host", Options{URL: "redis:///0", Timeout: s}, []string{"url"}},
-		{"a URL and addresses", Options{URL: url, Addrs: []string{"db:6379"}, Timeout: s}, []string{"addrs"}},
-		{"a Cluster", Options{Addrs: []string{"a:1", "b:2"}, Timeout: s}, nil},
-		{"an address without a port", Options{Addrs: []string{"a:1", "b"}, Timeout: s}, []string{"addrs[1]"}},
-		{"Sentinel", Options{Addrs: []string{"a:26379"}, MasterName: "m", Timeout: s}, nil},
-		{"a master name without sentinels", Options{MasterName: "m", Timeout: s}, []string{"master_name"}},
-		{"a brace in the prefix", Options{URL: url, KeyPrefix: "a{", Timeout: s}, []string{"key_prefix"}},
-		{"no timeout", Options{URL: url}, []string{"timeout"}},
-		{"a negative timeout", Options{URL: url, Timeout: -1}, []string{"timeout"}},
-		{"a negative replica_ack", Options{URL: url, Timeout: s, ReplicaAck: -1}, []string{"replica_ack"}},
+		{"a URL", Options{ReplicaAckTimeout: ack, URL: url, Timeout: s}, nil},
+		{"a TLS URL", Options{ReplicaAckTimeout: ack, URL: "rediss://db:6379/0", Timeout: s}, nil},
+		{"a URL that does not parse", Options{ReplicaAckTimeout: ack, URL: "redis://db:port", Timeout: s}, []string{"url"}},
+		{"another scheme", Options{ReplicaAckTimeout: ack, URL: "http://db:6379", Timeout: s}, []string{"url"}},
+		{"no host", Options{ReplicaAckTimeout: ack, URL: "redis:///0", Timeout: s}, []string{"url"}},
+		{"a URL and addresses", Options{ReplicaAckTimeout: ack, URL: url, Addrs: []string{"db:6379"}, Timeout: s}, []string{"addrs"}},
+		{"a Cluster", Options{ReplicaAckTimeout: ack, Addrs: []string{"a:1", "b:2"}, Timeout: s}, nil},
+		{"an address without a port", Options{ReplicaAckTimeout: ack, Addrs: []string{"a:1", "b"}, Timeout: s}, []string{"addrs[1]"}},
+		{"Sentinel", Options{ReplicaAckTimeout: ack, Addrs: []string{"a:26379"}, MasterName: "m", Timeout: s}, nil},
+		{"a master name without sentinels", Options{ReplicaAckTimeout: ack, MasterName: "m", Timeout: s}, []string{"master_name"}},
+		{"a brace in the prefix", Options{ReplicaAckTimeout: ack, URL: url, KeyPrefix: "a{", Timeout: s}, []string{"key_prefix"}},
+		{"no timeout", Options{ReplicaAckTimeout: ack, URL: url}, []string{"timeout"}},
+		{"a negative timeout", Options{ReplicaAckTimeout: ack, URL: url, Timeout: -1}, []string{"timeout"}},
+		{"a negative replica_ack", Options{ReplicaAckTimeout: ack, URL: url, Timeout: s, ReplicaAck: -1}, []string{"replica_ack"}},
+		{"a zero replica_ack_timeout", Options{URL: url, Timeout: s}, []string{"replica_ack_timeout"}},
+		{"a zero replica_ack_timeout, replicas awaited", Options{URL: url, Timeout: s, ReplicaAck: 1}, []string{"replica_ack_timeout"}},
 		{"a negative replica_ack_timeout", Options{URL: url, Timeout: s, ReplicaAckTimeout: -1}, []string{"replica_ack_timeout"}},
 		{"a wait as long as the timeout", Options{URL: url, Timeout: s, ReplicaAck: 1, ReplicaAckTimeout: s}, []string{"replica_ack_timeout"}},
 		{"a wait shorter than the timeout", Options{URL: url, Timeout: s, ReplicaAck: 1, ReplicaAckTimeout: s - 1}, nil},
