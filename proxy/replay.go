@@ -49,6 +49,9 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 		// Whatever length the upstream announced, none of it is sent.
 		dst["Idempotent-Body-Omitted"] = headerTrue
 		dst["Content-Length"] = headerZero
+	case r.Method == http.MethodHead:
+		// The length a HEAD was answered with is recorded as it came: a
+		// replay announcing none where none came, not the empty body's 0.
 	case len(rec.Header["Content-Length"]) == 0 && len(rec.Trailer) == 0:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
