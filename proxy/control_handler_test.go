@@ -227,3 +227,30 @@ func TestControlHeaderIsRemovedFromInterimResponsesAndTrailers(t *testing.T) {
 		t.Errorf("retry: replayed=%v, want the recorded response", r.replayed())
 	}
 }
+
+// replay_exclude_headers names header fields, whatever the case they are
+// configured in (a program embedding the handler sets them unchecked): a
+// lower-case "set-cookie" keeps the first caller's cookie out of every
+// replay, from the header section and from the trailers alike.
+func TestReplayExcludeHeadersConfiguredInLowerCaseAreNotReplayed(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Set-Cookie", "session=first-caller")
+		w.Header().Set("Trailer", "X-Session")
+		w.Write([]byte("ok"))
+		w.Header().Set("X-Session", "first-caller")
+	}, withPolicy(func(p *Policy) { p.ReplayExcludeHeaders = []string{"set-cookie", "x-session"} }))
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.Header.Get("Set-Cookie") == "" || first.Trailer.Get("X-Session") == "" {
+		t.Fatalf("first caller: header %v, trailers %v; want its Set-Cookie and X-Session", first.Header, first.Trailer)
+	}
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if !replay.replayed() {
+		t.Fatalf("retry: %d, not replayed", replay.StatusCode)
+	}
+	if v, ok := replay.Header["Set-Cookie"]; ok {
+		t.Errorf("replay carries the first caller's Set-Cookie %q", v)
+	}
+	if v, ok := replay.Trailer["X-Session"]; ok {
+		t.Errorf("replay carries the first caller's X-Session trailer %q", v)
+	}
+}
