@@ -142,6 +142,7 @@ func (c *capture) WriteHeader(code int) {
 		// The server does not clear the fields of a 1xx: they are taken
 		// out again, as the reverse proxy clears hdr.
 		takeUpstreamControl(c.hdr, c.policy.UpstreamControlHeader)
+		dropHopByHop(c.hdr)
 		c.mu.Lock()
 		if c.toClient() {
 			out := c.copyHeader()

@@ -94,3 +94,28 @@ func containsFold(list []string, s string) bool {
 	}
 	return false
 }
+
+// hopHeaders are the fields that belong to one connection whether or not
+// Connection names them (RFC 9110 section 7.6.1), as the reverse proxy
+// lists them.
+var hopHeaders = [...]string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// dropHopByHop removes from an interim (1xx) response's header h the
+// fields of the upstream's connection: those its Connection field names,
+// and hopHeaders. The reverse proxy removes them from the final response
+// but forwards a 1xx's as they came (golang/go#81320).
+func dropHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				delete(h, textproto.CanonicalMIMEHeaderKey(name))
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}

@@ -158,6 +158,8 @@ func (u *unrecorded) WriteHeader(code int) {
 	takeUpstreamControl(h, name)
 	if code >= 200 {
 		finishHeader(h, name, code)
+	} else if code != http.StatusSwitchingProtocols {
+		dropHopByHop(h)
 	}
 	u.capture.rw.WriteHeader(code)
 }

@@ -227,3 +227,72 @@ func TestControlHeaderIsRemovedFromInterimResponsesAndTrailers(t *testing.T) {
 		t.Errorf("retry: replayed=%v, want the recorded response", r.replayed())
 	}
 }
+
+// replay_exclude_headers names header fields, whatever the case they are
+// configured in (a program embedding the handler sets them unchecked): a
+// lower-case "set-cookie" keeps the first caller's cookie out of every
+// replay, from the header section and from the trailers alike.
+func TestReplayExcludeHeadersConfiguredInLowerCaseAreNotReplayed(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Set-Cookie", "session=first-caller")
+		w.Header().Set("Trailer", "X-Session")
+		w.Write([]byte("ok"))
+		w.Header().Set("X-Session", "first-caller")
+	}, withPolicy(func(p *Policy) { p.ReplayExcludeHeaders = []string{"set-cookie", "x-session"} }))
+	first := e.do(t, "POST", "/x", "k", "{}")
+	if first.Header.Get("Set-Cookie") == "" || first.Trailer.Get("X-Session") == "" {
+		t.Fatalf("first caller: header %v, trailers %v; want its Set-Cookie and X-Session", first.Header, first.Trailer)
+	}
+	replay := e.do(t, "POST", "/x", "k", "{}")
+	if !replay.replayed() {
+		t.Fatalf("retry: %d, not replayed", replay.StatusCode)
+	}
+	if v, ok := replay.Header["Set-Cookie"]; ok {
+		t.Errorf("replay carries the first caller's Set-Cookie %q", v)
+	}
+	if v, ok := replay.Trailer["X-Session"]; ok {
+		t.Errorf("replay carries the first caller's X-Session trailer %q", v)
+	}
+}
+
+// An interim response is forwarded without the fields that belong to the
+// upstream's connection, as the final one is: those its Connection field
+// names, and the hop-by-hop fields. Keyed or not.
+func TestInterimResponsesCarryNoHopByHopFields(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Link", "</style.css>; rel=preload")
+		h.Set("Connection", "X-Upstream-Hop")
+		h.Set("X-Upstream-Hop", "upstream only")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Proxy-Authenticate", "Basic")
+		w.WriteHeader(http.StatusEarlyHints)
+		clear(h)
+		w.WriteHeader(http.StatusCreated)
+	})
+	for _, key := range []string{"k-1", ""} {
+		var interim []textproto.MIMEHeader
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			interim = append(interim, h)
+			return nil
+		}}
+		req := e.request(t, httptrace.WithClientTrace(context.Background(), trace), "/jobs", key)
+		if key == "" {
+			req.Header.Del("Idempotency-Key")
+		}
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		if len(interim) != 1 || interim[0].Get("Link") == "" {
+			t.Fatalf("key %q: interim responses %v, want the 103 with its Link", key, interim)
+		}
+		for _, name := range []string{"Connection", "X-Upstream-Hop", "Keep-Alive", "Proxy-Authenticate"} {
+			if v, ok := interim[0][name]; ok {
+				t.Errorf("key %q: the 103 carries the upstream connection's %s %q", key, name, v)
+			}
+		}
+	}
+}

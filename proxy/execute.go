@@ -149,10 +149,11 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		if noted {
 			note = h.problemRecord(q, f)
 		}
-	case f == failResponseTooLarge:
+	case f == failResponseTooLarge, f == failResponseNotHTTP:
 		// The upstream answered, so it executed the request; its answer
-		// is too large to read. A retry would execute again and fail the
-		// same way: the 502 is kept whatever on_upstream_error says.
+		// is too large to read, or not HTTP. A retry would execute again
+		// and fail the same way: the 502 is kept whatever
+		// on_upstream_error says.
 		rec = h.problemRecord(q, f)
 	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
 		// The upstream may have acted on the request; its answer was lost

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ const (
 	failMaxExecution     // no answer within upstream.max_execution
 	failShuttingDown     // shutdown_timeout passed before the upstream answered
 	failResponseTooLarge // the upstream's response headers were over the transport's limit
+	failResponseNotHTTP  // the upstream answered with an HTTP/1.x response the transport cannot read
 	failResponseCutShort // recorded under on_upstream_error: keep after a cut-short body
 	failAmbiguousPath    // a protected request's path can be read two ways
 	failAmbiguousMethod  // its method-override headers name more than one method
@@ -104,6 +106,8 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 		return probUpstreamError, "The proxy was shutting down before the upstream answered; the outcome of the request is unknown. Its key stays locked until its lease expires (lock_ttl): a retry with the same key before then gets 409 in-flight.", OutcomeUpstreamError
 	case failResponseTooLarge:
 		return probUpstreamError, "The upstream answered, but its response headers are larger than the proxy accepts; the request was executed and its response cannot be delivered.", OutcomeUpstreamError
+	case failResponseNotHTTP:
+		return probUpstreamError, "The upstream answered, but its response is not valid HTTP (a malformed status line or header field, or conflicting lengths); the request was executed and its response cannot be delivered.", OutcomeUpstreamError
 	case failAmbiguousMethod:
 		return probAmbiguousMethod, "The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name more than one method (two headers, a list or repeated lines), or something that is not a method, and upstreams pick different ones. Send one header naming one method.", OutcomeAmbiguous
 	case failProbeHole:
@@ -187,6 +191,8 @@ func upstreamFailure(err error, sent bool, stop stopCause) failure {
 		return failUpstreamTimeout
 	case responseHeaderTooLarge(err):
 		return failResponseTooLarge
+	case responseMalformed(err):
+		return failResponseNotHTTP
 	}
 	return failUpstream
 }
@@ -198,6 +204,38 @@ func upstreamFailure(err error, sent bool, stop stopCause) failure {
 // if the message changes.
 func responseHeaderTooLarge(err error) bool {
 	return strings.Contains(err.Error(), "server response headers exceeded")
+}
+
+// malformedResponse is what net/http's HTTP/1.x transport says of an
+// answer whose status line it read as HTTP/1.x and that it cannot parse,
+// beside the textproto.ProtocolError of a malformed header line: a status
+// code, a length or a transfer coding it refuses. It has no sentinels for
+// them, only these messages; TestMalformedAnswerIsNotExecutedTwice fails
+// if one changes. An answer with no HTTP/1.x status line at all ("malformed
+// HTTP response", "malformed HTTP version") is not in it: a peer that does
+// not speak HTTP, as a misrouted upstream address, executed nothing.
+var malformedResponse = [...]string{
+	"malformed HTTP status code",
+	"multiple Content-Length headers",
+	"bad Content-Length",
+	"unsupported transfer encoding",
+}
+
+// responseMalformed reports whether the transport refused the upstream's
+// answer, begun as HTTP/1.x, as malformed. The upstream answered, so it
+// executed the request, and a retry would be answered the same way.
+func responseMalformed(err error) bool {
+	var pe textproto.ProtocolError
+	if errors.As(err, &pe) {
+		return true
+	}
+	msg := err.Error()
+	for _, m := range malformedResponse {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // upstreamFailed is implemented by the ResponseWriter of an executed

@@ -70,3 +70,27 @@ func TestHeadIsProtectedWhereGetIs(t *testing.T) {
 		t.Errorf("a GET under a HEAD's key: %d %q, want payload-mismatch", r.StatusCode, r.problemType())
 	}
 }
+
+// A HEAD answered without a length (a GET that would stream its body) is
+// replayed without one, and one answered with a length of 0 with that 0:
+// a replay never announces an empty body the upstream did not.
+func TestReplayedHeadAnnouncesNoLengthWhereNoneCame(t *testing.T) {
+	for _, length := range []string{"", "0"} {
+		t.Run("Content-Length "+length, func(t *testing.T) {
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				if length != "" {
+					w.Header().Set("Content-Length", length)
+				}
+				w.WriteHeader(http.StatusOK)
+			}, withPolicy(func(p *Policy) { p.Methods = append(p.Methods, http.MethodGet) }))
+			first := e.do(t, http.MethodHead, "/x", "k", "")
+			again := e.do(t, http.MethodHead, "/x", "k", "")
+			if !again.replayed() || e.up.calls.Load() != 1 {
+				t.Fatalf("replayed=%v executions=%d, want one execution and a replay", again.replayed(), e.up.calls.Load())
+			}
+			if got, want := again.Header.Values("Content-Length"), first.Header.Values("Content-Length"); len(got) != len(want) || len(want) > 0 && got[0] != want[0] || first.Header.Get("Content-Length") != length {
+				t.Fatalf("Content-Length: first %q, replay %q; want the upstream's %q both times", want, got, length)
+			}
+		})
+	}
+}

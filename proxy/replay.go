@@ -46,9 +46,18 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 	switch {
 	case !bodyAllowed(rec.Status):
 	case rec.BodyOmitted:
-		// Whatever length the upstream announced, none of it is sent.
+		// Whatever length the upstream announced, none of it is sent. The
+		// trailers kept follow the empty body: no length, so that the
+		// response is chunked over HTTP/1.1, as below.
 		dst["Idempotent-Body-Omitted"] = headerTrue
-		dst["Content-Length"] = headerZero
+		if len(rec.Trailer) == 0 {
+			dst["Content-Length"] = headerZero
+		} else {
+			delete(dst, "Content-Length")
+		}
+	case r.Method == http.MethodHead:
+		// The length a HEAD was answered with is recorded as it came: a
+		// replay announcing none where none came, not the empty body's 0.
 	case len(rec.Header["Content-Length"]) == 0 && len(rec.Trailer) == 0:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}

@@ -63,6 +63,11 @@ func newRoute(label string, disabled bool, p Policy, m *Metrics) *route {
 	// Canonical once here rather than on every response: the control
 	// header is looked up and removed on each of them, keyed or not.
 	rt.policy.UpstreamControlHeader = textproto.CanonicalMIMEHeaderKey(p.UpstreamControlHeader)
+	// A replay leaves these out by the record's names, which are canonical.
+	rt.policy.ReplayExcludeHeaders = slices.Clone(p.ReplayExcludeHeaders)
+	for i, name := range rt.policy.ReplayExcludeHeaders {
+		rt.policy.ReplayExcludeHeaders[i] = textproto.CanonicalMIMEHeaderKey(name)
+	}
 	rt.unscoped = scopeHash(&http.Request{Header: http.Header{}}, nil)
 	rt.scope = make([]ScopeHeader, len(p.ScopeHeaders))
 	for i, s := range p.ScopeHeaders {

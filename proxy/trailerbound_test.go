@@ -8,6 +8,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/redistest"
+	"github.com/idempotency-proxy/idempotency-proxy/store/filestore"
+	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
+	"github.com/idempotency-proxy/idempotency-proxy/store/redisstore"
 )
 
 // An upstream's trailers count toward max_response_body as its body does:
@@ -143,6 +148,63 @@ func TestEmptyAnswerWithTrailersIsReplayedWithItsDeclaredLength(t *testing.T) {
 	for name, r := range map[string]*response{"first": first, "replay": replay} {
 		if r.ContentLength != 0 || r.Header.Get("Content-Length") != "0" || r.Trailer.Get("X-Sum") != "s1" {
 			t.Errorf("%s: Content-Length %d (%q), trailer X-Sum %q; want the declared 0 and s1", name, r.ContentLength, r.Header.Get("Content-Length"), r.Trailer.Get("X-Sum"))
+		}
+	}
+}
+
+// An answer whose body is over max_response_body is recorded without it,
+// its trailers kept when they fit: a retry gets them after the empty body
+// over HTTP/1.1 as over HTTP/2, not a length that leaves no room for them,
+// from the memory store, the file store and a redis-server alike.
+func TestAnswerRecordedWithoutItsBodyKeepsItsTrailers(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := map[string]func(t *testing.T) Store{
+		"memory": func(t *testing.T) Store {
+			st := memory.New(memory.Options{})
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+		"file": func(t *testing.T) Store {
+			st, err := filestore.Open(filestore.Options{Path: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+		"redis-server": func(t *testing.T) Store {
+			st, err := redisstore.New(redisstore.Options{URL: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+	}
+	for name, newStore := range stores {
+		for _, h2 := range []bool{false, true} {
+			proto := map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2]
+			t.Run(name+"/"+proto, func(t *testing.T) {
+				envOverH2C = h2
+				t.Cleanup(func() { envOverH2C = false })
+				e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Trailer", "X-Checksum")
+					w.Write([]byte(strings.Repeat("x", 4096)))
+					w.Header().Set("X-Checksum", "c1")
+				}, withStore(newStore(t)), withPolicy(func(p *Policy) { p.MaxResponseBody = 1024 }))
+				key := name + "/" + proto // one redis-server for every subtest
+				first := e.do(t, "POST", "/x", key, "{}")
+				if len(first.body) != 4096 || first.Trailer.Get("X-Checksum") != "c1" {
+					t.Fatalf("first: %d bytes, trailers %v; want the whole body and X-Checksum", len(first.body), first.Trailer)
+				}
+				replay := e.do(t, "POST", "/x", key, "{}")
+				if !replay.replayed() || replay.Header.Get("Idempotent-Body-Omitted") != "true" || replay.body != "" {
+					t.Fatalf("replay: replayed=%v omitted=%q %d bytes; want a replay without its body", replay.replayed(), replay.Header.Get("Idempotent-Body-Omitted"), len(replay.body))
+				}
+				if got := replay.Trailer.Get("X-Checksum"); got != "c1" {
+					t.Errorf("replay's trailers %v, want the recorded X-Checksum", replay.Trailer)
+				}
+			})
 		}
 	}
 }

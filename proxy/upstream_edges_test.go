@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,5 +132,81 @@ func TestCutShortBodyIsNotRecordedOutsideAServer(t *testing.T) {
 	if second.Header().Get("Idempotent-Replayed") == "true" {
 		t.Fatalf("a cut-short response was recorded and replayed: %d %q (Content-Length %s)",
 			second.Code, second.Body.String(), second.Header().Get("Content-Length"))
+	}
+}
+
+// rawUpstream serves each connection one request, answered with the bytes
+// of answer as they are, and counts the requests it read.
+func rawUpstream(t *testing.T, answer string, calls *atomic.Int64) *url.URL {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				calls.Add(1)
+				io.WriteString(c, answer)
+			}()
+		}
+	}()
+	return &url.URL{Scheme: "http", Host: ln.Addr().String()}
+}
+
+// An upstream that answers HTTP/1.x that net/http cannot read (a control
+// byte in a header value, a header line without a colon, conflicting
+// lengths, a malformed status code, a transfer coding it does not know)
+// has executed the request, and would answer a retry the same way: its 502
+// is recorded whatever on_upstream_error says, as for headers over the
+// transport's limit. An answer cut inside its header section is a lost
+// answer, and one without an HTTP/1.x status line comes from a peer that
+// does not speak HTTP: on_upstream_error (release) frees the key.
+func TestMalformedAnswerIsNotExecutedTwice(t *testing.T) {
+	for name, answer := range map[string]string{
+		"control byte in a value":   "HTTP/1.1 201 Created\r\nX-Ref: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+		"line without a colon":      "HTTP/1.1 201 Created\r\nX-Ref\r\nContent-Length: 2\r\n\r\nok",
+		"two lengths":               "HTTP/1.1 201 Created\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+		"length not a number":       "HTTP/1.1 201 Created\r\nContent-Length: two\r\n\r\nok",
+		"status not a number":       "HTTP/1.1 2x1 Created\r\nContent-Length: 2\r\n\r\nok",
+		"unknown transfer encoding": "HTTP/1.1 201 Created\r\nTransfer-Encoding: gzip\r\n\r\nok",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var calls atomic.Int64
+			e := newEnv(t, nil, func(o *Options) { o.Upstream = rawUpstream(t, answer, &calls) })
+			first := e.do(t, "POST", "/x", "k", "{}")
+			if first.StatusCode != http.StatusBadGateway || first.problemType() != "upstream-failed" {
+				t.Fatalf("first: %d %s, want 502 upstream-failed", first.StatusCode, first.body)
+			}
+			r := e.do(t, "POST", "/x", "k", "{}")
+			if !r.replayed() || r.StatusCode != http.StatusBadGateway || calls.Load() != 1 {
+				t.Fatalf("retry: %d replayed=%v after %d executions, want the recorded 502 after 1", r.StatusCode, r.replayed(), calls.Load())
+			}
+		})
+	}
+	for name, answer := range map[string]string{
+		"cut inside the header section": "HTTP/1.1 201 Created\r\nX-Ref: a",
+		"no status line":                "+PONG\r\n",
+		"version not HTTP":              "RTSP/1.0 200 OK\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var calls atomic.Int64
+			e := newEnv(t, nil, func(o *Options) { o.Upstream = rawUpstream(t, answer, &calls) })
+			e.do(t, "POST", "/x", "k", "{}")
+			if r := e.do(t, "POST", "/x", "k", "{}"); r.replayed() || calls.Load() != 2 {
+				t.Fatalf("retry: %d replayed=%v after %d executions, want the key released and executed again", r.StatusCode, r.replayed(), calls.Load())
+			}
+		})
 	}
 }
