@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,44 @@ func TestTokenIgnoresSurroundingWhitespaceAsATokenFileDoes(t *testing.T) {
 	}
 	if e.token.Enabled() {
 		t.Error("a blank token enables the API, which no request could then reach")
+	}
+}
+
+// With the token, a method a path of the API does not serve is a 405
+// problem whose Allow names the methods it does, and a path the API does
+// not have is a 404 problem; without a token both stay a bare 404.
+func TestUnservedAdminRequestIsAProblemNamingTheMethodsAllowed(t *testing.T) {
+	e := newEnv(t, testToken)
+	for _, tc := range []struct {
+		method, target string
+		status         int
+		typ, allow     string
+	}{
+		{"PUT", "/admin/keys/0123abcd", http.StatusMethodNotAllowed, probMethod.Type, "GET, HEAD, DELETE"},
+		{"POST", "/admin/keys", http.StatusMethodNotAllowed, probMethod.Type, "GET, HEAD"},
+		{"GET", "/admin/hash", http.StatusMethodNotAllowed, probMethod.Type, "POST"},
+		{"DELETE", "/admin/report", http.StatusMethodNotAllowed, probMethod.Type, "GET, HEAD"},
+		{"GET", "/admin/nope", http.StatusNotFound, probNoResource.Type, ""},
+		{"PUT", "/admin/keys/a/b", http.StatusNotFound, probNoResource.Type, ""},
+		{"GET", "/admin/", http.StatusNotFound, probNoResource.Type, ""},
+	} {
+		rec := e.do(t, tc.method, tc.target, bearer, "")
+		if rec.Code != tc.status {
+			t.Errorf("%s %s = %d %s, want %d", tc.method, tc.target, rec.Code, rec.Body, tc.status)
+			continue
+		}
+		if p := problemOf(t, rec); p.Type != tc.typ {
+			t.Errorf("%s %s: problem type %q, want %q", tc.method, tc.target, p.Type, tc.typ)
+		}
+		if got := rec.Header().Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.target, got, tc.allow)
+		}
+	}
+	off := newEnv(t, "")
+	for _, target := range []string{"/admin/keys/0123abcd", "/admin/nope"} {
+		rec := off.do(t, "PUT", target, bearer, "")
+		if rec.Code != http.StatusNotFound || rec.Header().Get("Allow") != "" || strings.Contains(rec.Header().Get("Content-Type"), "problem") {
+			t.Errorf("PUT %s without a token configured = %d %v, want a bare 404", target, rec.Code, rec.Header())
+		}
 	}
 }

@@ -81,18 +81,44 @@ const (
 )
 
 func (h *Handler) routeKeys(mux *http.ServeMux) {
-	handle := func(pattern, op string, fn http.HandlerFunc) {
-		mux.HandleFunc(pattern, requireToken(h.token, h.metrics, op, fn))
+	routes := []struct {
+		method, path, op string
+		fn               http.HandlerFunc
+	}{
+		{http.MethodGet, "/admin/keys/{key_hash}", opGet, h.getKey},
+		{http.MethodDelete, "/admin/keys/{key_hash}", opDelete, h.deleteKey},
+		{http.MethodGet, "/admin/keys", opList, h.listKeys},
+		{http.MethodPost, "/admin/hash", opHash, h.hashKey},
+		{http.MethodGet, "/admin/config", opConfig, h.getConfig},
+		{http.MethodGet, "/admin/report", opReport, h.getReport},
 	}
-	handle("GET /admin/keys/{key_hash}", opGet, h.getKey)
-	handle("DELETE /admin/keys/{key_hash}", opDelete, h.deleteKey)
-	handle("GET /admin/keys", opList, h.listKeys)
-	handle("POST /admin/hash", opHash, h.hashKey)
-	handle("GET /admin/config", opConfig, h.getConfig)
-	handle("GET /admin/report", opReport, h.getReport)
+	// resources matches the paths alone, whatever the method, so that a
+	// method a path does not serve is told apart from a path that is none.
+	resources := http.NewServeMux()
+	allow := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, requireToken(h.token, h.metrics, rt.op, rt.fn))
+		if allow[rt.path] == nil {
+			resources.Handle(rt.path, http.NotFoundHandler())
+		}
+		allow[rt.path] = append(allow[rt.path], rt.method)
+		if rt.method == http.MethodGet {
+			allow[rt.path] = append(allow[rt.path], http.MethodHead) // the mux serves HEAD with GET
+		}
+	}
 	// Everything else under /admin/ is 404 without the token, so that a
-	// prober learns nothing; with it, a clear 404 or 405.
-	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", http.NotFound))
+	// prober learns nothing; with it, a 405 naming the methods of a path
+	// the API serves, or a 404 for a path it does not.
+	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := resources.Handler(r)
+		if methods := allow[pattern]; methods != nil {
+			list := strings.Join(methods, ", ")
+			w.Header().Set("Allow", list)
+			writeProblem(w, probMethod, r.URL.Path+" answers "+list+", not "+r.Method+".")
+			return
+		}
+		writeProblem(w, probNoResource, "The admin API has no "+r.URL.Path+"; docs/operating.md lists its requests.")
+	}))
 }
 
 func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {

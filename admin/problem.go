@@ -17,6 +17,8 @@ type problem = problemjson.Problem
 var (
 	probUnauthorized = problem{Type: problemjson.Base + "admin-unauthorized", Title: "Admin token missing or wrong", Status: http.StatusUnauthorized}
 	probBadRequest   = problem{Type: problemjson.Base + "admin-bad-request", Title: "Malformed admin request", Status: http.StatusBadRequest}
+	probNoResource   = problem{Type: problemjson.Base + "admin-not-found", Title: "No such admin resource", Status: http.StatusNotFound}
+	probMethod       = problem{Type: problemjson.Base + "admin-method-not-allowed", Title: "Method not served on this admin resource", Status: http.StatusMethodNotAllowed}
 	probNotFound     = problem{Type: problemjson.Base + "key-not-found", Title: "No lease or record under this key", Status: http.StatusNotFound}
 	probUnsupported  = problem{Type: problemjson.Base + "admin-unsupported", Title: "This store does not support the key API", Status: http.StatusNotImplemented}
 	probStore        = problemjson.StoreUnavailable
@@ -25,7 +27,7 @@ var (
 
 // problemTypes is every problem the admin API answers, each listed in
 // clients/contract.json (TestEveryAdminProblemTypeIsInTheContract).
-var problemTypes = []problem{probUnauthorized, probBadRequest, probNotFound, probUnsupported, probStore, probInternal}
+var problemTypes = []problem{probUnauthorized, probBadRequest, probNoResource, probMethod, probNotFound, probUnsupported, probStore, probInternal}
 
 type problemBody = problemjson.Body
 

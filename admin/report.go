@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/internal/adoption"
 )
 
 // defaultReportWindow is the window of GET /admin/report without ?window=.
@@ -21,6 +23,10 @@ func (h *Handler) getReport(w http.ResponseWriter, r *http.Request) {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			h.badRequest(w, opReport, "window: want a positive duration such as 1h or 24h, got "+strconv.Quote(v))
+			return
+		}
+		if d < adoption.Bucket {
+			h.badRequest(w, opReport, "window: counts are kept per minute, so the smallest window is "+adoption.Bucket.String()+", got "+strconv.Quote(v))
 			return
 		}
 		window = d

@@ -45,3 +45,32 @@ func TestReportIsServedBehindTheTokenForTheWindowAsked(t *testing.T) {
 		t.Errorf("report ok counted %v, want 2", got)
 	}
 }
+
+// Counts are kept per minute, so a window under a minute is refused with a
+// 400 that names the smallest, never answered with a minute's counts; a
+// minute is answered.
+func TestReportWindowUnderAMinuteIsRefusedNamingTheSmallest(t *testing.T) {
+	var asked time.Duration
+	e := newEnv(t, testToken, func(o *Options) {
+		o.Report = func(w time.Duration) adoption.Report { asked = w; return adoption.Report{Window: w.String()} }
+	})
+	for _, window := range []string{"30s", "59.999s", "1ns"} {
+		rec := e.do(t, "GET", "/admin/report?window="+window, bearer, "")
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("window=%s: %d %s, want 400", window, rec.Code, rec.Body)
+			continue
+		}
+		if p := problemOf(t, rec); p.Type != probBadRequest.Type || !strings.Contains(p.Detail, "smallest window is 1m0s") {
+			t.Errorf("window=%s: problem %+v, want admin-bad-request naming 1m0s", window, p)
+		}
+	}
+	if asked != 0 {
+		t.Errorf("a refused window asked the proxy for %s", asked)
+	}
+	if rec := e.do(t, "GET", "/admin/report?window=1m", bearer, ""); rec.Code != http.StatusOK || asked != time.Minute {
+		t.Errorf("window=1m: %d, asked %s; want 200 for a minute", rec.Code, asked)
+	}
+	if got := e.ops(opReport, resultBadRequest); got != 3 {
+		t.Errorf("report bad_request counted %v, want 3", got)
+	}
+}

@@ -169,9 +169,14 @@ func (d *decoder) value(path string, raw any, v reflect.Value, option string) {
 // list it sets replaces the inherited one.
 func (d *decoder) routes(path string, raw any, v reflect.Value) {
 	if s, ok := raw.(sourced); ok {
-		parsed, err := parseRoutesDocument(s.value)
+		parsed, twin, err := parseRoutesDocument(s.value)
 		if err != nil {
 			d.add(path, raw, "invalid YAML or JSON list: %v", err)
+			return
+		}
+		if twin != nil {
+			d.add(twin.path, raw, "%s", twin.reason())
+			d.origins[twin.path] = "from " + s.origin // not the file's line
 			return
 		}
 		if parsed == nil {

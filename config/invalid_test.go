@@ -135,6 +135,10 @@ var invalidFiles = []invalidCase{
 		`routes[3].match: invalid pattern "/a/{x": at offset 3: bad wildcard segment (must end with '}')`,
 		`routes[4].match: invalid pattern "GET example.com /x" (want [METHOD ][HOST]/PATH)`,
 	}},
+	{"invalid-route-methods.yaml", []string{
+		`routes[0].match: route "POST /v1/charges" matches POST requests alone, and its methods [PUT PATCH] (from defaults) protect none: add POST to its methods, or set enabled: false for a plain pass-through`,
+		`routes[1].methods: route "POST /v1/refunds" matches POST requests alone, and its methods [PUT] protect none: add POST to its methods, or set enabled: false for a plain pass-through`,
+	}},
 	{"invalid-route-conflict.yaml", []string{
 		`routes[1].match: pattern "/a/{y}" conflicts with routes[0] "/a/{x}": /a/{y} matches the same requests as /a/{x}`,
 		`routes[3].match: pattern "/b/new" conflicts with routes[2] "GET /b/{id}": /b/new matches more methods than GET /b/{id}, but has a more specific path pattern`,

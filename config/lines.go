@@ -14,7 +14,7 @@ import (
 // key a mapping repeats in another case ("ttl" and "TTL"): keys are
 // case-insensitive, so it is one key given twice, which YAML refuses only
 // when both are written alike.
-func keyLines(doc []byte) (lines map[string]int, twin *Problem) {
+func keyLines(doc []byte) (lines map[string]int, twin *caseTwin) {
 	var root yaml.Node
 	if yaml.Unmarshal(doc, &root) != nil || root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
 		return nil, nil
@@ -32,7 +32,7 @@ func keyLines(doc []byte) (lines map[string]int, twin *Problem) {
 				}
 				path := join(prefix, strings.ToLower(k.Value))
 				if first, ok := seen[path]; ok && twin == nil {
-					twin = &Problem{Path: path, Line: k.Line, Reason: fmt.Sprintf("%q repeats %q of line %d: keys are case-insensitive; keep one", k.Value, first.Value, first.Line)}
+					twin = &caseTwin{path: path, first: first, again: k}
 				}
 				seen[path] = k
 				lines[path] = k.Line
@@ -48,6 +48,23 @@ func keyLines(doc []byte) (lines map[string]int, twin *Problem) {
 	}
 	walk("", root.Content[0])
 	return lines, twin
+}
+
+// caseTwin is a key of a mapping given again in another case.
+type caseTwin struct {
+	path         string
+	first, again *yaml.Node
+}
+
+// inFile is the problem of a twin in the file at path, naming both lines.
+func (t *caseTwin) inFile(path string) *Problem {
+	return &Problem{Path: t.path, File: path, Line: t.again.Line, Reason: fmt.Sprintf("%q repeats %q of line %d: keys are case-insensitive; keep one", t.again.Value, t.first.Value, t.first.Line)}
+}
+
+// reason is the problem of a twin in a document a variable gives, whose
+// lines are not the file's.
+func (t *caseTwin) reason() string {
+	return fmt.Sprintf("%q repeats %q: keys are case-insensitive; keep one", t.again.Value, t.first.Value)
 }
 
 // yamlLine is the "yaml: line N: " yaml starts its syntax errors with.

@@ -145,8 +145,7 @@ func readFile(path string) (map[string]any, map[string]int, error) {
 	keepNumberText(doc, tree)
 	lines, twin := keyLines(doc)
 	if twin != nil {
-		twin.File = path
-		return nil, nil, twin
+		return nil, nil, twin.inFile(path)
 	}
 	return tree, lines, nil
 }
@@ -289,19 +288,24 @@ func asFloat(v any) (float64, bool) {
 
 // parseRoutesDocument reads IDEMPOTENCY_PROXY_ROUTES: a YAML block list or a
 // JSON array (JSON is YAML), nested under a routes key so viper can read it.
-// A document that holds nothing is nil.
-func parseRoutesDocument(doc string) (any, error) {
+// A document that holds nothing is nil. A key a route gives twice in two
+// cases is reported as twin (its path is "routes[i].key"), as the file's
+// are: viper would keep one of the two.
+func parseRoutesDocument(doc string) (routes any, twin *caseTwin, err error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	body := "routes:\n  " + strings.ReplaceAll(strings.TrimSpace(doc), "\n", "\n  ") + "\n"
 	if err := v.ReadConfig(strings.NewReader(body)); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if _, twin := keyLines([]byte(body)); twin != nil {
+		return nil, twin, nil
 	}
 	tree := v.AllSettings()
 	keepNumberText([]byte(body), tree)
 	// An empty document (or only comments) holds nothing, not an empty
 	// list: nil, which the caller refuses.
-	return tree["routes"], nil
+	return tree["routes"], nil, nil
 }
 
 // environ keeps the IDEMPOTENCY_PROXY_ variables, and those spelled in

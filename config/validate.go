@@ -91,7 +91,29 @@ func (c *Config) problems(origins map[string]string) []*Problem {
 	for _, p := range problems {
 		v.add(fmt.Sprintf("routes[%d].match", p.Index), "%s", p.Reason)
 	}
+	if len(problems) == 0 {
+		c.checkRouteMethods(v)
+	}
 	return v.out
+}
+
+// checkRouteMethods refuses an enabled route whose match names a method its
+// methods do not protect: it matches only requests of that method and
+// would pass every one through, require_key or not. The problem is the
+// route's methods when it sets them, else its match (the methods are the
+// defaults').
+func (c *Config) checkRouteMethods(v *validation) {
+	for i, r := range c.Routes {
+		m := proxy.UnprotectedMethod(r.Match, r.Methods)
+		if !r.Enabled || m == "" {
+			continue
+		}
+		key, methods := fmt.Sprintf("routes[%d].methods", i), fmt.Sprint(r.Methods)
+		if _, set := v.origins[key]; v.origins != nil && !set {
+			key, methods = fmt.Sprintf("routes[%d].match", i), methods+" (from defaults)"
+		}
+		v.add(key, "route %q matches %s requests alone, and its methods %s protect none: add %s to its methods, or set enabled: false for a plain pass-through", r.Match, m, methods, m)
+	}
 }
 
 // checkPolicies runs the handler's own check on the defaults and on every

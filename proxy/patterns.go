@@ -91,6 +91,27 @@ func conflictReason(err error) string {
 	return strings.ReplaceAll(msg, "\n", " ")
 }
 
+// UnprotectedMethod returns the method a route pattern names when a route
+// with that pattern and methods would protect none of the requests it
+// matches ("" otherwise): "POST /v1/charges" with methods [PUT PATCH]
+// matches POSTs alone, and passes every one through. A pattern naming GET
+// also matches HEAD, which a route protecting HEAD protects.
+func UnprotectedMethod(pattern string, methods []string) string {
+	f := strings.Fields(pattern)
+	if len(f) != 2 {
+		return ""
+	}
+	rt := &route{methods: make([]string, len(methods))}
+	for i, m := range methods {
+		rt.methods[i] = upperASCII(m)
+	}
+	method := upperASCII(f[0])
+	if rt.protects(method) || method == http.MethodGet && rt.protects(http.MethodHead) {
+		return ""
+	}
+	return method
+}
+
 // PatternPath is the path of a route pattern, "[METHOD ][HOST]/PATH",
 // wildcards and all: "/v1/charges/{id}" of "POST api.example.com/v1/charges/{id}".
 func PatternPath(p string) string {

@@ -19,7 +19,7 @@ import (
 // ReportBucket is the span one bucket of counts covers, and ReportKept
 // how far back the report can see: one bucket a minute for 24 hours.
 const (
-	ReportBucket = time.Minute
+	ReportBucket = adoption.Bucket
 	ReportKept   = 24 * time.Hour
 	reportSlots  = int(ReportKept / ReportBucket)
 )

@@ -142,6 +142,11 @@ func newRouteTable(def Policy, routes []Route, m *Metrics) (*routeTable, error) 
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid route: %s", problems[0].Reason)
 	}
+	for _, r := range routes {
+		if m := UnprotectedMethod(r.Pattern, r.Policy.Methods); m != "" && !r.Disabled {
+			return nil, fmt.Errorf("invalid route: route %q matches %s requests alone, and its methods %v protect none: add %s to its methods, or disable it", r.Pattern, m, r.Policy.Methods, m)
+		}
+	}
 	t := &routeTable{
 		byPattern: make(map[string]*route, len(routes)),
 		fallback:  newRoute(defaultRoute, false, def, m),

@@ -68,6 +68,20 @@ func TestCheckOfInvalidConfigExits2LikeValidate(t *testing.T) {
 	}
 }
 
+// A route whose methods do not protect the method its match names would
+// pass every request it matches through: --validate and --check refuse it
+// with exit status 2, naming the route and what to add.
+func TestRouteProtectingNoneOfItsRequestsIsRefusedByValidateAndCheck(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "upstream:\n  url: http://127.0.0.1:1\ndefaults:\n  methods: [PUT, PATCH]\nroutes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	for _, args := range [][]string{{"--validate"}, {"--check"}} {
+		code, out, errs := runBinary(t, nil, append([]string{"--config", file}, args...)...)
+		if code != 2 || !strings.Contains(errs, `routes[0].match: route "POST /v1/charges" matches POST requests alone`) || !strings.Contains(errs, "add POST to its methods") || out != "" {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 2 naming routes[0].match and the fix, nothing run", args, code, out, errs)
+		}
+	}
+}
+
 // The variable of a Secret without its key is empty: the binary refuses it
 // rather than check, and then run, a memory store of its own.
 func TestStoreAddressGivenEmptyIsRefusedNotRunInMemory(t *testing.T) {

@@ -37,6 +37,9 @@ func runReport(args, env []string, stdout, stderr io.Writer) int {
 		if *window <= 0 {
 			return nil, fmt.Errorf("--window: want a positive duration such as 1h, got %s", *window)
 		}
+		if *window < adoption.Bucket {
+			return nil, fmt.Errorf("--window: counts are kept per minute, so the smallest window is %s, got %s", adoption.Bucket, *window)
+		}
 		return &keysCmd{method: http.MethodGet, path: "/admin/report?" + url.Values{"window": {window.String()}}.Encode()}, nil
 	}, func(c *keysCmd) int { return printReport(c, *asJSON, stdout, stderr) })
 }

@@ -14,6 +14,7 @@ func TestReportRefusesBadUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"report", "--window", "-1h"}, "--window: want a positive duration"},
+		{[]string{"report", "--window", "30s"}, "--window: counts are kept per minute, so the smallest window is 1m0s, got 30s"},
 		{[]string{"report", "--window", "1day"}, "invalid value"},
 		{[]string{"report", "now"}, "unexpected arguments"},
 		{[]string{"report", "--admin", "127.0.0.1:9090"}, "--admin: want http://HOST:PORT"},

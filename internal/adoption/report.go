@@ -7,6 +7,10 @@ package adoption
 
 import "time"
 
+// Bucket is the span one bucket of counts covers: counts are kept per
+// minute, so a report's window is whole minutes, and a minute the smallest.
+const Bucket = time.Minute
+
 // Route is one route's line of the report.
 type Route struct {
 	Route string `json:"route"`
