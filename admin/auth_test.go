@@ -100,6 +100,7 @@ func TestUnservedAdminRequestIsAProblemNamingTheMethodsAllowed(t *testing.T) {
 		{"GET", "/admin/nope", http.StatusNotFound, probNoResource.Type, ""},
 		{"PUT", "/admin/keys/a/b", http.StatusNotFound, probNoResource.Type, ""},
 		{"GET", "/admin/", http.StatusNotFound, probNoResource.Type, ""},
+		{"GET", "/admin", http.StatusNotFound, probNoResource.Type, ""},
 	} {
 		rec := e.do(t, tc.method, tc.target, bearer, "")
 		if rec.Code != tc.status {
@@ -114,7 +115,7 @@ func TestUnservedAdminRequestIsAProblemNamingTheMethodsAllowed(t *testing.T) {
 		}
 	}
 	off := newEnv(t, "")
-	for _, target := range []string{"/admin/keys/0123abcd", "/admin/nope"} {
+	for _, target := range []string{"/admin/keys/0123abcd", "/admin/nope", "/admin"} {
 		rec := off.do(t, "PUT", target, bearer, "")
 		if rec.Code != http.StatusNotFound || rec.Header().Get("Allow") != "" || strings.Contains(rec.Header().Get("Content-Type"), "problem") {
 			t.Errorf("PUT %s without a token configured = %d %v, want a bare 404", target, rec.Code, rec.Header())

@@ -109,7 +109,7 @@ func (h *Handler) routeKeys(mux *http.ServeMux) {
 	// Everything else under /admin/ is 404 without the token, so that a
 	// prober learns nothing; with it, a 405 naming the methods of a path
 	// the API serves, or a 404 for a path it does not.
-	mux.HandleFunc("/admin/", requireToken(h.token, h.metrics, "other", func(w http.ResponseWriter, r *http.Request) {
+	unserved := requireToken(h.token, h.metrics, "other", func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := resources.Handler(r)
 		if methods := allow[pattern]; methods != nil {
 			list := strings.Join(methods, ", ")
@@ -118,7 +118,11 @@ func (h *Handler) routeKeys(mux *http.ServeMux) {
 			return
 		}
 		writeProblem(w, probNoResource, "The admin API has no "+r.URL.Path+"; docs/operating.md lists its requests.")
-	}))
+	})
+	mux.HandleFunc("/admin/", unserved)
+	// /admin itself too: else the mux redirects it to /admin/, token or
+	// not, and a prober learns that the subtree exists.
+	mux.HandleFunc("/admin", unserved)
 }
 
 func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
