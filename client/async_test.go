@@ -108,10 +108,7 @@ func TestStatusURLOnAnotherOriginIsNotPolled(t *testing.T) {
 	}))
 	t.Cleanup(other.Close)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Location", other.URL+"/.well-known/idempotency/s1")
-		w.Header().Set("Preference-Applied", "respond-async")
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusAccepted)
+		acceptAsync(w, other.URL+"/.well-known/idempotency/s1")
 	}))
 	t.Cleanup(front.Close)
 	handedOverUnpolled(t, front.URL, other, &polled)
@@ -128,10 +125,7 @@ func TestStatusURLAfterARedirectToAnotherOriginIsNotPolled(t *testing.T) {
 			w.WriteHeader(http.StatusTeapot)
 			return
 		}
-		w.Header().Set("Location", "/.well-known/idempotency/s1")
-		w.Header().Set("Preference-Applied", "respond-async")
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusAccepted)
+		acceptAsync(w, "/.well-known/idempotency/s1")
 	}))
 	t.Cleanup(other.Close)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -213,26 +207,42 @@ func TestRespondAsyncResendsARequestWhoseKeyWasReleased(t *testing.T) {
 	}
 }
 
+// acceptAsync answers as the proxy does a request it runs asynchronously:
+// 202, its status URL at location.
+func acceptAsync(w http.ResponseWriter, location string) {
+	w.Header().Set("Location", location)
+	w.Header().Set("Preference-Applied", "respond-async")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// asyncServer accepts every POST, counted in posts, with its status URL at
+// /.well-known/idempotency/s1, and answers every other request with poll.
+func asyncServer(t *testing.T, posts *atomic.Int32, poll http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			poll(w, r)
+			return
+		}
+		posts.Add(1)
+		acceptAsync(w, "/.well-known/idempotency/s1")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // A poll answered status-unknown (an unknown or expired status URL) is the
 // end: the request is not sent again, however its key may have gone.
 func TestRespondAsyncStopsOnAnUnknownStatusURL(t *testing.T) {
 	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			posts.Add(1)
-			w.Header().Set("Location", "/.well-known/idempotency/s1")
-			w.Header().Set("Preference-Applied", "respond-async")
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
+	srv := asyncServer(t, &posts, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write([]byte(`{"type":"` + ProblemStatusUnknown + `","status":404}`))
-	}))
-	t.Cleanup(srv.Close)
+	})
 	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
-	_, err := c.Do(t.Context(), newCharge(t, srv.URL, "amount=7"))
+	_, err := c.Do(t.Context(), newCharge(t, srv, "amount=7"))
 	var pe *ProblemError
 	if !errors.As(err, &pe) || pe.Problem.Type != ProblemStatusUnknown {
 		t.Fatalf("Do: %v, want a ProblemError status-unknown", err)
@@ -246,25 +256,16 @@ func TestRespondAsyncStopsOnAnUnknownStatusURL(t *testing.T) {
 // read, say) is polled again: only the mark frees the key for a resend.
 func TestRespondAsyncPollsAgainOnAnUnmarked503(t *testing.T) {
 	var posts, gets atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			posts.Add(1)
-			w.Header().Set("Location", "/.well-known/idempotency/s1")
-			w.Header().Set("Preference-Applied", "respond-async")
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
+	srv := asyncServer(t, &posts, func(w http.ResponseWriter, r *http.Request) {
 		if gets.Add(1) == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set(HeaderReplayed, "true")
 		w.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(srv.Close)
+	})
 	c := &Client{RespondAsync: true, sleep: func(context.Context, time.Duration) error { return nil }}
-	resp, err := c.Do(t.Context(), newCharge(t, srv.URL, "amount=7"))
+	resp, err := c.Do(t.Context(), newCharge(t, srv, "amount=7"))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}

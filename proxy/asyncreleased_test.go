@@ -23,6 +23,19 @@ func (e *env) settle(t *testing.T) {
 	}
 }
 
+// acceptAsync sends POST /x with key k1 and Prefer: respond-async, and the
+// header fields kv, fails the test unless it is accepted (202), waits until
+// the key is settled and returns the status URL.
+func (e *env) acceptAsync(t *testing.T, kv ...string) string {
+	t.Helper()
+	r := e.do(t, "POST", "/x", "k1", "{}", append([]string{"Prefer", "respond-async"}, kv...)...)
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("%d %s, want 202", r.StatusCode, r.body)
+	}
+	e.settle(t)
+	return r.Header.Get("Location")
+}
+
 func TestPollOfARequestReleasedByTheUpstreamAnswersItsReleaseStatus(t *testing.T) {
 	var processed atomic.Int64
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
@@ -38,12 +51,7 @@ func TestPollOfARequestReleasedByTheUpstreamAnswersItsReleaseStatus(t *testing.T
 		w.Write([]byte(`{"done":true}`))
 	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
 
-	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if first.StatusCode != http.StatusAccepted {
-		t.Fatalf("first: %d %s, want 202", first.StatusCode, first.body)
-	}
-	loc := first.Header.Get("Location")
-	e.settle(t)
+	loc := e.acceptAsync(t)
 
 	p := e.poll(t, loc)
 	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" || p.replayed() {
@@ -58,11 +66,9 @@ func TestPollOfARequestReleasedByTheUpstreamAnswersItsReleaseStatus(t *testing.T
 	}
 
 	// The client sends the request again with its key: it executes.
-	resend := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async", "X-Ready", "1")
-	if resend.StatusCode != http.StatusAccepted || resend.Header.Get("Location") != loc {
-		t.Fatalf("resend: %d Location %q, want 202 at %q", resend.StatusCode, resend.Header.Get("Location"), loc)
+	if got := e.acceptAsync(t, "X-Ready", "1"); got != loc {
+		t.Fatalf("resend: Location %q, want %q", got, loc)
 	}
-	e.settle(t)
 	done := e.poll(t, loc)
 	if done.StatusCode != http.StatusCreated || !done.replayed() || done.Header.Get(ReleasedHeader) != "" {
 		t.Fatalf("poll after the resend: %d replayed=%v released=%q, want the recorded 201",
@@ -85,12 +91,7 @@ func TestPollOfARequestWhoseUpstreamWasUnreachableAnswers502(t *testing.T) {
 		o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
 	})
 
-	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if first.StatusCode != http.StatusAccepted {
-		t.Fatalf("first: %d %s, want 202", first.StatusCode, first.body)
-	}
-	loc := first.Header.Get("Location")
-	e.settle(t)
+	loc := e.acceptAsync(t)
 	p := e.poll(t, loc)
 	if p.StatusCode != http.StatusBadGateway || p.problemType() != "upstream-unreachable" || p.Header.Get(ReleasedHeader) != "true" || p.replayed() {
 		t.Fatalf("poll: %d %s released=%q replayed=%v, want 502 upstream-unreachable marked released",
@@ -108,11 +109,7 @@ func TestPollOfARequestWhoseUpstreamWasUnreachableAnswers502(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	resend := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if resend.StatusCode != http.StatusAccepted {
-		t.Fatalf("resend: %d %s, want 202", resend.StatusCode, resend.body)
-	}
-	e.settle(t)
+	e.acceptAsync(t)
 	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
 		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
 	}
@@ -130,9 +127,7 @@ func TestReleasedNoteIsNeverTheKeys(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
-	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async", "Authorization", "Bearer alice")
-	e.settle(t)
-	loc := first.Header.Get("Location")
+	loc := e.acceptAsync(t, "Authorization", "Bearer alice")
 	if p := e.poll(t, loc, "Authorization", "Bearer mallory"); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
 		t.Errorf("poll with another scope: %d %s, want 404 status-unknown", p.StatusCode, p.body)
 	}
@@ -161,9 +156,7 @@ func TestPollOfAReleasedRequestWhoseNoteTheStoreCouldNotKeepIs404(t *testing.T) 
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}, withStore(noteRefusingStore{st}), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
-	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	e.settle(t)
-	if p := e.poll(t, first.Header.Get("Location")); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
+	if p := e.poll(t, e.acceptAsync(t)); p.StatusCode != http.StatusNotFound || p.problemType() != "status-unknown" {
 		t.Errorf("poll: %d %s, want 404 status-unknown", p.StatusCode, p.body)
 	}
 	if r := e.do(t, "POST", "/x", "k1", "{}"); r.StatusCode != http.StatusServiceUnavailable || r.replayed() {
@@ -186,15 +179,12 @@ func TestPollOfARequestWhoseUpstreamFailedUnderReleaseAnswersItsProblem(t *testi
 		o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow
 		o.Default.OnUpstreamError = UpstreamErrorRelease
 	})
-	first := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	loc := first.Header.Get("Location")
-	e.settle(t)
+	loc := e.acceptAsync(t)
 	p := e.poll(t, loc)
 	if p.StatusCode != http.StatusBadGateway || p.problemType() != "upstream-failed" || p.Header.Get(ReleasedHeader) != "true" {
 		t.Fatalf("poll: %d %s released=%q, want 502 upstream-failed marked released", p.StatusCode, p.body, p.Header.Get(ReleasedHeader))
 	}
-	e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	e.settle(t)
+	e.acceptAsync(t)
 	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
 		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
 	}

@@ -245,18 +245,25 @@ func BenchmarkParseKey(b *testing.B) {
 // Allocations per request are the same on every machine, so they are
 // checked here, unlike CPU times. The bounds are the targets.
 func TestHandlerAllocations(t *testing.T) {
-	if raceEnabled() {
-		t.Skip("the race detector drops sync.Pool items and adds allocations")
-	}
-	const runs = 200
-	tests := []struct {
-		name string
-		max  float64
-		// setup returns the function measured; it runs runs+1 times.
-		setup func(*benchRig) func() int
-	}{
+	checkAllocations(t, keyedAllocations())
+}
+
+// allocRuns is how many requests an allocation count is the mean of.
+const allocRuns = 200
+
+// allocation is a kind of request and the most allocations it may cost.
+type allocation struct {
+	name string
+	max  float64
+	// setup returns the function measured; it runs allocRuns+1 times.
+	setup func(*benchRig) func() int
+}
+
+// keyedAllocations are a keyed request's miss and replay.
+func keyedAllocations() []allocation {
+	return []allocation{
 		{"miss", 45, func(rig *benchRig) func() int {
-			keys, i := missKeys(0, runs+1), 0
+			keys, i := missKeys(0, allocRuns+1), 0
 			return func() int { i++; return rig.serve(keys[i-1]) }
 		}},
 		{"hit", 6, func(rig *benchRig) func() int {
@@ -265,12 +272,21 @@ func TestHandlerAllocations(t *testing.T) {
 			return func() int { return rig.serve(key) }
 		}},
 	}
+}
+
+// checkAllocations measures each of tests on a bench rig of its own,
+// given opts, and fails those that allocate more than their max.
+func checkAllocations(t *testing.T, tests []allocation, opts ...envOption) {
+	t.Helper()
+	if raceEnabled() {
+		t.Skip("the race detector drops sync.Pool items and adds allocations")
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rig := newBenchRig(t)
+			rig := newBenchRig(t, opts...)
 			serve := tc.setup(rig)
 			var status int
-			got := testing.AllocsPerRun(runs, func() { status = serve() })
+			got := testing.AllocsPerRun(allocRuns, func() { status = serve() })
 			if status != http.StatusOK {
 				t.Fatalf("status %d, want 200", status)
 			}
@@ -318,41 +334,8 @@ func methodRoutes(o *Options) {
 // sends headers and body in one write — three allocations more than the
 // stream it was.
 func TestHandlerAllocationsOnMethodRoutes(t *testing.T) {
-	if raceEnabled() {
-		t.Skip("the race detector drops sync.Pool items and adds allocations")
-	}
-	const runs = 200
-	for _, tc := range []struct {
-		name  string
-		max   float64
-		setup func(*benchRig) func() int
-	}{
-		{"miss", 45, func(rig *benchRig) func() int {
-			keys, i := missKeys(0, runs+1), 0
-			return func() int { i++; return rig.serve(keys[i-1]) }
-		}},
-		{"hit", 6, func(rig *benchRig) func() int {
-			const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
-			rig.serve(key)
-			return func() int { return rig.serve(key) }
-		}},
-		{"no key", 30, func(rig *benchRig) func() int {
-			delete(rig.r.Header, "Idempotency-Key")
-			return func() int { return rig.serve("") }
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rig := newBenchRig(t, methodRoutes)
-			serve := tc.setup(rig)
-			var status int
-			got := testing.AllocsPerRun(runs, func() { status = serve() })
-			if status != http.StatusOK {
-				t.Fatalf("status %d, want 200", status)
-			}
-			t.Logf("%s: %.0f allocations per request", tc.name, got)
-			if got > tc.max {
-				t.Errorf("%s: %.0f allocations per request, want at most %.0f", tc.name, got, tc.max)
-			}
-		})
-	}
+	checkAllocations(t, append(keyedAllocations(), allocation{"no key", 30, func(rig *benchRig) func() int {
+		delete(rig.r.Header, "Idempotency-Key")
+		return func() int { return rig.serve("") }
+	}}), methodRoutes)
 }

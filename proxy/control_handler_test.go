@@ -174,6 +174,33 @@ func TestControlHeaderSentAsUnannouncedTrailerIsRemoved(t *testing.T) {
 	}
 }
 
+// postWithEarlyHints sends POST /jobs with key, or without a key when key is
+// "", reads the response to its end, and returns it with the one interim
+// (103) response the upstream sends before it, which carries a Link; it
+// fails the test when another set of interim responses came.
+func (e *env) postWithEarlyHints(t *testing.T, key string) (*http.Response, textproto.MIMEHeader) {
+	t.Helper()
+	var interim []textproto.MIMEHeader
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		interim = append(interim, h)
+		return nil
+	}}
+	req := e.request(t, httptrace.WithClientTrace(context.Background(), trace), "/jobs", key)
+	if key == "" {
+		req.Header.Del("Idempotency-Key")
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	if len(interim) != 1 || interim[0].Get("Link") == "" {
+		t.Fatalf("key %q: interim responses %v, want the 103 with its Link", key, interim)
+	}
+	return res, interim[0]
+}
+
 // The control header is for the proxy alone wherever the upstream puts it:
 // an interim (1xx) response and the trailers lose it as the final header
 // section does, keyed or not. Only the final header section steers
@@ -193,25 +220,8 @@ func TestControlHeaderIsRemovedFromInterimResponsesAndTrailers(t *testing.T) {
 		h.Set(http.TrailerPrefix+"idempotency-control", "no-store")
 	})
 	for _, key := range []string{"k-1", ""} {
-		var interim []textproto.MIMEHeader
-		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			interim = append(interim, h)
-			return nil
-		}}
-		req := e.request(t, httptrace.WithClientTrace(context.Background(), trace), "/jobs", key)
-		if key == "" {
-			req.Header.Del("Idempotency-Key")
-		}
-		res, err := e.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.ReadAll(res.Body)
-		res.Body.Close()
-		if len(interim) != 1 || interim[0].Get("Link") == "" {
-			t.Fatalf("key %q: interim responses %v, want the 103 with its Link", key, interim)
-		}
-		if v := interim[0]["Idempotency-Control"]; v != nil {
+		res, hints := e.postWithEarlyHints(t, key)
+		if v := hints["Idempotency-Control"]; v != nil {
 			t.Errorf("key %q: the 103 carries Idempotency-Control %q", key, v)
 		}
 		if res.Trailer.Get("X-Checksum") != "c1" {
@@ -271,26 +281,9 @@ func TestInterimResponsesCarryNoHopByHopFields(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	for _, key := range []string{"k-1", ""} {
-		var interim []textproto.MIMEHeader
-		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			interim = append(interim, h)
-			return nil
-		}}
-		req := e.request(t, httptrace.WithClientTrace(context.Background(), trace), "/jobs", key)
-		if key == "" {
-			req.Header.Del("Idempotency-Key")
-		}
-		res, err := e.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.ReadAll(res.Body)
-		res.Body.Close()
-		if len(interim) != 1 || interim[0].Get("Link") == "" {
-			t.Fatalf("key %q: interim responses %v, want the 103 with its Link", key, interim)
-		}
+		_, hints := e.postWithEarlyHints(t, key)
 		for _, name := range []string{"Connection", "X-Upstream-Hop", "Keep-Alive", "Proxy-Authenticate"} {
-			if v, ok := interim[0][name]; ok {
+			if v, ok := hints[name]; ok {
 				t.Errorf("key %q: the 103 carries the upstream connection's %s %q", key, name, v)
 			}
 		}

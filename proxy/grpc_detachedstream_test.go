@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,46 +17,21 @@ import (
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution/executiontest"
 )
 
-// feedEnv is a gRPC env in front of test.Feed/Watch, a server stream that
-// sends "one" and "two", then "three" once hold is closed.
-func feedEnv(t *testing.T, opts ...envOption) (e *grpcEnv, watch *grpc.StreamDesc, hold chan struct{}) {
+// feedEnv is a gRPC env whose ledger's Watch sends "one" and "two", then
+// "three" once hold is closed.
+func feedEnv(t *testing.T, opts ...envOption) (e *grpcEnv, hold chan struct{}) {
 	t.Helper()
-	hold = make(chan struct{})
-	watch = &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true, Handler: func(_ any, s grpc.ServerStream) error {
-		var in []byte
-		if err := s.RecvMsg(&in); err != nil {
-			return err
-		}
-		for _, m := range []string{"one", "two"} {
-			b := []byte(m)
-			if err := s.SendMsg(&b); err != nil {
-				return err
-			}
-		}
-		<-hold
-		b := []byte("three")
-		return s.SendMsg(&b)
-	}}
-	srv := grpc.NewServer(grpc.ForceServerCodec(grpctest.Codec{}))
-	srv.RegisterService(&grpc.ServiceDesc{ServiceName: "test.Feed", HandlerType: (*any)(nil), Streams: []grpc.StreamDesc{*watch}}, struct{}{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	opts = append([]envOption{func(o *Options) { o.Upstream = mustURL(t, "http://"+ln.Addr().String()) }}, opts...)
-	return newGRPCEnv(t, opts...), watch, hold
+	e = newGRPCEnv(t, opts...)
+	e.ledger.Hold = make(chan struct{})
+	return e, e.ledger.Hold
 }
 
-// A keyed server stream looks unary until its second message. One whose
-// client left goes on detached, as any call, and ends released, counted
-// as passthrough among the detached calls that ended.
-func TestGRPCServerStreamDetachedFromItsClientEndsCountedAsPassthrough(t *testing.T) {
-	e, watch, hold := feedEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// watchUnderWay opens a Watch keyed feed-1 on ctx, sends its request and
+// returns the stream once "one" and "two" have come.
+func (e *grpcEnv) watchUnderWay(t *testing.T, ctx context.Context) grpc.ClientStream {
+	t.Helper()
 	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", "feed-1")
-	s, err := e.cc.NewStream(ctx, watch, "/test.Feed/Watch")
+	s, err := e.cc.NewStream(ctx, grpctest.WatchDesc, grpctest.Watch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +40,22 @@ func TestGRPCServerStreamDetachedFromItsClientEndsCountedAsPassthrough(t *testin
 		t.Fatal(err)
 	}
 	s.CloseSend()
-	for range 2 {
+	for _, want := range []string{"one", "two"} {
 		var out []byte
-		if err := s.RecvMsg(&out); err != nil {
-			t.Fatal(err)
+		if err := s.RecvMsg(&out); err != nil || string(out) != want {
+			t.Fatalf("stream gave %q, %v; want %q", out, err, want)
 		}
 	}
+	return s
+}
+
+// A keyed server stream looks unary until its second message. One whose
+// client left goes on detached, as any call, and ends released, counted
+// as passthrough among the detached calls that ended.
+func TestGRPCServerStreamDetachedFromItsClientEndsCountedAsPassthrough(t *testing.T) {
+	e, hold := feedEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	e.watchUnderWay(t, ctx)
 	cancel() // the client leaves, the stream under way
 	wait.SucceedsSoon(t, 10*time.Second, func() error {
 		if n := testutil.ToFloat64(e.proxy.metrics.detached); n != 1 {
@@ -96,29 +80,13 @@ func TestGRPCServerStreamDetachedFromItsClientEndsCountedAsPassthrough(t *testin
 // max_execution passes. Only a call that has not answered yet gets
 // DEADLINE_EXCEEDED at its wait.
 func TestGRPCAnswerUnderWayIsNotCutAtTheClientsWait(t *testing.T) {
-	e, watch, hold := feedEnv(t, func(o *Options) { o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution })
+	e, hold := feedEnv(t, func(o *Options) { o.UpstreamTimeout, o.MaxExecution = testTimeout, testMaxExecution })
 	clock := executiontest.NewFakeClock()
 	e.proxy.clock = clock
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", "feed-1")
-	s, err := e.cc.NewStream(ctx, watch, "/test.Feed/Watch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := []byte("x")
-	if err := s.SendMsg(&in); err != nil {
-		t.Fatal(err)
-	}
-	s.CloseSend()
-	var got []string
-	for len(got) < 2 {
-		var out []byte
-		if err := s.RecvMsg(&out); err != nil {
-			t.Fatalf("after %q: %v", got, err)
-		}
-		got = append(got, string(out))
-	}
+	s := e.watchUnderWay(t, ctx)
+	got := []string{"one", "two"}
 	clock.Advance(testTimeout) // the client's wait passes, the stream under way
 	close(hold)
 	for {

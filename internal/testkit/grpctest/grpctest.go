@@ -43,6 +43,9 @@ type Ledger struct {
 	// Charge then waits for Release (when set) before it answers.
 	Committed chan struct{}
 	Release   chan struct{}
+	// Hold, when set, keeps Watch open after its two messages until it is
+	// closed; Watch then sends a third, "three", and ends.
+	Hold chan struct{}
 }
 
 // Desc registers Ledger on a grpc.Server.
@@ -73,7 +76,8 @@ var Desc = grpc.ServiceDesc{
 	}}},
 	Streams: []grpc.StreamDesc{
 		{StreamName: "Watch", ServerStreams: true, Handler: func(srv any, s grpc.ServerStream) error {
-			srv.(*Ledger).Executions.Add(1)
+			l := srv.(*Ledger)
+			l.Executions.Add(1)
 			var in []byte
 			if err := s.RecvMsg(&in); err != nil {
 				return err
@@ -84,7 +88,12 @@ var Desc = grpc.ServiceDesc{
 					return err
 				}
 			}
-			return nil
+			if l.Hold == nil {
+				return nil
+			}
+			<-l.Hold
+			b := []byte("three")
+			return s.SendMsg(&b)
 		}},
 		{StreamName: "Chat", ClientStreams: true, ServerStreams: true, Handler: func(srv any, s grpc.ServerStream) error {
 			srv.(*Ledger).Executions.Add(1)
