@@ -243,7 +243,7 @@ func BenchmarkParseKey(b *testing.B) {
 }
 
 // Allocations per request are the same on every machine, so they are
-// checked here, unlike CPU times. The bounds are the targets.
+// checked here, unlike CPU times. The bounds are docs/performance.md's targets.
 func TestHandlerAllocations(t *testing.T) {
 	checkAllocations(t, keyedAllocations())
 }

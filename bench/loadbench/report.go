@@ -139,7 +139,7 @@ type report struct {
 }
 
 // write prints the table. Targets are judged at the highest concurrency,
-// the loaded case the ratios describe; they never change the
+// the loaded case docs/performance.md's ratios describe; they never change the
 // exit status.
 func (rep *report) write(w io.Writer) {
 	loaded := slices.Max(rep.concs)
