@@ -121,7 +121,6 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	// note is what the client would have been told of a released key
 	// whose call ran detached from it (asyncreleased.go).
 	var note *store.Record
-	noted := h.notesRelease(q)
 	outcome := OutcomeUpstreamError
 	var f failure // of the upstream exchange, 0 when it answered
 	if c.upstreamErr != nil {
@@ -146,7 +145,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		return outcome
 	case f == failUnreachable, f == failShuttingDown:
 		// Nothing reached the upstream: a retry executes safely.
-		if noted {
+		if h.notesRelease(q) {
 			note = h.problemRecord(q, f)
 		}
 	case f == failResponseTooLarge, f == failResponseNotHTTP:
@@ -166,13 +165,13 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		}
 		if pol.OnUpstreamError == UpstreamErrorKeep {
 			rec = h.problemRecord(q, failResponseCutShort)
-		} else if noted {
+		} else if h.notesRelease(q) {
 			note = h.problemRecord(q, cmp.Or(f, failResponseCutShort))
 		}
 	case !c.recording:
 		// A release status: "not processed, try again".
 		outcome = OutcomeReleased
-		if noted && !c.noStore {
+		if h.notesRelease(q) && !c.noStore {
 			note = c.releasedAnswer(q.fp)
 		}
 	case q.grpc && grpcReleased(q, &outcome):
