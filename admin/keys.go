@@ -146,7 +146,8 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // settling says whether the key in flight is being settled by lookups: its
-// marker is there, or this process settles it.
+// marker is there, or this process settles it. A marker written before
+// the request was sent, its outcome still pending, says it is in flight.
 func (h *Handler) settling(ctx context.Context, key string) *settlingJSON {
 	if h.opts.Settling != nil {
 		if since, probes, ok := h.opts.Settling(key); ok {
@@ -154,7 +155,7 @@ func (h *Handler) settling(ctx context.Context, key string) *settlingJSON {
 		}
 	}
 	m, err := h.keys.Inspect(ctx, key+store.ReconcileSuffix)
-	if err != nil || m.State != store.Completed || m.Record == nil {
+	if err != nil || m.State != store.Completed || m.Record == nil || len(m.Record.Header[store.MarkerPending]) > 0 {
 		return nil
 	}
 	return &settlingJSON{Since: rfc3339(m.Record.CreatedAt)}

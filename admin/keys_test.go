@@ -255,3 +255,22 @@ func TestDeleteRemovesTheKeysSettlementMarker(t *testing.T) {
 		t.Error("the key's marker is still in the store")
 	}
 }
+
+// A key in flight shows settling only when its marker says its outcome is
+// being settled: a marker written before the request was sent, its outcome
+// still pending, leaves the key plainly in flight.
+func TestKeyShowsSettlingOnlyOnceItsOutcomeIsUnknown(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["aa01"] = leaseEntry("aa01")
+	e.st.entries["aa01"+store.ReconcileSuffix] = completedEntry("aa01" + store.ReconcileSuffix)
+	e.st.entries["bb02"] = leaseEntry("bb02")
+	pending := completedEntry("bb02" + store.ReconcileSuffix)
+	pending.Record.Header = map[string][]string{store.MarkerPending: {"true"}}
+	e.st.entries["bb02"+store.ReconcileSuffix] = pending
+	for key, want := range map[string]bool{"aa01": true, "bb02": false} {
+		rec := e.do(t, "GET", "/admin/keys/"+key, bearer, "")
+		if got := strings.Contains(rec.Body.String(), `"settling"`); got != want {
+			t.Errorf("%s: %s, settling shown %v, want %v", key, rec.Body.String(), got, want)
+		}
+	}
+}

@@ -644,42 +644,61 @@ func TestKeyTakenOverAfterReconcileForIsAskedBeforeThen(t *testing.T) {
 	}
 }
 
-// TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain measures
-// what a reconciling route cannot settle: the proxy is SIGKILLed while the
-// service runs a charge it has committed, before either knows the outcome
-// is unknown. No marker was written, only the lease: once it expires the
-// retry is forwarded as new, and the ledger holds two charges
-// (docs/guarantees.md, "What a proxy cannot guarantee").
-func TestProxyKilledWhileItsCallRunsLeavesTheKeyToExecuteAgain(t *testing.T) {
-	l := startChargeLedger(t)
-	held, hold := make(chan struct{}), make(chan struct{})
-	l.set(func(l *chargeLedger) { l.held, l.hold = held, hold })
-	cfg := reconcileConfig(l, "")
-	cfg.Memory, cfg.RedisURL = false, redistest.Start(t).URL()
-	ps := startReplicas(t, 2, cfg)
-	c := newClient(t, 20*time.Second)
-	const key = "killed-mid-call"
+// TestProxyKilledWhileItsCallRunsLeavesTheKeyToBeAskedAbout: the proxy
+// is SIGKILLed while the service runs a charge it has committed, before
+// either knows the outcome is unknown. The key was marked before it was
+// sent, so the retry that takes it after lock_ttl — on the other replica
+// on a shared store, on the proxy restarted on a durable one — asks the
+// service, finds the charge and replays it: the ledger holds one charge.
+func TestProxyKilledWhileItsCallRunsLeavesTheKeyToBeAskedAbout(t *testing.T) {
+	for _, kind := range []string{"redis", "file"} {
+		t.Run(kind, func(t *testing.T) {
+			l := startChargeLedger(t)
+			held, hold := make(chan struct{}), make(chan struct{})
+			l.set(func(l *chargeLedger) { l.held, l.hold = held, hold })
+			cfg := reconcileConfig(l, "")
+			cfg.Memory = false
+			var killed, next *proxyProc
+			if kind == "file" { // one process per directory: the same one comes back
+				cfg.FilePath = t.TempDir()
+				killed = startProxy(t, "killed", cfg)
+				next = killed
+			} else {
+				cfg.RedisURL = redistest.Start(t).URL()
+				ps := startReplicas(t, 2, cfg)
+				killed, next = ps[0], ps[1]
+			}
+			c := newClient(t, 20*time.Second)
+			const key = "killed-mid-call"
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go send(ctx, c, ps[0].URL(), chargeRequest(key))
-	<-held // committed, not answered
-	ps[0].Kill()
-	close(hold)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go send(ctx, c, killed.URL(), chargeRequest(key))
+			<-held // committed, not answered
+			killed.Kill()
+			close(hold)
+			if kind == "file" {
+				killed.Restart()
+			}
 
-	var r reply
-	wait.SucceedsSoon(t, 15*time.Second, func() error {
-		r = mustSend(t, c, ps[1].URL(), chargeRequest(key))
-		if r.Status == http.StatusConflict {
-			return errors.New("409: the dead proxy's lease has not expired yet")
-		}
-		return nil
-	})
-	if _, lookups := l.counts(); lookups != 0 {
-		t.Errorf("lookups = %d: the key was looked up, and this test measures a window that is closed", lookups)
-	}
-	if n := l.effectsOf(key); n != 2 || r.Status != http.StatusCreated {
-		t.Errorf("charges on the ledger = %d, retry %s: want 2 and a fresh 201, the window docs/guarantees.md describes", n, r)
+			var r reply
+			wait.SucceedsSoon(t, 15*time.Second, func() error {
+				r = mustSend(t, c, next.URL(), chargeRequest(key))
+				if r.Status == http.StatusConflict {
+					return errors.New("409: the dead proxy's lease has not expired yet")
+				}
+				return nil
+			})
+			if n := l.effectsOf(key); n != 1 {
+				t.Fatalf("charges on the ledger = %d, want 1: the retry was forwarded, not asked about", n)
+			}
+			if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
+				t.Fatalf("the retry: %s %q, want the committed charge from the lookup", r, r.Body)
+			}
+			if again := mustSend(t, c, next.URL(), chargeRequest(key)); again.Body != r.Body {
+				t.Errorf("retry after it settled: %s %q, want %q", again, again.Body, r.Body)
+			}
+		})
 	}
 }
 

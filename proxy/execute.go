@@ -218,8 +218,16 @@ func (h *Handler) problemRecord(q *request, f failure) *store.Record {
 // until the key is settled (execution.Settling): when the store is
 // briefly unavailable it keeps trying in the background, the client
 // already answered, until the lease would have expired.
+//
+// The marker written before the request was sent (markPending) goes once
+// the outcome is known: after the record, before the release (dropPending).
+// A lost lease leaves it to the key's other owner.
 func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
+	if q.settle.Rec == nil && !leaseLost {
+		h.dropPending(ctx, q)
+	}
 	if q.settle.Try(ctx, &h.settler, leaseLost) {
+		h.recorded(ctx, q, leaseLost)
 		h.settled(q)
 		return
 	}
@@ -229,7 +237,16 @@ func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 // settleLater settles q's key in the background (execution.Settling.Later).
 func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
-	q.settle.Later(ctx, &h.settler, leaseLost)
+	if q.settle.Later(ctx, &h.settler, leaseLost) {
+		h.recorded(ctx, q, leaseLost)
+	}
+}
+
+// recorded drops q's pending marker once the store took its record.
+func (h *Handler) recorded(ctx context.Context, q *request, leaseLost bool) {
+	if q.settle.Rec != nil && !leaseLost && !q.settle.RecordLost {
+		h.dropPending(ctx, q)
+	}
 }
 
 // settled ends q's part in its key: local waiters wake, and the record's

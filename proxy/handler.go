@@ -436,6 +436,9 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			if q.route.reconciles() && h.takeOver(w, q, detached) {
 				return
 			}
+			if pol.OnUpstreamError == UpstreamErrorReconcile && q.route.reconciles() && !h.markPending(detached, w, q) {
+				return
+			}
 			if h.wantsAsync(q) {
 				h.executeAsync(detached, w, q)
 				return

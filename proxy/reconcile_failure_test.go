@@ -817,7 +817,7 @@ type swapMarker struct {
 
 func (s *swapMarker) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
 	err := s.Store.Complete(ctx, key, token, rec, ttl)
-	if key == s.marker && err == nil {
+	if key == s.marker && err == nil && len(rec.Header[markerPending]) == 0 {
 		s.once.Do(func() {
 			_ = s.Store.Delete(ctx, key)
 			res, berr := s.Store.Begin(ctx, key, store.Lease{Fingerprint: rec.Fingerprint}, ttl)

@@ -425,16 +425,17 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	}
 }
 
-// flakyMarkers is a store whose next writes of a marker time out, as a
-// store under strain does; the marker's lease is left taken, as a write
-// that timed out leaves it.
+// flakyMarkers is a store whose next writes of a marker saying an outcome
+// is being settled time out, as a store under strain does; the marker's
+// lease is left taken, as a write that timed out leaves it. The marker
+// written before a request is sent is taken.
 type flakyMarkers struct {
 	*memory.Store
 	fail atomic.Int32
 }
 
 func (s *flakyMarkers) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	if strings.HasSuffix(key, ReconcileSuffix) && s.fail.Add(-1) >= 0 {
+	if strings.HasSuffix(key, ReconcileSuffix) && len(rec.Header[markerPending]) == 0 && s.fail.Add(-1) >= 0 {
 		return fmt.Errorf("the write timed out: %w", store.ErrUnavailable)
 	}
 	return s.Store.Complete(ctx, key, token, rec, ttl)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -26,20 +27,58 @@ const markerResentAt = "Resent-At"
 // the same.
 const markerLookup = "Lookup"
 
+// markerPending is the marker's field set while the request it names is
+// sent, its outcome not yet known (markPending): a retry meanwhile is
+// told the key is in flight, not being settled, and the key's next owner
+// asks the upstream as it would about an unknown outcome.
+const markerPending = store.MarkerPending
+
+// markPending writes q's key's marker before its request is forwarded on
+// a route that settles unknown outcomes: a proxy killed while the
+// upstream runs the request leaves a marked key, which its next owner
+// asks the upstream about instead of forwarding again. A key that cannot
+// be marked is not forwarded: the lease is given back and on_store_error
+// decides, as when the store is down.
+func (h *Handler) markPending(ctx context.Context, w http.ResponseWriter, q *request) bool {
+	at := h.clock.Now()
+	if h.writeMarker(ctx, q, at, time.Time{}, true) {
+		q.pending = at.Truncate(time.Millisecond)
+		return true
+	}
+	_ = h.store.Release(ctx, q.keyHash, q.token)
+	h.storeUnavailable(w, q, errNotMarked)
+	return false
+}
+
+// errNotMarked is why a key that could not be marked before it was sent
+// is not forwarded (markPending).
+var errNotMarked = fmt.Errorf("mark the key before forwarding it: %w", store.ErrUnavailable)
+
 // markReconciling writes q's key's marker, unless one is there, once a
 // renewal proved the key still held: a proxy that lost the key must not
-// mark it for its new owner.
+// mark it for its new owner. The marker written before the request was
+// sent (markPending) is written anew, so that it says since when the
+// outcome is unknown and that it is being settled.
 func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
 	if held, _ := q.settle.RenewUnknown(ctx, &h.settler); !held {
 		return false
 	}
-	return h.writeMarker(ctx, q, q.recon.since, time.Time{})
+	if !q.pending.IsZero() {
+		if h.forgetter == nil {
+			return false
+		}
+		if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return false // the pending marker stays: the next owner asks
+		}
+		q.pending = time.Time{}
+	}
+	return h.writeMarker(ctx, q, q.recon.since, time.Time{}, false)
 }
 
 // markLeft writes the marker of q's key, which this process leaves to its
 // next owner with the upstream still running it (a shutdown mid-call).
 func (h *Handler) markLeft(ctx context.Context, q *request) bool {
-	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{})
+	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{}, false)
 }
 
 // markResent rewrites q's marker to say the original request is being
@@ -54,7 +93,7 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return false
 	}
-	if !h.writeMarker(ctx, q, q.recon.since, at) {
+	if !h.writeMarker(ctx, q, q.recon.since, at, false) {
 		h.log.Error("could not mark the key as resent: it is not resent until it is",
 			"route", q.route.label, "key_hash", q.keyHash)
 		return false
@@ -62,9 +101,10 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 	return true
 }
 
-// writeMarker writes q's key's marker, since the outcome became unknown,
-// and resent when the original request went out again (zero: not yet).
-func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time) bool {
+// writeMarker writes q's key's marker, since the outcome became unknown
+// (or, pending, since the request was sent), and resent when the original
+// request went out again (zero: not yet).
+func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time, pending bool) bool {
 	mk := q.keyHash + ReconcileSuffix
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	res, err := h.store.Begin(ctx, mk, lease, q.route.policy.LockTTL)
@@ -72,7 +112,9 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 	case err != nil:
 		return false
 	case res.State == store.Completed:
-		return resent.IsZero() // a proxy before this one wrote it
+		// A proxy before this one wrote it; before a request is sent,
+		// one there is another's settlement, not to be forwarded over.
+		return resent.IsZero() && !pending
 	case res.State != store.Acquired:
 		return false
 	}
@@ -82,6 +124,9 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 		target = q.recon.target
 	}
 	hdr := map[string][]string{markerLookup: {target}}
+	if pending {
+		hdr[markerPending] = []string{"true"}
+	}
 	if !resent.IsZero() {
 		hdr[markerResentAt] = []string{resent.UTC().Format(time.RFC3339Nano)}
 	}
@@ -90,7 +135,15 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 	// Kept while lookups may run, a resend with them, and as long as a
 	// kept 502 would be.
 	ttl := pol.Reconcile.For + h.maxExecution + pol.TTL
-	return h.store.Complete(ctx, mk, res.Token, marker, ttl) == nil
+	if err := h.store.Complete(ctx, mk, res.Token, marker, ttl); err != nil {
+		if pending {
+			// The request is not sent: nothing is being settled, and a
+			// retry must not be told it is.
+			_ = h.store.Release(ctx, mk, res.Token)
+		}
+		return false
+	}
+	return true
 }
 
 // resentAt is when the original request was sent again, by the marker m;
@@ -135,9 +188,27 @@ func (h *Handler) dropMarker(ctx context.Context, q *request) {
 // unknown): another's is left alone.
 func (h *Handler) dropOwnMarker(ctx context.Context, q *request) {
 	m, _, err := h.marker(ctx, q)
-	if err != nil || m == nil || !m.CreatedAt.Equal(q.recon.since.Truncate(time.Millisecond)) {
+	if err != nil || m == nil {
 		return
 	}
+	if !m.CreatedAt.Equal(q.recon.since.Truncate(time.Millisecond)) && !m.CreatedAt.Equal(q.pending) {
+		return
+	}
+	h.dropMarker(ctx, q)
+}
+
+// dropPending deletes the marker written before q's request was sent
+// (markPending), once the request's outcome is known: after its record
+// is written, which no other request can take the key from, or before its
+// key is released, after which the key and its marker may be another
+// request's. Nothing is read first, so it costs one store operation; one
+// left behind by a failed delete costs a lookup once the record expires,
+// never an execution.
+func (h *Handler) dropPending(ctx context.Context, q *request) {
+	if q.pending.IsZero() {
+		return
+	}
+	q.pending = time.Time{}
 	h.dropMarker(ctx, q)
 }
 
@@ -211,6 +282,11 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 	// The request that was sent is the one asked about, and the marker
 	// this settlement rewrites names it still.
 	q.recon = &reconciliation{target: lookupOf(m, q.probeTarget), since: m.CreatedAt, resent: resentAt(m), done: make(chan struct{})}
+	if len(m.Header[markerPending]) > 0 {
+		// Written before the request was sent: marked anew as being
+		// settled (markReconciling), its time kept.
+		q.pending = m.CreatedAt
+	}
 	q.recon.client = true
 	q.recon.waiting.Store(true)
 	// The first lookup is due when it was for the earlier owner: after
@@ -229,5 +305,5 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 // is there: its outcome is being settled, not run.
 func (h *Handler) settlingElsewhere(ctx context.Context, q *request) bool {
 	m, writing, err := h.marker(ctx, q)
-	return err == nil && (m != nil || writing)
+	return err == nil && (m != nil && len(m.Header[markerPending]) == 0 || writing)
 }

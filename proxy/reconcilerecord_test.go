@@ -20,7 +20,7 @@ import (
 // refusingRecords is a store that takes the lease of key, and renewals
 // of it, but refuses its record, as a constraint or a trigger does: the
 // same write is refused every time. With markers set it refuses the
-// key's marker too, until accept is set.
+// key's marker too, once its outcome is unknown, until accept is set.
 // With timeouts set it times the record out instead, as a store does
 // whose write of a large body never finishes in time; with releases set,
 // the key's release.
@@ -39,7 +39,9 @@ func (s *refusingRecords) Release(ctx context.Context, key, token string) error 
 }
 
 func (s *refusingRecords) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
-	refused := key == s.key || s.markers.Load() && key == s.key+ReconcileSuffix
+	// The marker written before the request is sent is taken: the one
+	// that says the outcome is being settled is refused.
+	refused := key == s.key || s.markers.Load() && key == s.key+ReconcileSuffix && len(rec.Header[markerPending]) == 0
 	if refused && !s.accept.Load() {
 		if s.timeouts.Load() && key == s.key {
 			return fmt.Errorf("the write timed out: %w", store.ErrUnavailable)

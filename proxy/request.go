@@ -115,6 +115,10 @@ type execState struct {
 	// recon is the settling of the request's unknown outcome
 	// (reconcile.go).
 	recon *reconciliation
+	// pending is the time of the marker written before the request was
+	// sent (markPending), until the marker is dropped or written anew;
+	// zero without one.
+	pending time.Time
 
 	// The upstream call's deadline and how its client waits for it
 	// (execution.Call, detach.go).

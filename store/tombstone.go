@@ -20,6 +20,11 @@ const TombstoneSuffix = "/expired"
 // encryption layer seals it like any other record.
 const ReconcileSuffix = "/reconcile"
 
+// MarkerPending is the header of a marker written before its key's
+// request was sent, while its outcome is not yet known: the key is in
+// flight, not being settled.
+const MarkerPending = "Pending"
+
 // ReleasedSuffix ends the storage key of a released note: what the client
 // of a respond-async request would have been told when its key was
 // released, kept a short while for the polls of its status URL. The note

@@ -121,7 +121,10 @@ func (s *Settling) Try(ctx context.Context, e *Settler, leaseLost bool) (settled
 // record's lease is renewed in its last third on the way (renewToRecord),
 // so a store that answers again has the time to take the record — for one
 // lock_ttl more at most (renewUntil).
-func (s *Settling) Later(ctx context.Context, e *Settler, leaseLost bool) {
+//
+// It reports whether the key was settled; false when the lease ran out
+// first, or was lost while held.
+func (s *Settling) Later(ctx context.Context, e *Settler, leaseLost bool) (settled bool) {
 	clock := *e.Clock
 	ttl := s.LockTTL
 	s.renewUntil = s.Lease.End().Add(ttl)
@@ -134,7 +137,7 @@ func (s *Settling) Later(ctx context.Context, e *Settler, leaseLost bool) {
 		left := s.Lease.End().Sub(clock.Now()) - lastTryBefore(ttl)
 		if left <= 0 {
 			e.Log.Warn(s.gaveUp(), "route", s.Route, "key_hash", s.Key)
-			return
+			return false
 		}
 		<-clock.After(min(wait, left))
 		if wait >= left && s.Rec != nil && !s.Held {
@@ -142,7 +145,7 @@ func (s *Settling) Later(ctx context.Context, e *Settler, leaseLost bool) {
 			// renewal sent to a store that does not answer would hold it
 			// until the store's timeout, past the lease's end.
 			if s.Try(ctx, e, leaseLost) {
-				return
+				return true
 			}
 			s.renewToRecord(ctx, e)
 			continue
@@ -150,13 +153,13 @@ func (s *Settling) Later(ctx context.Context, e *Settler, leaseLost bool) {
 		switch {
 		case s.Held:
 			if s.renewHeld(ctx, e) {
-				return // lost: another owner has the key
+				return false // lost: another owner has the key
 			}
 		case s.Rec != nil:
 			s.renewToRecord(ctx, e)
 		}
 		if s.Try(ctx, e, leaseLost) {
-			return
+			return true
 		}
 		backoff = min(2*backoff, time.Second)
 	}
