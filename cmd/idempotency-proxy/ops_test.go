@@ -281,6 +281,12 @@ func TestKeysFileNamedByAReloadIsWatched(t *testing.T) {
 
 	writeFile(t, file, "upstream:\n  url: "+up.URL+"\nstore:\n  encryption:\n    keys_file: "+keys+"\n")
 	waitFor(t, "encryption on by the reload", func() bool { return strings.Contains(p.logs.String(), `"seals_with":"k1"`) })
+	// The keys file is read once more when its watch is in place, for a
+	// rotation written in between: from then on the watch alone can see
+	// one.
+	waitFor(t, "the files read again once watched", func() bool {
+		return strings.Count(p.logs.String(), `"msg":"config reloaded"`) >= 2
+	})
 
 	// Rotation step 1: the new key first, written as a Secret volume
 	// writes, by a rename.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,7 +78,10 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 			events, watchErrors = w.Events, w.Errors
 		}
 	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	reload := func(trigger string) {
+		before := r.watched()
 		r.reload(trigger)
 		if w == nil {
 			return
@@ -86,11 +90,16 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		// moved) is watched from then on.
 		if err := r.watch(w); err != nil {
 			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", r.watched(), "error", err)
+			return
+		}
+		if !slices.Equal(before, r.watched()) {
+			// A rotation written to it after the reload read it and
+			// before the watch began raised no event: read it again,
+			// now that one would.
+			timer.Reset(settle)
 		}
 	}
 
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
