@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,5 +188,41 @@ func TestPollOfARequestWhoseUpstreamFailedUnderReleaseAnswersItsProblem(t *testi
 	e.acceptAsync(t)
 	if done := e.poll(t, loc); done.StatusCode != http.StatusCreated || !done.replayed() {
 		t.Fatalf("poll after the resend: %d %s, want the recorded 201", done.StatusCode, done.body)
+	}
+}
+
+// A request released again after its resend leaves the newer answer at
+// its status URL: the earlier note is replaced, not kept.
+func TestReleaseOfAResentRequestReplacesItsNote(t *testing.T) {
+	var calls atomic.Int64
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", strconv.FormatInt(calls.Add(1), 10))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	loc := e.acceptAsync(t)
+	if p := e.poll(t, loc); p.StatusCode != http.StatusServiceUnavailable || p.Header.Get("Retry-After") != "1" {
+		t.Fatalf("poll: %d Retry-After %q, want the first 503's 1", p.StatusCode, p.Header.Get("Retry-After"))
+	}
+	if got := e.acceptAsync(t); got != loc {
+		t.Fatalf("resend: Location %q, want %q", got, loc)
+	}
+	if p := e.poll(t, loc); p.StatusCode != http.StatusServiceUnavailable || p.Header.Get("Retry-After") != "2" || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll after the resend: %d Retry-After %q released=%q, want the second 503's 2 marked released",
+			p.StatusCode, p.Header.Get("Retry-After"), p.Header.Get(ReleasedHeader))
+	}
+}
+
+// The warning that a poll will answer 404 is logged only for a note the
+// store did not keep.
+func TestReleasedNoteTheStoreKeptIsNotWarnedLost(t *testing.T) {
+	var logs lockedBuffer
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, withLog(&logs), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	if p := e.poll(t, e.acceptAsync(t)); p.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("poll: %d %s, want the note's 503", p.StatusCode, p.body)
+	}
+	if got := logs.lines(t, "could not keep the answer of a released"); len(got) != 0 {
+		t.Errorf("a kept note was warned lost: %v", got)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/grpcwire"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/grpctest"
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
@@ -524,6 +525,60 @@ func TestGRPCShadowRouteRefusesNothing(t *testing.T) {
 // An answer over max_response_body reaches the first caller whole and is
 // recorded without its message: a retry is never executed again, and
 // gets the status without the message, which grpc-go reports INTERNAL.
+// An answer whose trailers take it over max_response_body and carry no
+// grpc-status is recorded with no trailers at all: its replay is the empty
+// body of length 0 that an omitted body is, with no trailer announced.
+func TestGRPCAnswerWithoutAStatusOverTheLimitIsReplayedWithoutTrailers(t *testing.T) {
+	var executions atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		executions.Add(1)
+		w.Header().Set("Content-Type", grpcwire.ContentType)
+		w.Header().Set("Trailer", "X-Audit")
+		w.Write([]byte{0, 0, 0, 0, 2, 'o', 'k'})
+		w.Header().Set("X-Audit", strings.Repeat("t", 512))
+	}))
+	up.Config.Protocols = new(http.Protocols)
+	up.Config.Protocols.SetUnencryptedHTTP2(true)
+	up.Start()
+	t.Cleanup(up.Close)
+	envOverH2C = true
+	t.Cleanup(func() { envOverH2C = false })
+	e := newEnv(t, func(http.ResponseWriter, *http.Request) {}, withPolicy(func(p *Policy) { p.MaxResponseBody = 256 }), func(o *Options) {
+		o.Upstream, o.UpstreamProtocol = mustURL(t, up.URL), UpstreamH2C
+	})
+	call := func() *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/test.Ledger/Charge", bytes.NewReader([]byte{0, 0, 0, 0, 1, 'm'}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", grpcwire.ContentType)
+		req.Header.Set("Te", "trailers")
+		req.Header.Set("Idempotency-Key", "k")
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, res.Body); err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		res.Body.Close()
+		return res
+	}
+	call()
+	res := call()
+	if res.Header.Get("Idempotent-Body-Omitted") != "true" || res.ContentLength != 0 || len(res.Trailer) != 0 {
+		t.Fatalf("retry: omitted=%q length %d, trailer %v; want the replay of an omitted body, length 0, no trailers",
+			res.Header.Get("Idempotent-Body-Omitted"), res.ContentLength, res.Trailer)
+	}
+	if n := executions.Load(); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
+
 func TestGRPCAnswerOverTheRecordLimitIsNotExecutedTwice(t *testing.T) {
 	e := newGRPCEnv(t, withPolicy(func(p *Policy) { p.MaxResponseBody = 256 }))
 	big := strings.Repeat("x", 1000)
