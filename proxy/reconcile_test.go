@@ -403,20 +403,7 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	if r := e.do(t, "POST", "/v1/charges", "b", `{}`); r.StatusCode != http.StatusConflict || !strings.Contains(r.body, "being settled") {
 		t.Fatalf("b's retry within lock_ttl: %d %s, want 409 being settled", r.StatusCode, r.body)
 	}
-	l.mu.Lock()
-	l.lookupsUp = true
-	l.mu.Unlock()
-	if r := <-done; r.StatusCode != http.StatusOK {
-		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
-	}
-	var r *response
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
-		if r.StatusCode == http.StatusConflict {
-			return fmt.Errorf("b still in flight")
-		}
-		return nil
-	})
+	r := e.retryOnceTheRoomIsFree(t, l, done, "b")
 	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
 		t.Fatalf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
 	}
@@ -473,20 +460,7 @@ func TestKeyPastTheRoomIsLeftOnlyOnceMarked(t *testing.T) {
 	if b := e.do(t, "POST", "/v1/charges", "b", `{}`); b.StatusCode != http.StatusBadGateway {
 		t.Fatalf("b past the room: %d %s, want 502", b.StatusCode, b.body)
 	}
-	l.mu.Lock()
-	l.lookupsUp = true
-	l.mu.Unlock()
-	if r := <-done; r.StatusCode != http.StatusOK {
-		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
-	}
-	var r *response
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		r = e.do(t, "POST", "/v1/charges", "b", `{}`)
-		if r.StatusCode == http.StatusConflict {
-			return fmt.Errorf("b still in flight")
-		}
-		return nil
-	})
+	r := e.retryOnceTheRoomIsFree(t, l, done, "b")
 	if effects, _ := l.count(); effects != 2 {
 		t.Fatalf("effects = %d, want 2 (a and b, once each): b was forwarded again", effects)
 	}
@@ -833,4 +807,27 @@ func TestSettledRecordIsFoundByItsRawKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// retryOnceTheRoomIsFree lets the ledger's lookups answer, so that the
+// settlement holding the room of detached calls (key "a", whose answer
+// done delivers) ends with its charge, then sends key until it is no
+// longer in flight and returns that answer.
+func (e *env) retryOnceTheRoomIsFree(t *testing.T, l *ledger, done <-chan *response, key string) *response {
+	t.Helper()
+	l.mu.Lock()
+	l.lookupsUp = true
+	l.mu.Unlock()
+	if r := <-done; r.StatusCode != http.StatusOK {
+		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
+	}
+	var r *response
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		r = e.do(t, "POST", "/v1/charges", key, `{}`)
+		if r.StatusCode == http.StatusConflict {
+			return fmt.Errorf("%s still in flight", key)
+		}
+		return nil
+	})
+	return r
 }
