@@ -366,14 +366,7 @@ func TestKeyWhoseLookupFailsIsInFlightUntilTheLookupAnswers(t *testing.T) {
 	})
 	_, before := l.counts()
 	l.set(func(l *chargeLedger) { l.lookupsDown = false })
-	var settled reply
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		settled = mustSend(t, c, p.URL(), chargeRequest(key))
-		if settled.Status == http.StatusConflict {
-			return errors.New("still being settled")
-		}
-		return nil
-	})
+	settled := sendUntilSettled(t, c, p.URL(), key, 10*time.Second, "still being settled")
 	if settled.Status != http.StatusOK || !strings.Contains(settled.Body, `"ch_1"`) || settled.Header.Get("Idempotency-Reconciled") != "true" {
 		t.Fatalf("after the lookup recovered: %s %q, want the charge", settled, settled.Body)
 	}
@@ -627,14 +620,7 @@ func TestKeyTakenOverAfterReconcileForIsAskedBeforeThen(t *testing.T) {
 
 	// The dead proxy's lease (lock_ttl 2s) outlives reconcile.for (1s):
 	// the first request the other proxy takes the key with comes after it.
-	var r reply
-	wait.SucceedsSoon(t, 15*time.Second, func() error {
-		r = mustSend(t, c, other.URL(), chargeRequest(key))
-		if r.Status == http.StatusConflict {
-			return errors.New("409: the dead proxy's lease has not expired yet")
-		}
-		return nil
-	})
+	r := sendUntilSettled(t, c, other.URL(), key, 15*time.Second, "409: the dead proxy's lease has not expired yet")
 	if r.Status != http.StatusOK || !strings.Contains(r.Body, `"ch_1"`) || r.Header.Get("Idempotency-Reconciled") != "true" {
 		t.Errorf("the retry after reconcile.for: %s %q, want the committed charge from the lookup", r, r.Body)
 	}
@@ -792,4 +778,20 @@ func TestChaosOfUpstreamDeathsAfterCommitOnAReconcileRoute(t *testing.T) {
 	if lookups == 0 {
 		t.Error("no lookup was sent: the run never met an unknown outcome")
 	}
+}
+
+// sendUntilSettled sends the charge of key to url until the proxy no
+// longer answers 409 (why: what the 409 means while it lasts), within
+// bound, and returns the first other answer.
+func sendUntilSettled(t *testing.T, c *http.Client, url, key string, bound time.Duration, why string) reply {
+	t.Helper()
+	var r reply
+	wait.SucceedsSoon(t, bound, func() error {
+		r = mustSend(t, c, url, chargeRequest(key))
+		if r.Status == http.StatusConflict {
+			return errors.New(why)
+		}
+		return nil
+	})
+	return r
 }
