@@ -548,8 +548,7 @@ func (h *Handler) finish(q *request) {
 // report observes a request's metrics and logs its line.
 func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
-	q.route.metrics.observe(outcome, d)
-	q.route.metrics.protocols[protocolOf(q.in)].Inc()
+	q.route.metrics.count(q.in, outcome, d)
 	q.route.metrics.report.outcome(q.start, outcome, q.keyHash != "")
 	if h.observe != nil {
 		o := Observation{Outcome: outcome, KeyHash: q.keyHash}
