@@ -97,16 +97,14 @@ func (c *churn) len() int {
 	return len(c.cur) + len(c.old)
 }
 
-// noteChurn notes whether q's fingerprint and scope were sent under
-// another key within churn_window, and remembers them under q's key. It
-// runs under both modes, before the store is asked; countChurn counts it.
-func (h *Handler) noteChurn(q *request) {
-	c, pol := q.route.churn, &q.route.policy
-	if c == nil {
-		return
-	}
-	id, scopeKey := churnIdentity(q.fp, q.in, q.route.scope)
-	q.churned = c.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries)
+// noteChurn notes whether id, q's fingerprint under its scope values
+// (churnIdentity), was sent under another key within churn_window, and
+// remembers it under q's key; scopeKey is the seeded hash of q's scope
+// values. fingerprintAndKey calls it, on a route that counts churn, under
+// both modes and before the store is asked; countChurn counts it.
+func (h *Handler) noteChurn(q *request, id churnID, scopeKey uint64) {
+	pol := &q.route.policy
+	q.churned = q.route.churn.observe(id, q.keyHash, q.start, pol.ChurnWindow, pol.ChurnMaxEntries)
 	q.churnScope = scopeKey
 }
 

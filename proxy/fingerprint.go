@@ -10,9 +10,39 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/pathread"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
+
+// fingerprintAndKey fills what q is known by once it has a key: its
+// fingerprint, its storage key and the description its lease and record
+// give operators, and notes its key churn. The body was read to its end,
+// so the trailers are known. It fails, before anything is locked, for a
+// JSON body the fingerprint cannot read one way. A GraphQL mutation's form
+// (graphql.go) is hashed in place of its body.
+func (h *Handler) fingerprintAndKey(q *request, graphqlForm []byte) error {
+	r, pol := q.in, &q.route.policy
+	host := normalHost(r.Host) // in the lease's description
+	fpHost := host
+	if !pol.FingerprintHost {
+		fpHost = "" // fingerprint_host: false leaves the host out
+	}
+	var err error
+	if graphqlForm != nil {
+		q.fp = fingerprint(r, fpReading(&q.target, pol.PathCase), fpHost, graphqlForm, pol.FingerprintHeaders)
+	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, pol.PathCase), fpHost, q.body, pol); err != nil {
+		return err
+	}
+	q.keyHash = storageKeyFrom(r, keyReading(&q.target, pol.PathCase), q.key, q.route.scope, q.keyFrom, fpHost)
+	q.desc = q.described(host)
+	if q.route.churn != nil {
+		id, scopeKey := churnIdentity(q.fp, r, q.route.scope)
+		h.noteChurn(q, id, scopeKey)
+	}
+	return nil
+}
 
 // hasher is a reusable SHA-256 with a scratch buffer for the small parts of
 // a request, so hashing allocates nothing.
@@ -62,8 +92,8 @@ func (hs *hasher) finish() [sha256.Size]byte {
 // fingerprint is the SHA-256 of the parts of a request that must be equal
 // for a retry to be the same operation: method, host, path, query, the
 // configured headers, the body and the request trailers. Method and path
-// are as the request is read (at, from target.go: the method as sent with
-// any override headers, the normal path). Every part is
+// are as the request is read (at, fpReading: the method as sent with any
+// override headers, the normal path). Every part is
 // length-prefixed so that no two different requests hash the same bytes.
 //
 // host is the normalised request host (normalHost), or "" to leave it out.
@@ -177,6 +207,41 @@ func normalHost(host string) string {
 	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
+// readAs is the method and escaped path a fingerprint or a key namespace
+// hashes.
+type readAs struct{ method, path string }
+
+// fpReading is what the fingerprint of a request read as t, on a route
+// with path_case pc, hashes for its method and path: the method as sent
+// with any override headers (an upstream may treat "post" and POST
+// apart), and the normal path, lower-cased under path_case: insensitive.
+// Repeated slashes stay: some upstreams keep them apart.
+func fpReading(t *target, pc PathCase) readAs {
+	p := t.path
+	if pc == PathCaseInsensitive {
+		p = lowerASCII(p)
+	}
+	return readAs{t.fpMethod, p}
+}
+
+// keyReading is the method and path that namespace a key derived from the
+// payload (json:, body_sha256) of a request read as t, on a route with
+// path_case pc: the ones the route matched, the broadest reading, so that
+// no spelling of one operation gets a second key. A spelling that is
+// another operation to the upstream then shares the key and differs in
+// its fingerprint: a 422, never a second execution.
+func keyReading(t *target, pc PathCase) readAs {
+	p := t.routed
+	if p == "" {
+		p = t.path // a target no route table read
+	}
+	p = pathread.Clean(p)
+	if pc == PathCaseInsensitive {
+		p = lowerASCII(p)
+	}
+	return readAs{t.method, p}
+}
+
 // storageKeyFrom names a key in the store: a hash of the scope values and
 // the idempotency key, found by a source of kind from, so one client can
 // never be replayed another's response and neither Authorization values,
@@ -226,6 +291,18 @@ var hexPairs = func() (t [256][2]byte) {
 	}
 	return t
 }()
+
+// described is what the request's lease and record say of it, for
+// operators: never its query or body. host is its normalHost.
+func (q *request) described(host string) store.Request {
+	return store.Request{
+		Method:    q.in.Method,
+		Host:      host,
+		Path:      q.in.URL.Path,
+		Route:     q.route.label,
+		StartedAt: q.start.Truncate(time.Millisecond).UTC(),
+	}
+}
 
 // lookup is what q's record keeps so that an operator finds it by the raw
 // key alone (GET /admin/keys?key=): the key without its scope, and the

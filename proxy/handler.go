@@ -330,12 +330,10 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	if !haveBody && !h.readBody(w, q) {
 		return false
 	}
-	host := normalHost(r.Host) // fingerprinted, and in the lease's description
-	if err := h.fingerprint(q, form, host); err != nil {
+	if err := h.fingerprintAndKey(q, form); err != nil {
 		h.refuse(w, q, failAmbiguousBody, err)
 		return false
 	}
-	h.noteChurn(q)
 	if q.route.reconciles() {
 		if plain == nil { // no json: key source decoded it
 			plain = inflated(r, q.body, pol.MaxRequestBody)
@@ -353,7 +351,6 @@ func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 		}
 		q.probeTarget = target
 	}
-	q.desc = q.described(host)
 	return true
 }
 
@@ -382,26 +379,6 @@ func (h *Handler) readBody(w http.ResponseWriter, q *request) bool {
 		return false
 	}
 	return true
-}
-
-// fingerprint computes q's fingerprint and storage key. The body was read
-// to its end, so the trailers are known. It fails, before anything is
-// locked, for a JSON body the fingerprint cannot read one way. A GraphQL
-// mutation's form (graphql.go) is hashed in place of its body. host is
-// the request's normalHost.
-func (h *Handler) fingerprint(q *request, graphqlForm []byte, host string) error {
-	r, pol := q.in, &q.route.policy
-	if !pol.FingerprintHost {
-		host = "" // fingerprint_host: false leaves the host out
-	}
-	var err error
-	if graphqlForm != nil {
-		q.fp = fingerprint(r, fpReading(&q.target, pol.PathCase), host, graphqlForm, pol.FingerprintHeaders)
-	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, pol.PathCase), host, q.body, pol); err != nil {
-		return err
-	}
-	q.keyHash = storageKeyFrom(r, keyReading(&q.target, pol.PathCase), q.key, q.route.scope, q.keyFrom, host)
-	return nil
 }
 
 // serveKeyed decides what a request with a valid key gets.
@@ -571,8 +548,7 @@ func (h *Handler) finish(q *request) {
 // report observes a request's metrics and logs its line.
 func (h *Handler) report(q *request, outcome Outcome, status int) {
 	d := time.Since(q.start)
-	q.route.metrics.observe(outcome, d)
-	q.route.metrics.protocols[protocolOf(q.in)].Inc()
+	q.route.metrics.count(q.in, outcome, d)
 	q.route.metrics.report.outcome(q.start, outcome, q.keyHash != "")
 	if h.observe != nil {
 		o := Observation{Outcome: outcome, KeyHash: q.keyHash}

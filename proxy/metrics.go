@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"runtime"
 	"slices"
 	"sync"
@@ -95,6 +96,32 @@ func ResultOf(o Outcome) Result {
 		return ResultForwarded
 	}
 	return ResultRefused
+}
+
+// Protocol is what a request came as, for metrics and the access line: a
+// small enumeration, never a value from the request.
+type Protocol uint8
+
+const (
+	ProtocolHTTP1 Protocol = iota // HTTP/1.x
+	ProtocolHTTP2                 // HTTP/2 (h2c), not gRPC
+	ProtocolGRPC                  // gRPC, over HTTP/2
+	numProtocols
+)
+
+var protocolNames = [numProtocols]string{"http1", "http2", "grpc"}
+
+func (p Protocol) String() string { return protocolNames[p] }
+
+// protocolOf is the protocol r came as.
+func protocolOf(r *http.Request) Protocol {
+	switch {
+	case r.ProtoMajor != 2:
+		return ProtocolHTTP1
+	case isGRPC(r):
+		return ProtocolGRPC
+	}
+	return ProtocolHTTP2
 }
 
 // storeOp is a store operation; its String is the "operation" label's
@@ -352,6 +379,15 @@ type outcomeMetrics struct {
 	duration prometheus.Observer
 }
 
+// count counts a request r that ended as o after d: by its outcome, and
+// by the protocol it came as.
+func (rm *routeMetrics) count(r *http.Request, o Outcome, d time.Duration) {
+	rm.observe(o, d)
+	rm.protocols[protocolOf(r)].Inc()
+}
+
+// observe counts an outcome and how long it took: a request's, for count,
+// or that of a settlement no client waited for (reconcile.go).
 func (rm *routeMetrics) observe(o Outcome, d time.Duration) {
 	om := rm.outcomes[o]
 	om.requests.Inc()

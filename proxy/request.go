@@ -15,7 +15,8 @@ import (
 // route, its key and where the key came from, its body, its fingerprint
 // and storage key, what its lease and record say of it, and the lookup
 // that settles its unknown outcome. The steps of ServeHTTP up to identify
-// (handler.go) fill it; from then on every step only reads it
+// (handler.go, and fingerprintAndKey in fingerprint.go) fill it; from then
+// on every step only reads it
 // (TestIdentityIsWrittenOnlyUntilIdentify).
 type identity struct {
 	// target is how the proxy reads in's method and path.
@@ -162,17 +163,5 @@ func (q *request) free() {
 	if !q.executed {
 		*q = request{}
 		requests.Put(q)
-	}
-}
-
-// described is what the request's lease and record say of it, for
-// operators: never its query or body. host is its normalHost.
-func (q *request) described(host string) store.Request {
-	return store.Request{
-		Method:    q.in.Method,
-		Host:      host,
-		Path:      q.in.URL.Path,
-		Route:     q.route.label,
-		StartedAt: q.start.Truncate(time.Millisecond).UTC(),
 	}
 }

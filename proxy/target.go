@@ -234,38 +234,3 @@ func lowerASCII(s string) string {
 	}
 	return s
 }
-
-// readAs is the method and escaped path a fingerprint or a key namespace
-// hashes.
-type readAs struct{ method, path string }
-
-// fpReading is what the fingerprint of a request read as t, on a route
-// with path_case pc, hashes for its method and path: the method as sent
-// with any override headers (an upstream may treat "post" and POST
-// apart), and the normal path, lower-cased under path_case: insensitive.
-// Repeated slashes stay: some upstreams keep them apart.
-func fpReading(t *target, pc PathCase) readAs {
-	p := t.path
-	if pc == PathCaseInsensitive {
-		p = lowerASCII(p)
-	}
-	return readAs{t.fpMethod, p}
-}
-
-// keyReading is the method and path that namespace a key derived from the
-// payload (json:, body_sha256) of a request read as t, on a route with
-// path_case pc: the ones the route matched, the broadest reading, so that
-// no spelling of one operation gets a second key. A spelling that is
-// another operation to the upstream then shares the key and differs in
-// its fingerprint: a 422, never a second execution.
-func keyReading(t *target, pc PathCase) readAs {
-	p := t.routed
-	if p == "" {
-		p = t.path // a target no route table read
-	}
-	p = pathread.Clean(p)
-	if pc == PathCaseInsensitive {
-		p = lowerASCII(p)
-	}
-	return readAs{t.method, p}
-}
