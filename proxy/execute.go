@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -48,6 +49,23 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 
 	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
 	setBody(q.upstream, q.body, &q.bodyReader)
+}
+
+// wait is how long q's client waits for the upstream's answer:
+// upstream.timeout, or a gRPC client's own grpc-timeout when shorter.
+func (h *Handler) wait(q *request) time.Duration {
+	if q.grpcWait > 0 {
+		return min(q.grpcWait, h.upstreamTimeout)
+	}
+	return h.upstreamTimeout
+}
+
+// startLease notes q's lease, which runs from when Begin was sent, and
+// the key its settling records or releases (execution.Settling).
+func (q *request) startLease() {
+	ttl := q.route.policy.LockTTL
+	q.lease.Start(q.began, ttl)
+	q.settle = execution.Settling{Key: q.keyHash, Token: q.token, Route: q.route.label, LockTTL: ttl, Lease: &q.lease}
 }
 
 // startCapture readies c to capture the answer to q for w: all the
