@@ -24,7 +24,7 @@ import (
 // when upstream.timeout passes, must not leave an outcome nobody records
 // (docs/guarantees.md). The call is bounded by upstream.max_execution and
 // by Abort; this goroutine waits for it as long as the client does
-// (await, detach.go).
+// (await; letting the client go, detach.go).
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
 	h.prepareCall(detached, w, q)
 	h.callers.Start(q)
@@ -73,6 +73,48 @@ func (q *request) startLease() {
 func (h *Handler) startCapture(c *capture, w http.ResponseWriter, q *request) {
 	*c = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
 		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead, grpc: q.grpc}
+}
+
+// await waits for q's upstream call as long as its client does
+// (execution.Call): the call's outcome is answered, or the client let go.
+func (h *Handler) await(w http.ResponseWriter, q *request) {
+	gone := q.in.Context().Done()
+	for {
+		switch q.call.Await(gone) {
+		case execution.CallEnded:
+			h.answered(w, q)
+			return
+		case execution.WaitPassed:
+			if q.grpc && q.capture.begun() {
+				// A gRPC answer under way stays with its client: a server
+				// stream, which looks unary until its second message,
+				// would be cut, and a client that stops waiting resets
+				// the call (ClientLeft). max_execution still bounds it.
+				continue
+			}
+			if h.letGo(w, q, true) {
+				return
+			}
+		case execution.ClientLeft:
+			gone = nil
+			if h.letGo(w, q, false) {
+				return
+			}
+		}
+	}
+}
+
+// answered takes the outcome of q's call, which ran with its client
+// attached, and aborts the client's response as the reverse proxy did.
+func (h *Handler) answered(w http.ResponseWriter, q *request) {
+	q.outcome, q.status = q.ran.outcome, q.ran.status
+	if q.recon != nil && q.recon.client {
+		h.awaitSettlement(w, q) // nothing went to the client yet
+		return
+	}
+	if q.ran.aborted {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // call makes the upstream call of q (q.upstream) and settles its key. It
