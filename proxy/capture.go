@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,8 @@ type capture struct {
 	// executed response did, however long the body took to arrive.
 	answered time.Time
 	status   int
+	// bodiless is set for a status that carries no body (1xx, 204, 304).
+	bodiless bool
 	// header is what the record keeps of the response's header, built in
 	// recHeader when it is that (freeHeader).
 	header    http.Header
@@ -165,14 +168,7 @@ func (c *capture) WriteHeader(code int) {
 	// The control header is for the proxy alone: taken out before the
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
-	c.recording = !pol.releases(code) && !c.noStore
-	if pol.isAmbiguous(code) && c.upstreamErr == nil {
-		// An answer that says nothing of the outcome: not the key's.
-		c.recording, c.ambiguous = false, true
-		c.mu.Lock()
-		c.withheld = c.reconciles
-		c.mu.Unlock()
-	}
+	c.judge(code)
 	c.declared, c.sentLength = -1, h["Content-Length"]
 	if len(c.sentLength) > 0 {
 		if n, err := strconv.ParseInt(c.sentLength[0], 10, 64); err == nil {
@@ -196,7 +192,7 @@ func (c *capture) WriteHeader(code int) {
 		}
 		// A HEAD, 204 or 304 response announces a length it does not
 		// carry: nothing of it is left out, however large.
-		if n := c.declared; n >= 0 && !c.omitted && !c.head && bodyAllowed(code) {
+		if n := c.declared; n >= 0 && !c.omitted && !c.head && !c.bodiless {
 			if n > c.bodyLimit {
 				c.omitted = true
 			} else if n > 0 {
@@ -220,6 +216,26 @@ func (c *capture) WriteHeader(code int) {
 		c.wroteClient = code
 	}
 	c.mu.Unlock()
+}
+
+// judge decides, in the one place that does, what a final answer with
+// status code means for its key under the route's policy: released when
+// code is one of release_statuses ("not processed, try again") or the
+// upstream said no-store; ambiguous when it is one of ambiguous_statuses
+// and the upstream sent it, an answer that says nothing of the outcome and
+// is not the key's (withheld from the client on a reconciling route, which
+// gets the settled answer instead); else recorded. It notes too whether
+// the status carries a body at all.
+func (c *capture) judge(code int) {
+	pol := c.policy
+	c.bodiless = !bodyAllowed(code)
+	c.recording = !slices.Contains(pol.ReleaseStatuses, code) && !c.noStore
+	if slices.Contains(pol.AmbiguousStatuses, code) && c.upstreamErr == nil {
+		c.recording, c.ambiguous = false, true
+		c.mu.Lock()
+		c.withheld = c.reconciles
+		c.mu.Unlock()
+	}
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -399,7 +415,7 @@ func (c *capture) stopCause() stopCause {
 // declared. Under net/http's server the reverse proxy panics on a broken
 // body copy; this catches the same failure where it cannot.
 func (c *capture) cutShort() bool {
-	return c.declared >= 0 && c.written != c.declared && !c.head && bodyAllowed(c.status)
+	return c.declared >= 0 && c.written != c.declared && !c.head && !c.bodiless
 }
 
 // trace reports to the capture when the request starts reaching the upstream.
@@ -425,7 +441,7 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		}
 	}
 	switch {
-	case !bodyAllowed(c.status):
+	case c.bodiless:
 	case len(trailer) > 0 && c.declared < 0:
 		// Sent without a length so that the trailers could follow (a
 		// gRPC answer): replayed the same way.
