@@ -402,6 +402,25 @@ func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash strin
 	return f, sent, c.keyHash
 }
 
+// verdict is what the capture tells of the upstream call once it
+// returned, all that conclude asks of it: how the exchange failed (0 when
+// the upstream answered), whether the answer was lost (aborted: the
+// reverse proxy panicked; or no status came) or cut short (cutShort), and
+// its record (record, with fingerprint fp) when it came whole with a
+// status to record, else nil.
+func (c *capture) verdict(aborted bool, fp store.Fingerprint) (f failure, lost bool, rec *store.Record) {
+	if c.upstreamErr != nil {
+		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
+	} else if c.stopCause() == stopShutdown {
+		f = failShuttingDown
+	}
+	lost = aborted || !c.responseStarted || c.cutShort()
+	if f == 0 && !lost && c.recording {
+		rec = c.record(fp)
+	}
+	return f, lost, rec
+}
+
 // stopCause is why the call's context was cancelled: a shutdown out of
 // time first, whatever else was under way.
 func (c *capture) stopCause() stopCause {

@@ -182,12 +182,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	// whose call ran detached from it (asyncreleased.go).
 	var note *store.Record
 	outcome := OutcomeUpstreamError
-	var f failure // of the upstream exchange, 0 when it answered
-	if c.upstreamErr != nil {
-		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
-	} else if c.stopCause() == stopShutdown {
-		f = failShuttingDown
-	}
+	f, lost, answer := c.verdict(aborted, q.fp)
 	switch {
 	case f == failShuttingDown && c.sent.Load():
 		// The upstream may still be running it, and this process is
@@ -214,7 +209,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// and fail the same way: the 502 is kept whatever
 		// on_upstream_error says.
 		rec = h.problemRecord(q, f)
-	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
+	case f != 0 || lost || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short, or says nothing of the outcome (ambiguous_statuses:
 		// under keep, the 502 upstream-failed is recorded, not that
@@ -237,7 +232,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	case q.grpc && grpcReleased(q, &outcome):
 	default:
 		outcome = OutcomeExecuted
-		rec = c.record(q.fp)
+		rec = answer
 		if rec.BodyOmitted {
 			q.settle.OmitReason = omitTooLarge
 		}
