@@ -100,9 +100,10 @@ type capture struct {
 	// upstreamErr is the upstream exchange's failure, told by the reverse
 	// proxy's error handler (upstreamFailed).
 	upstreamErr error
-	// hooks is the upstream call's trace (trace), and rec the record of
-	// its response (record): parts of the capture, not allocations of
-	// their own.
+	// hooks is the upstream call's trace, which tells the capture when the
+	// request starts reaching the upstream (set in startCapture), and rec
+	// the record of its response (record): parts of the capture, not
+	// allocations of their own.
 	hooks httptrace.ClientTrace
 	rec   store.Record
 
@@ -435,12 +436,6 @@ func (c *capture) stopCause() stopCause {
 // body copy; this catches the same failure where it cannot.
 func (c *capture) cutShort() bool {
 	return c.declared >= 0 && c.written != c.declared && !c.head && !c.bodiless
-}
-
-// trace reports to the capture when the request starts reaching the upstream.
-func (c *capture) trace() *httptrace.ClientTrace {
-	c.hooks = httptrace.ClientTrace{WroteHeaders: c.requestSent}
-	return &c.hooks
 }
 
 // record returns the captured response as a store record. Its header

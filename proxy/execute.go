@@ -47,7 +47,7 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	q.startLease()
 	q.call.Start(h.clock, q)
 
-	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
+	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, &q.capture.hooks))
 	setBody(q.upstream, q.body, &q.bodyReader)
 }
 
@@ -69,10 +69,12 @@ func (q *request) startLease() {
 }
 
 // startCapture readies c to capture the answer to q for w: all the
-// capture knows of q's route is the policy and whether it reconciles.
+// capture knows of q's route is the policy and whether it reconciles. Its
+// trace, c.hooks, notes when the request reaches the upstream.
 func (h *Handler) startCapture(c *capture, w http.ResponseWriter, q *request) {
 	*c = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
 		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead, grpc: q.grpc}
+	c.hooks = httptrace.ClientTrace{WroteHeaders: c.requestSent}
 }
 
 // await waits for q's upstream call as long as its client does
