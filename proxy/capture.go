@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,8 @@ type capture struct {
 	// executed response did, however long the body took to arrive.
 	answered time.Time
 	status   int
+	// bodiless is set for a status that carries no body (1xx, 204, 304).
+	bodiless bool
 	// header is what the record keeps of the response's header, built in
 	// recHeader when it is that (freeHeader).
 	header    http.Header
@@ -97,9 +100,10 @@ type capture struct {
 	// upstreamErr is the upstream exchange's failure, told by the reverse
 	// proxy's error handler (upstreamFailed).
 	upstreamErr error
-	// hooks is the upstream call's trace (trace), and rec the record of
-	// its response (record): parts of the capture, not allocations of
-	// their own.
+	// hooks is the upstream call's trace, which tells the capture when the
+	// request starts reaching the upstream (set in startCapture), and rec
+	// the record of its response (record): parts of the capture, not
+	// allocations of their own.
 	hooks httptrace.ClientTrace
 	rec   store.Record
 
@@ -165,14 +169,7 @@ func (c *capture) WriteHeader(code int) {
 	// The control header is for the proxy alone: taken out before the
 	// record is copied and before the client sees the header.
 	c.noStore = takeUpstreamControl(h, pol.UpstreamControlHeader)
-	c.recording = !pol.releases(code) && !c.noStore
-	if pol.isAmbiguous(code) && c.upstreamErr == nil {
-		// An answer that says nothing of the outcome: not the key's.
-		c.recording, c.ambiguous = false, true
-		c.mu.Lock()
-		c.withheld = c.reconciles
-		c.mu.Unlock()
-	}
+	c.judge(code)
 	c.declared, c.sentLength = -1, h["Content-Length"]
 	if len(c.sentLength) > 0 {
 		if n, err := strconv.ParseInt(c.sentLength[0], 10, 64); err == nil {
@@ -196,7 +193,7 @@ func (c *capture) WriteHeader(code int) {
 		}
 		// A HEAD, 204 or 304 response announces a length it does not
 		// carry: nothing of it is left out, however large.
-		if n := c.declared; n >= 0 && !c.omitted && !c.head && bodyAllowed(code) {
+		if n := c.declared; n >= 0 && !c.omitted && !c.head && !c.bodiless {
 			if n > c.bodyLimit {
 				c.omitted = true
 			} else if n > 0 {
@@ -220,6 +217,26 @@ func (c *capture) WriteHeader(code int) {
 		c.wroteClient = code
 	}
 	c.mu.Unlock()
+}
+
+// judge decides, in the one place that does, what a final answer with
+// status code means for its key under the route's policy: released when
+// code is one of release_statuses ("not processed, try again") or the
+// upstream said no-store; ambiguous when it is one of ambiguous_statuses
+// and the upstream sent it, an answer that says nothing of the outcome and
+// is not the key's (withheld from the client on a reconciling route, which
+// gets the settled answer instead); else recorded. It notes too whether
+// the status carries a body at all.
+func (c *capture) judge(code int) {
+	pol := c.policy
+	c.bodiless = !bodyAllowed(code)
+	c.recording = !slices.Contains(pol.ReleaseStatuses, code) && !c.noStore
+	if slices.Contains(pol.AmbiguousStatuses, code) && c.upstreamErr == nil {
+		c.recording, c.ambiguous = false, true
+		c.mu.Lock()
+		c.withheld = c.reconciles
+		c.mu.Unlock()
+	}
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -386,6 +403,25 @@ func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash strin
 	return f, sent, c.keyHash
 }
 
+// verdict is what the capture tells of the upstream call once it
+// returned, all that conclude asks of it: how the exchange failed (0 when
+// the upstream answered), whether the answer was lost (aborted: the
+// reverse proxy panicked; or no status came) or cut short (cutShort), and
+// its record (record, with fingerprint fp) when it came whole with a
+// status to record, else nil.
+func (c *capture) verdict(aborted bool, fp store.Fingerprint) (f failure, lost bool, rec *store.Record) {
+	if c.upstreamErr != nil {
+		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
+	} else if c.stopCause() == stopShutdown {
+		f = failShuttingDown
+	}
+	lost = aborted || !c.responseStarted || c.cutShort()
+	if f == 0 && !lost && c.recording {
+		rec = c.record(fp)
+	}
+	return f, lost, rec
+}
+
 // stopCause is why the call's context was cancelled: a shutdown out of
 // time first, whatever else was under way.
 func (c *capture) stopCause() stopCause {
@@ -399,13 +435,7 @@ func (c *capture) stopCause() stopCause {
 // declared. Under net/http's server the reverse proxy panics on a broken
 // body copy; this catches the same failure where it cannot.
 func (c *capture) cutShort() bool {
-	return c.declared >= 0 && c.written != c.declared && !c.head && bodyAllowed(c.status)
-}
-
-// trace reports to the capture when the request starts reaching the upstream.
-func (c *capture) trace() *httptrace.ClientTrace {
-	c.hooks = httptrace.ClientTrace{WroteHeaders: c.requestSent}
-	return &c.hooks
+	return c.declared >= 0 && c.written != c.declared && !c.head && !c.bodiless
 }
 
 // record returns the captured response as a store record. Its header
@@ -425,7 +455,7 @@ func (c *capture) record(fp store.Fingerprint) *store.Record {
 		}
 	}
 	switch {
-	case !bodyAllowed(c.status):
+	case c.bodiless:
 	case len(trailer) > 0 && c.declared < 0:
 		// Sent without a length so that the trailers could follow (a
 		// gRPC answer): replayed the same way.

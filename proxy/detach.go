@@ -26,48 +26,6 @@ import (
 // outcome turns unknown hands its room to the settlement that asks the
 // upstream (reconcile.go), so its key is counted once.
 
-// await waits for q's upstream call as long as its client does
-// (execution.Call): the call's outcome is answered, or the client let go.
-func (h *Handler) await(w http.ResponseWriter, q *request) {
-	gone := q.in.Context().Done()
-	for {
-		switch q.call.Await(gone) {
-		case execution.CallEnded:
-			h.answered(w, q)
-			return
-		case execution.WaitPassed:
-			if q.grpc && q.capture.begun() {
-				// A gRPC answer under way stays with its client: a server
-				// stream, which looks unary until its second message,
-				// would be cut, and a client that stops waiting resets
-				// the call (ClientLeft). max_execution still bounds it.
-				continue
-			}
-			if h.letGo(w, q, true) {
-				return
-			}
-		case execution.ClientLeft:
-			gone = nil
-			if h.letGo(w, q, false) {
-				return
-			}
-		}
-	}
-}
-
-// answered takes the outcome of q's call, which ran with its client
-// attached, and aborts the client's response as the reverse proxy did.
-func (h *Handler) answered(w http.ResponseWriter, q *request) {
-	q.outcome, q.status = q.ran.outcome, q.ran.status
-	if q.recon != nil && q.recon.client {
-		h.awaitSettlement(w, q) // nothing went to the client yet
-		return
-	}
-	if q.ran.aborted {
-		panic(http.ErrAbortHandler)
-	}
-}
-
 // letGo detaches q's call from its client, and answers the client 504 when
 // its timeout passed, and reports whether it did. It does not when the call
 // has just returned (the client gets its answer), nor when detached calls

@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
@@ -23,7 +24,7 @@ import (
 // when upstream.timeout passes, must not leave an outcome nobody records
 // (docs/guarantees.md). The call is bounded by upstream.max_execution and
 // by Abort; this goroutine waits for it as long as the client does
-// (await, detach.go).
+// (await; letting the client go, detach.go).
 func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *request) {
 	h.prepareCall(detached, w, q)
 	h.callers.Start(q)
@@ -46,15 +47,76 @@ func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q
 	q.startLease()
 	q.call.Start(h.clock, q)
 
-	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, q.capture.trace()))
+	q.upstream = q.in.WithContext(httptrace.WithClientTrace(ctx, &q.capture.hooks))
 	setBody(q.upstream, q.body, &q.bodyReader)
 }
 
+// wait is how long q's client waits for the upstream's answer:
+// upstream.timeout, or a gRPC client's own grpc-timeout when shorter.
+func (h *Handler) wait(q *request) time.Duration {
+	if q.grpcWait > 0 {
+		return min(q.grpcWait, h.upstreamTimeout)
+	}
+	return h.upstreamTimeout
+}
+
+// startLease notes q's lease, which runs from when Begin was sent, and
+// the key its settling records or releases (execution.Settling).
+func (q *request) startLease() {
+	ttl := q.route.policy.LockTTL
+	q.lease.Start(q.began, ttl)
+	q.settle = execution.Settling{Key: q.keyHash, Token: q.token, Route: q.route.label, LockTTL: ttl, Lease: &q.lease}
+}
+
 // startCapture readies c to capture the answer to q for w: all the
-// capture knows of q's route is the policy and whether it reconciles.
+// capture knows of q's route is the policy and whether it reconciles. Its
+// trace, c.hooks, notes when the request reaches the upstream.
 func (h *Handler) startCapture(c *capture, w http.ResponseWriter, q *request) {
 	*c = capture{rw: w, hdr: newHeader(), aborted: &h.aborted, limit: q.route.policy.MaxResponseBody,
 		policy: &q.route.policy, reconciles: q.route.reconciles(), keyHash: q.keyHash, head: q.in.Method == http.MethodHead, grpc: q.grpc}
+	c.hooks = httptrace.ClientTrace{WroteHeaders: c.requestSent}
+}
+
+// await waits for q's upstream call as long as its client does
+// (execution.Call): the call's outcome is answered, or the client let go.
+func (h *Handler) await(w http.ResponseWriter, q *request) {
+	gone := q.in.Context().Done()
+	for {
+		switch q.call.Await(gone) {
+		case execution.CallEnded:
+			h.answered(w, q)
+			return
+		case execution.WaitPassed:
+			if q.grpc && q.capture.begun() {
+				// A gRPC answer under way stays with its client: a server
+				// stream, which looks unary until its second message,
+				// would be cut, and a client that stops waiting resets
+				// the call (ClientLeft). max_execution still bounds it.
+				continue
+			}
+			if h.letGo(w, q, true) {
+				return
+			}
+		case execution.ClientLeft:
+			gone = nil
+			if h.letGo(w, q, false) {
+				return
+			}
+		}
+	}
+}
+
+// answered takes the outcome of q's call, which ran with its client
+// attached, and aborts the client's response as the reverse proxy did.
+func (h *Handler) answered(w http.ResponseWriter, q *request) {
+	q.outcome, q.status = q.ran.outcome, q.ran.status
+	if q.recon != nil && q.recon.client {
+		h.awaitSettlement(w, q) // nothing went to the client yet
+		return
+	}
+	if q.ran.aborted {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // call makes the upstream call of q (q.upstream) and settles its key. It
@@ -122,12 +184,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	// whose call ran detached from it (asyncreleased.go).
 	var note *store.Record
 	outcome := OutcomeUpstreamError
-	var f failure // of the upstream exchange, 0 when it answered
-	if c.upstreamErr != nil {
-		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
-	} else if c.stopCause() == stopShutdown {
-		f = failShuttingDown
-	}
+	f, lost, answer := c.verdict(aborted, q.fp)
 	switch {
 	case f == failShuttingDown && c.sent.Load():
 		// The upstream may still be running it, and this process is
@@ -154,7 +211,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 		// and fail the same way: the 502 is kept whatever
 		// on_upstream_error says.
 		rec = h.problemRecord(q, f)
-	case f != 0 || aborted || !c.responseStarted || c.cutShort() || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
+	case f != 0 || lost || c.ambiguous && (c.withheld || pol.OnUpstreamError == UpstreamErrorKeep):
 		// The upstream may have acted on the request; its answer was lost
 		// or cut short, or says nothing of the outcome (ambiguous_statuses:
 		// under keep, the 502 upstream-failed is recorded, not that
@@ -177,7 +234,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	case q.grpc && grpcReleased(q, &outcome):
 	default:
 		outcome = OutcomeExecuted
-		rec = c.record(q.fp)
+		rec = answer
 		if rec.BodyOmitted {
 			q.settle.OmitReason = omitTooLarge
 		}

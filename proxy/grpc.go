@@ -95,15 +95,6 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// wait is how long q's client waits for the upstream's answer:
-// upstream.timeout, or a gRPC client's own grpc-timeout when shorter.
-func (h *Handler) wait(q *request) time.Duration {
-	if q.grpcWait > 0 {
-		return min(q.grpcWait, h.upstreamTimeout)
-	}
-	return h.upstreamTimeout
-}
-
 // grpcReleased reports whether the answer to gRPC call q is not one to
 // record: a status in release_grpc_statuses ("not processed", as
 // release_statuses for HTTP), or more than one response message, which

@@ -12,25 +12,20 @@ import (
 // failure on its route.
 var _ execution.Holder = (*request)(nil)
 
-// renewLease renews q's lease from a timer, the first time after first and
-// then every execution.RenewEvery of the route's lock_ttl; with
-// thenDeadline the first renewal arms the call's deadline (FirstRenewal).
-func (h *Handler) renewLease(ctx context.Context, q *request, first time.Duration, thenDeadline bool) {
-	q.lease.Renew(ctx, h.clock, q, q.route.policy.LockTTL, first, thenDeadline)
-}
-
 // Extend renews q's lease in the store.
 func (q *request) Extend(ctx context.Context, ttl time.Duration) error {
 	return q.h.store.Extend(ctx, q.keyHash, q.token, ttl)
 }
 
-// RenewLease starts the renewals of q's lease, the first after first, for
-// its deadline (execution.Call).
+// RenewLease starts the renewals of q's lease for its deadline
+// (execution.Call): from a timer, the first time after first and then
+// every execution.RenewEvery of the route's lock_ttl; with thenDeadline
+// the first renewal arms the call's deadline (FirstRenewal).
 func (q *request) RenewLease(first time.Duration, thenDeadline bool) {
-	q.h.renewLease(q.detached, q, first, thenDeadline)
+	q.lease.Renew(q.detached, q.h.clock, q, q.route.policy.LockTTL, first, thenDeadline)
 }
 
-// FirstRenewal arms q's deadline, due when its client's wait (wait, grpc.go)
+// FirstRenewal arms q's deadline, due when its client's wait (wait, execute.go)
 // ends after the call started, when the first renewal, due after first,
 // fires before it.
 func (q *request) FirstRenewal(first time.Duration) {
@@ -43,14 +38,6 @@ func (q *request) Lost() { q.h.lockLost(q, "renewal", execution.LostWhileRunning
 // RenewFailed logs a renewal of q's lease that failed.
 func (q *request) RenewFailed(err error) {
 	q.h.log.Warn("could not renew lease", "route", q.route.label, "key_hash", q.keyHash, "error", err)
-}
-
-// startLease notes q's lease, which runs from when Begin was sent, and
-// the key its settling records or releases (execution.Settling).
-func (q *request) startLease() {
-	ttl := q.route.policy.LockTTL
-	q.lease.Start(q.began, ttl)
-	q.settle = execution.Settling{Key: q.keyHash, Token: q.token, Route: q.route.label, LockTTL: ttl, Lease: &q.lease}
 }
 
 // lockLost reports q's lease found lost during an operation.

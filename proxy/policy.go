@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/enum"
@@ -154,12 +153,6 @@ func (p *Policy) sources() []KeySource {
 		return p.KeySources
 	}
 	return []KeySource{headerKeySource(p.Header)}
-}
-
-// releases reports whether status is one of release_statuses: "not
-// processed, try again", so the key is released rather than recorded.
-func (p *Policy) releases(status int) bool {
-	return slices.Contains(p.ReleaseStatuses, status)
 }
 
 // DefaultPolicy returns the built-in policy (docs/configuration.md).

@@ -126,7 +126,7 @@ func (h *Handler) resend(ctx context.Context, q *request) (rec *store.Record, se
 	// the goroutine that ran it.
 	c := new(capture)
 	h.startCapture(c, discard{hdr: http.Header{}}, q)
-	out := q.in.WithContext(httptrace.WithClientTrace(ctx, c.trace()))
+	out := q.in.WithContext(httptrace.WithClientTrace(ctx, &c.hooks))
 	setBody(out, q.body, nil)
 	aborted := h.resendUpstream(c, out)
 	putHeader(c.hdr)

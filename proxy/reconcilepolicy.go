@@ -142,8 +142,3 @@ func (c *policyCheck) statuses(key string, list []int, also []string) {
 		}
 	}
 }
-
-// isAmbiguous reports whether status leaves the outcome unknown.
-func (p *Policy) isAmbiguous(status int) bool {
-	return len(p.AmbiguousStatuses) > 0 && slices.Contains(p.AmbiguousStatuses, status)
-}
