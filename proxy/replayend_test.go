@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -59,6 +60,48 @@ func TestReplayEndsItsStreamWhateverItsKeptTrailers(t *testing.T) {
 			}
 			if n := e.ledger.Executions.Load(); n != 1 {
 				t.Fatalf("%d executions, want 1", n)
+			}
+		})
+	}
+}
+
+// A record whose trailers hold nothing a replay sends is replayed as one
+// without trailers: its length announced, over HTTP/1.1 not chunked for
+// trailers that never follow. A trailer it does send keeps the answer
+// chunked, the trailer after the body.
+func TestReplayWithNoTrailerToSendAnnouncesItsLength(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trailer map[string][]string
+		sent    bool
+	}{
+		{"a field without a value", map[string][]string{"X-Audit": {}}, false},
+		{"a value the wire cannot carry", map[string][]string{"X-Audit": {"a\nb"}}, false},
+		{"a field replay_exclude_headers names", map[string][]string{"Set-Cookie": {"session=1"}}, false},
+		{"a name no trailer may have", map[string][]string{"Content-Length": {"5"}}, false},
+		{"a field it sends", map[string][]string{"X-Audit": {"ok"}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := keptAs{Store: newFlaky(t), keep: func(rec *store.Record) {
+				// Recorded as an answer with trailers is: without a length.
+				rec.Header = maps.Clone(rec.Header)
+				delete(rec.Header, "Content-Length")
+				rec.Trailer = tt.trailer
+			}}
+			e := newEnv(t, nil, withStore(st))
+			first := e.do(t, "POST", "/x", "k", "{}")
+			r := e.do(t, "POST", "/x", "k", "{}")
+			if !r.replayed() || r.body != first.body {
+				t.Fatalf("retry: replayed=%v body %q, want the replay of %q", r.replayed(), r.body, first.body)
+			}
+			if tt.sent {
+				if r.ContentLength != -1 || r.Trailer.Get("X-Audit") != "ok" {
+					t.Fatalf("length %d, trailer %v; want no length and the trailer after the body", r.ContentLength, r.Trailer)
+				}
+				return
+			}
+			if r.ContentLength != int64(len(first.body)) || len(r.Trailer) != 0 {
+				t.Fatalf("length %d, trailer %v; want the body's length %d and no trailer", r.ContentLength, r.Trailer, len(first.body))
 			}
 		})
 	}
