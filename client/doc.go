@@ -23,8 +23,9 @@
 //     (the response may have been lost on the way back; the retry gets the
 //     recorded replay); the proxy's in-flight (409), store-unavailable and
 //     store-full (503), upstream-unreachable and upstream-failed (502) and
-//     upstream-timeout (504); and, from anyone else, 409, 429, 502, 503 and
-//     504. Retry-After is honoured in both delta-seconds and HTTP-date form,
+//     upstream-timeout (504); and, from anyone else, 408, 409, 425, 429, 502,
+//     503 and 504 (408, 425, 429 and 503 are the statuses the proxy releases
+//     the key on by default: not processed). Retry-After is honoured in both delta-seconds and HTTP-date form,
 //     capped by MaxDelay.
 //   - Never retried: a response carrying "Idempotent-Replayed: true" (it is the
 //     recorded answer; asking again cannot change it), and every other status

@@ -57,8 +57,8 @@ func ProblemRetried(t string) (retried, known bool) {
 // its replay.
 func statusAction(code int) action {
 	switch code {
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return retry
 	}
 	return done

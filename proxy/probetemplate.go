@@ -18,6 +18,7 @@ import (
 // once, when the route table is built, and filled at each request.
 type probeTemplate struct {
 	method string
+	target string // as written, its placeholders unfilled (LookupTarget)
 	parts  []probePart
 }
 
@@ -62,7 +63,7 @@ func parseProbeTemplate(s string) (*probeTemplate, error) {
 		// A lookup is sent again and again, and must change nothing.
 		return nil, fmt.Errorf("%q: the lookup's method must be GET or HEAD, which change nothing on the upstream, e.g. \"GET /v1/charges?idempotency_key={key}\"", s)
 	}
-	t := &probeTemplate{method: method}
+	t := &probeTemplate{method: method, target: target}
 	inQuery := false
 	for rest := target; rest != ""; {
 		open := strings.IndexAny(rest, "{}")

@@ -100,3 +100,18 @@ func TestEveryProblemHasTheContractsGRPCStatus(t *testing.T) {
 		t.Errorf("contract's grpc fields %+v, want the fields writeGRPCProblem and replay use", c.GRPC)
 	}
 }
+
+// A status the proxy releases the key on by default says the upstream did
+// not process the request: clients/contract.json retries it with the same
+// key, so no client reports an operation that never ran as its answer.
+func TestEveryDefaultReleaseStatusIsRetriedByClients(t *testing.T) {
+	c, err := contract.Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range DefaultPolicy().ReleaseStatuses {
+		if got := c.Action(code, false); got != contract.Retry {
+			t.Errorf("release status %d: clients %s, want %s", code, got, contract.Retry)
+		}
+	}
+}

@@ -39,8 +39,9 @@ func (h *Handler) probe(ctx context.Context, q *request) (string, *store.Record)
 func (h *Handler) lookup(ctx context.Context, q *request) (string, *store.Record, error) {
 	pol := &q.route.policy
 	up := h.upstream
-	u := up.Scheme + "://" + up.Host + strings.TrimSuffix(up.EscapedPath(), "/") + q.recon.target
-	req, err := http.NewRequestWithContext(ctx, q.route.probe.method, u, nil)
+	base := strings.TrimSuffix(up.EscapedPath(), "/")
+	ctx = context.WithValue(ctx, lookupTargetKey{}, base+q.route.probe.target)
+	req, err := http.NewRequestWithContext(ctx, q.route.probe.method, up.Scheme+"://"+up.Host+base+q.recon.target, nil)
 	if err != nil {
 		return probeError, nil, err
 	}
@@ -74,6 +75,18 @@ func (h *Handler) lookup(ctx context.Context, q *request) (string, *store.Record
 		return probeError, nil, err
 	}
 	return result, foundRecord(resp, body, pol, q.fp), nil
+}
+
+type lookupTargetKey struct{}
+
+// LookupTarget is the target of the lookup whose request has context ctx,
+// as the route's reconcile.request writes it after the upstream's path,
+// its placeholders unfilled; ok is false for any other request. A tracer
+// names the lookup by it: the filled target may hold the key, a header's
+// value or the body's, which stay out of traces.
+func LookupTarget(ctx context.Context) (target string, ok bool) {
+	target, ok = ctx.Value(lookupTargetKey{}).(string)
+	return target, ok
 }
 
 // foundRecord is the record of a found lookup's answer: its headers (not

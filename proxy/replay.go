@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idempotency-proxy/idempotency-proxy/internal/problemjson"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
@@ -29,6 +31,7 @@ func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude [
 // mark: a record (replay), or a released note (serveReleased).
 func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires, mark string) {
 	dst := w.Header()
+	trailers := sendsTrailers(rec.Trailer, exclude)
 	for k, v := range rec.Header {
 		if slices.Contains(exclude, k) {
 			continue
@@ -50,7 +53,7 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 		// trailers kept follow the empty body: no length, so that the
 		// response is chunked over HTTP/1.1, as below.
 		dst["Idempotent-Body-Omitted"] = headerTrue
-		if len(rec.Trailer) == 0 {
+		if !trailers {
 			dst["Content-Length"] = headerZero
 		} else {
 			delete(dst, "Content-Length")
@@ -58,11 +61,11 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 	case r.Method == http.MethodHead:
 		// The length a HEAD was answered with is recorded as it came: a
 		// replay announcing none where none came, not the empty body's 0.
-	case len(rec.Header["Content-Length"]) == 0 && len(rec.Trailer) == 0:
+	case len(rec.Header["Content-Length"]) == 0 && !trailers:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
 	w.WriteHeader(rec.Status)
-	if len(rec.Trailer) > 0 {
+	if trailers {
 		// Trailers follow the body, as they came: the header goes out now,
 		// without a length the server would otherwise compute, so that the
 		// response is chunked over HTTP/1.1 (as the reverse proxy forces it)
@@ -72,12 +75,36 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 	if len(rec.Body) > 0 && r.Method != http.MethodHead && bodyAllowed(rec.Status) {
 		w.Write(rec.Body)
 	}
+	if !trailers {
+		return
+	}
 	for k, v := range rec.Trailer {
 		if slices.Contains(exclude, k) {
 			continue // replay_exclude_headers holds after the body too
 		}
 		dst[http.TrailerPrefix+k] = v[:len(v):len(v)]
 	}
+}
+
+// sendsTrailers reports whether a replay of trailer fields t sends any: a
+// field replay_exclude_headers does not name, whose name a trailer may
+// have, with a value the wire can carry. A replay that would send none is
+// one without trailers. Go's HTTP/2 server, left only fields it has
+// nothing to encode for, writes no trailer section and never ends the
+// stream (golang/net#31, never merged): the client would wait for the
+// answer's end until its deadline.
+func sendsTrailers(t map[string][]string, exclude []string) bool {
+	for k, vs := range t {
+		if slices.Contains(exclude, k) || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidTrailerHeader(k) {
+			continue
+		}
+		for _, v := range vs {
+			if httpguts.ValidHeaderFieldValue(v) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // expires is the Idempotency-Expires value of a replay of rec, "" when the

@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy"
 )
 
 // Transport returns next with a client span around every upstream call,
@@ -29,7 +32,14 @@ type transport struct {
 
 func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	name, attrs := methodAttrs(r.Method, make([]attribute.KeyValue, 0, 6))
-	attrs = append(attrs, semconv.URLFull(redactedURL(r.URL)))
+	full := redactedURL(r.URL)
+	if target, ok := proxy.LookupTarget(r.Context()); ok {
+		// A lookup's filled target may hold the key, a header's value or
+		// the body's: named by its template instead, without its query.
+		path, _, _ := strings.Cut(target, "?")
+		full = r.URL.Scheme + "://" + r.URL.Host + path
+	}
+	attrs = append(attrs, semconv.URLFull(full))
 	attrs = hostAttrs(r.URL.Host, attrs)
 	ctx, span := tr.tracer.Start(r.Context(), name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 

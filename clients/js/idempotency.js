@@ -35,7 +35,7 @@ export const PROBLEM_ACTIONS = Object.freeze({
 });
 
 /** Statuses retried when the answer carries none of the proxy's problem types. */
-export const RETRY_STATUSES = Object.freeze([409, 429, 502, 503, 504]);
+export const RETRY_STATUSES = Object.freeze([408, 409, 425, 429, 502, 503, 504]);
 
 /**
  * decide says what to do with an answer: "retry", "stop" or "done".

@@ -66,7 +66,7 @@ PROBLEM_ACTIONS: Mapping[str, str] = {
 }
 
 #: Statuses retried when the answer carries none of the proxy's problem types.
-RETRY_STATUSES = frozenset({409, 429, 502, 503, 504})
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 502, 503, 504})
 
 
 #: Polls of one status URL under respond_async: ten minutes at the proxy's Retry-After of 1 s.
