@@ -198,17 +198,49 @@ func (h *Handler) dropOwnMarker(ctx context.Context, q *request) {
 }
 
 // dropPending deletes the marker written before q's request was sent
-// (markPending), once the request's outcome is known: after its record
-// is written, which no other request can take the key from, or before its
-// key is released, after which the key and its marker may be another
-// request's. Nothing is read first, so it costs one store operation; one
-// left behind by a failed delete costs a lookup once the record expires,
-// never an execution.
+// (markPending), once its record is written: the key is completed, and no
+// other request can take it, so nothing is read first and it costs one
+// store operation. One left behind by a failed delete costs a lookup once
+// the record expires, never an execution.
 func (h *Handler) dropPending(ctx context.Context, q *request) {
 	if q.pending.IsZero() {
 		return
 	}
 	q.pending = time.Time{}
+	h.dropMarker(ctx, q)
+}
+
+// dropPendingHeld deletes the marker written before q's request was sent
+// (markPending) before its key is released, once the key is proven still
+// q's (dropHeldMarker).
+func (h *Handler) dropPendingHeld(ctx context.Context, q *request) {
+	if q.pending.IsZero() {
+		return
+	}
+	q.pending = time.Time{}
+	h.dropHeldMarker(ctx, q)
+}
+
+// dropHeldMarker deletes the marker of q's key, which q is about to
+// release, once a renewal of q's lease proves the key still q's. A key
+// lost without a renewal finding it — its lease ran out while the
+// upstream ran, the store restarted, an operator deleted it — may be
+// another request's by now, and the marker there that request's: deleted,
+// a proxy killed while the upstream runs that request would leave the
+// key unmarked, and its next owner would execute it again. A renewal the
+// store does not answer leaves the marker too: it costs the key's next
+// owner a lookup, never an execution. What remains is the time between the
+// renewal and the delete, one store operation: the lease, just renewed,
+// would have to run out within it, as for any write fenced by a lease
+// (docs/request-handling.md, "Unknown outcomes: asking the upstream").
+func (h *Handler) dropHeldMarker(ctx context.Context, q *request) {
+	sent := h.clock.Now()
+	if err := h.store.Extend(ctx, q.keyHash, q.token, q.route.policy.LockTTL); err != nil {
+		h.log.Warn("could not prove the key still held before deleting its marker: the marker is left, and the key's next owner asks the upstream",
+			"route", q.route.label, "key_hash", q.keyHash, "error", err)
+		return
+	}
+	q.lease.ExtendTo(sent.Add(q.route.policy.LockTTL))
 	h.dropMarker(ctx, q)
 }
 
