@@ -38,14 +38,21 @@ const markerPending = store.MarkerPending
 // upstream runs the request leaves a marked key, which its next owner
 // asks the upstream about instead of forwarding again. A key that cannot
 // be marked is not forwarded: the lease is given back and on_store_error
-// decides, as when the store is down.
+// decides, as when the store is down. A store full (store.ErrFull) is
+// answered as a full store answers a new key under fail_closed, whatever
+// on_store_error says: 503 store-full, never forwarded (markerFull).
 func (h *Handler) markPending(ctx context.Context, w http.ResponseWriter, q *request) bool {
 	at := h.clock.Now()
-	if h.writeMarker(ctx, q, at, time.Time{}, true) {
+	err := h.writeMarker(ctx, q, at, time.Time{}, true)
+	if err == nil {
 		q.pending = at.Truncate(time.Millisecond)
 		return true
 	}
 	_ = h.store.Release(ctx, q.keyHash, q.token)
+	if errors.Is(err, store.ErrFull) && q.route.policy.Mode != ModeShadow {
+		h.markerFull(w, q, err)
+		return false
+	}
 	h.storeUnavailable(w, q, errNotMarked)
 	return false
 }
@@ -53,6 +60,25 @@ func (h *Handler) markPending(ctx context.Context, w http.ResponseWriter, q *req
 // errNotMarked is why a key that could not be marked before it was sent
 // is not forwarded (markPending).
 var errNotMarked = fmt.Errorf("mark the key before forwarding it: %w", store.ErrUnavailable)
+
+// errMarkerTaken is a marker write that found the key's marker there
+// already, or being written: another request's settlement.
+var errMarkerTaken = errors.New("the key's marker is another settlement's")
+
+// markerFull refuses q, whose key the store had room to lease but not to
+// mark (store.ErrFull): 503 store-full, as a full store answers a new key
+// under fail_closed, and under fail_open too. fail_open forwards what the
+// store cannot protect at all; this key it could lease, and forwarded
+// unmarked a proxy killed while the upstream runs it would leave its next
+// owner to execute it again, on a route that asks for unknown outcomes to
+// be settled, never guessed.
+func (h *Handler) markerFull(w http.ResponseWriter, q *request, err error) {
+	if ok, n := h.refuseLog.Allow(h.clock.Now()); ok {
+		h.log.Warn("store full: no room to mark the key before forwarding it, rejecting request whatever on_store_error says",
+			"route", q.route.label, "key_hash", q.keyHash, "store_full", true, "error", err, "suppressed", n)
+	}
+	h.refuse(w, q, failStoreFull, fmt.Errorf("mark the key before forwarding it: %w", err))
+}
 
 // markReconciling writes q's key's marker, unless one is there, once a
 // renewal proved the key still held: a proxy that lost the key must not
@@ -72,13 +98,13 @@ func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
 		}
 		q.pending = time.Time{}
 	}
-	return h.writeMarker(ctx, q, q.recon.since, time.Time{}, false)
+	return h.writeMarker(ctx, q, q.recon.since, time.Time{}, false) == nil
 }
 
 // markLeft writes the marker of q's key, which this process leaves to its
 // next owner with the upstream still running it (a shutdown mid-call).
 func (h *Handler) markLeft(ctx context.Context, q *request) bool {
-	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{}, false)
+	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{}, false) == nil
 }
 
 // markResent rewrites q's marker to say the original request is being
@@ -93,7 +119,7 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return false
 	}
-	if !h.writeMarker(ctx, q, q.recon.since, at, false) {
+	if h.writeMarker(ctx, q, q.recon.since, at, false) != nil {
 		h.log.Error("could not mark the key as resent: it is not resent until it is",
 			"route", q.route.label, "key_hash", q.keyHash)
 		return false
@@ -103,20 +129,24 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 
 // writeMarker writes q's key's marker, since the outcome became unknown
 // (or, pending, since the request was sent), and resent when the original
-// request went out again (zero: not yet).
-func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time, pending bool) bool {
+// request went out again (zero: not yet). It returns why it did not: the
+// store's error (store.ErrFull when it has no room), or errMarkerTaken.
+func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time, pending bool) error {
 	mk := q.keyHash + ReconcileSuffix
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	res, err := h.store.Begin(ctx, mk, lease, q.route.policy.LockTTL)
 	switch {
 	case err != nil:
-		return false
+		return err
 	case res.State == store.Completed:
 		// A proxy before this one wrote it; before a request is sent,
 		// one there is another's settlement, not to be forwarded over.
-		return resent.IsZero() && !pending
+		if resent.IsZero() && !pending {
+			return nil
+		}
+		return errMarkerTaken
 	case res.State != store.Acquired:
-		return false
+		return errMarkerTaken
 	}
 	pol := &q.route.policy
 	target := q.probeTarget // a shutdown's marker: nothing settles it yet
@@ -141,9 +171,9 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 			// retry must not be told it is.
 			_ = h.store.Release(ctx, mk, res.Token)
 		}
-		return false
+		return err
 	}
-	return true
+	return nil
 }
 
 // resentAt is when the original request was sent again, by the marker m;

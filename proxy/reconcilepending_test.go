@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -252,6 +253,59 @@ func (s *releases) Release(ctx context.Context, key, token string) error {
 	default: // not awaited
 	}
 	return err
+}
+
+// A reconciling route's key the store had room to lease but not to mark
+// (store.ErrFull) is answered as a full store answers a new key: 503
+// store-full, never forwarded — under fail_open too, which forwards what the
+// store cannot protect, not a key it holds but could not mark, that a
+// proxy killed mid-call would leave to execute again. The lease is given
+// back: once the store has room, a retry executes the key, once.
+func TestKeyTheFullStoreCannotMarkIsRefusedAsStoreFull(t *testing.T) {
+	for _, onStoreError := range []OnStoreError{FailClosed, FailOpen} {
+		t.Run(onStoreError.String(), func(t *testing.T) {
+			st := &fullPending{Store: memory.New(memory.Options{})}
+			t.Cleanup(func() { st.Close() })
+			st.full.Store(true)
+			var posts atomic.Int64
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				posts.Add(1)
+				w.WriteHeader(http.StatusCreated)
+			}, withStore(st), func(o *Options) {
+				reviewPolicy(&o.Default)
+				o.Default.OnStoreError = onStoreError
+			})
+			r := e.do(t, "POST", "/x", "k", `{}`)
+			if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(r.body, probStoreFull.Type) {
+				t.Fatalf("unmarked: %d %q, want 503 store-full", r.StatusCode, r.body)
+			}
+			if n := posts.Load(); n != 0 {
+				t.Fatalf("upstream calls = %d, want 0: forwarded unmarked", n)
+			}
+			st.full.Store(false)
+			if r := e.do(t, "POST", "/x", "k", `{}`); r.StatusCode != http.StatusCreated {
+				t.Fatalf("retry: %d %q, want 201: the lease was not given back", r.StatusCode, r.body)
+			}
+			if n := posts.Load(); n != 1 {
+				t.Fatalf("upstream calls = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// fullPending is a store with no room for the marker written before a
+// request is sent, while full is set, as a memory or file store at
+// max_bytes under when_full: reject.
+type fullPending struct {
+	*memory.Store
+	full atomic.Bool
+}
+
+func (s *fullPending) Complete(ctx context.Context, key, token string, rec *store.Record, ttl time.Duration) error {
+	if s.full.Load() && len(rec.Header[markerPending]) > 0 {
+		return fmt.Errorf("memory complete: %w", store.ErrFull)
+	}
+	return s.Store.Complete(ctx, key, token, rec, ttl)
 }
 
 // A settlement that releases its key (the lookup says absent, resend off)
