@@ -277,11 +277,12 @@ func (h *Handler) problemRecord(q *request, f failure) *store.Record {
 // already answered, until the lease would have expired.
 //
 // The marker written before the request was sent (markPending) goes once
-// the outcome is known: after the record, before the release (dropPending).
-// A lost lease leaves it to the key's other owner.
+// the outcome is known: after the record (dropPending), before the release
+// while the key is proven held (dropPendingHeld). A lost lease leaves it
+// to the key's other owner.
 func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 	if q.settle.Rec == nil && !leaseLost {
-		h.dropPending(ctx, q)
+		h.dropPendingHeld(ctx, q)
 	}
 	if q.settle.Try(ctx, &h.settler, leaseLost) {
 		h.recorded(ctx, q, leaseLost)

@@ -301,11 +301,12 @@ func (h *Handler) record(ctx context.Context, q *request, rec *store.Record, out
 }
 
 // releaseSettled releases q's key, and reports whether it did. The marker
-// goes first: once released, the key may be another request's, whose
-// outcome may become unknown and be marked anew, and that marker must not
-// be deleted by this settlement.
+// goes first, while the key is proven held (dropHeldMarker): once
+// released, or lost, the key may be another request's, whose outcome may
+// become unknown and be marked anew, and that marker must not be deleted
+// by this settlement.
 func (h *Handler) releaseSettled(ctx context.Context, q *request) bool {
-	h.dropMarker(ctx, q)
+	h.dropHeldMarker(ctx, q)
 	return q.settle.TryRelease(ctx, &h.settler)
 }
 

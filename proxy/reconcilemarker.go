@@ -38,14 +38,21 @@ const markerPending = store.MarkerPending
 // upstream runs the request leaves a marked key, which its next owner
 // asks the upstream about instead of forwarding again. A key that cannot
 // be marked is not forwarded: the lease is given back and on_store_error
-// decides, as when the store is down.
+// decides, as when the store is down. A store full (store.ErrFull) is
+// answered as a full store answers a new key under fail_closed, whatever
+// on_store_error says: 503 store-full, never forwarded (markerFull).
 func (h *Handler) markPending(ctx context.Context, w http.ResponseWriter, q *request) bool {
 	at := h.clock.Now()
-	if h.writeMarker(ctx, q, at, time.Time{}, true) {
+	err := h.writeMarker(ctx, q, at, time.Time{}, true)
+	if err == nil {
 		q.pending = at.Truncate(time.Millisecond)
 		return true
 	}
 	_ = h.store.Release(ctx, q.keyHash, q.token)
+	if errors.Is(err, store.ErrFull) && q.route.policy.Mode != ModeShadow {
+		h.markerFull(w, q, err)
+		return false
+	}
 	h.storeUnavailable(w, q, errNotMarked)
 	return false
 }
@@ -53,6 +60,25 @@ func (h *Handler) markPending(ctx context.Context, w http.ResponseWriter, q *req
 // errNotMarked is why a key that could not be marked before it was sent
 // is not forwarded (markPending).
 var errNotMarked = fmt.Errorf("mark the key before forwarding it: %w", store.ErrUnavailable)
+
+// errMarkerTaken is a marker write that found the key's marker there
+// already, or being written: another request's settlement.
+var errMarkerTaken = errors.New("the key's marker is another settlement's")
+
+// markerFull refuses q, whose key the store had room to lease but not to
+// mark (store.ErrFull): 503 store-full, as a full store answers a new key
+// under fail_closed, and under fail_open too. fail_open forwards what the
+// store cannot protect at all; this key it could lease, and forwarded
+// unmarked a proxy killed while the upstream runs it would leave its next
+// owner to execute it again, on a route that asks for unknown outcomes to
+// be settled, never guessed.
+func (h *Handler) markerFull(w http.ResponseWriter, q *request, err error) {
+	if ok, n := h.refuseLog.Allow(h.clock.Now()); ok {
+		h.log.Warn("store full: no room to mark the key before forwarding it, rejecting request whatever on_store_error says",
+			"route", q.route.label, "key_hash", q.keyHash, "store_full", true, "error", err, "suppressed", n)
+	}
+	h.refuse(w, q, failStoreFull, fmt.Errorf("mark the key before forwarding it: %w", err))
+}
 
 // markReconciling writes q's key's marker, unless one is there, once a
 // renewal proved the key still held: a proxy that lost the key must not
@@ -72,13 +98,13 @@ func (h *Handler) markReconciling(ctx context.Context, q *request) bool {
 		}
 		q.pending = time.Time{}
 	}
-	return h.writeMarker(ctx, q, q.recon.since, time.Time{}, false)
+	return h.writeMarker(ctx, q, q.recon.since, time.Time{}, false) == nil
 }
 
 // markLeft writes the marker of q's key, which this process leaves to its
 // next owner with the upstream still running it (a shutdown mid-call).
 func (h *Handler) markLeft(ctx context.Context, q *request) bool {
-	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{}, false)
+	return h.writeMarker(ctx, q, h.clock.Now(), time.Time{}, false) == nil
 }
 
 // markResent rewrites q's marker to say the original request is being
@@ -93,7 +119,7 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 	if err := h.forgetter.Delete(ctx, q.keyHash+ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return false
 	}
-	if !h.writeMarker(ctx, q, q.recon.since, at, false) {
+	if h.writeMarker(ctx, q, q.recon.since, at, false) != nil {
 		h.log.Error("could not mark the key as resent: it is not resent until it is",
 			"route", q.route.label, "key_hash", q.keyHash)
 		return false
@@ -103,20 +129,24 @@ func (h *Handler) markResent(ctx context.Context, q *request, at time.Time) bool
 
 // writeMarker writes q's key's marker, since the outcome became unknown
 // (or, pending, since the request was sent), and resent when the original
-// request went out again (zero: not yet).
-func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time, pending bool) bool {
+// request went out again (zero: not yet). It returns why it did not: the
+// store's error (store.ErrFull when it has no room), or errMarkerTaken.
+func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent time.Time, pending bool) error {
 	mk := q.keyHash + ReconcileSuffix
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	res, err := h.store.Begin(ctx, mk, lease, q.route.policy.LockTTL)
 	switch {
 	case err != nil:
-		return false
+		return err
 	case res.State == store.Completed:
 		// A proxy before this one wrote it; before a request is sent,
 		// one there is another's settlement, not to be forwarded over.
-		return resent.IsZero() && !pending
+		if resent.IsZero() && !pending {
+			return nil
+		}
+		return errMarkerTaken
 	case res.State != store.Acquired:
-		return false
+		return errMarkerTaken
 	}
 	pol := &q.route.policy
 	target := q.probeTarget // a shutdown's marker: nothing settles it yet
@@ -141,9 +171,9 @@ func (h *Handler) writeMarker(ctx context.Context, q *request, since, resent tim
 			// retry must not be told it is.
 			_ = h.store.Release(ctx, mk, res.Token)
 		}
-		return false
+		return err
 	}
-	return true
+	return nil
 }
 
 // resentAt is when the original request was sent again, by the marker m;
@@ -198,17 +228,49 @@ func (h *Handler) dropOwnMarker(ctx context.Context, q *request) {
 }
 
 // dropPending deletes the marker written before q's request was sent
-// (markPending), once the request's outcome is known: after its record
-// is written, which no other request can take the key from, or before its
-// key is released, after which the key and its marker may be another
-// request's. Nothing is read first, so it costs one store operation; one
-// left behind by a failed delete costs a lookup once the record expires,
-// never an execution.
+// (markPending), once its record is written: the key is completed, and no
+// other request can take it, so nothing is read first and it costs one
+// store operation. One left behind by a failed delete costs a lookup once
+// the record expires, never an execution.
 func (h *Handler) dropPending(ctx context.Context, q *request) {
 	if q.pending.IsZero() {
 		return
 	}
 	q.pending = time.Time{}
+	h.dropMarker(ctx, q)
+}
+
+// dropPendingHeld deletes the marker written before q's request was sent
+// (markPending) before its key is released, once the key is proven still
+// q's (dropHeldMarker).
+func (h *Handler) dropPendingHeld(ctx context.Context, q *request) {
+	if q.pending.IsZero() {
+		return
+	}
+	q.pending = time.Time{}
+	h.dropHeldMarker(ctx, q)
+}
+
+// dropHeldMarker deletes the marker of q's key, which q is about to
+// release, once a renewal of q's lease proves the key still q's. A key
+// lost without a renewal finding it — its lease ran out while the
+// upstream ran, the store restarted, an operator deleted it — may be
+// another request's by now, and the marker there that request's: deleted,
+// a proxy killed while the upstream runs that request would leave the
+// key unmarked, and its next owner would execute it again. A renewal the
+// store does not answer leaves the marker too: it costs the key's next
+// owner a lookup, never an execution. What remains is the time between the
+// renewal and the delete, one store operation: the lease, just renewed,
+// would have to run out within it, as for any write fenced by a lease
+// (docs/request-handling.md, "Unknown outcomes: asking the upstream").
+func (h *Handler) dropHeldMarker(ctx context.Context, q *request) {
+	sent := h.clock.Now()
+	if err := h.store.Extend(ctx, q.keyHash, q.token, q.route.policy.LockTTL); err != nil {
+		h.log.Warn("could not prove the key still held before deleting its marker: the marker is left, and the key's next owner asks the upstream",
+			"route", q.route.label, "key_hash", q.keyHash, "error", err)
+		return
+	}
+	q.lease.ExtendTo(sent.Add(q.route.policy.LockTTL))
 	h.dropMarker(ctx, q)
 }
 
