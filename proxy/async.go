@@ -22,7 +22,7 @@ func prefersAsync(h http.Header) bool {
 	for _, line := range h["Prefer"] {
 		for line != "" {
 			var pref string
-			pref, line, _ = strings.Cut(line, ",")
+			pref, line = cutPreference(line)
 			tok, _, _ := strings.Cut(pref, ";")
 			tok, _, _ = strings.Cut(tok, "=")
 			if strings.EqualFold(strings.TrimSpace(tok), "respond-async") {
@@ -31,6 +31,26 @@ func prefersAsync(h http.Header) bool {
 		}
 	}
 	return false
+}
+
+// cutPreference cuts the first preference of a Prefer field line from the
+// rest: at the first comma outside a quoted-string, whose value may hold
+// commas and backslash-escaped quotes (RFC 7240 §2, RFC 9110 §5.6.4).
+func cutPreference(line string) (pref, rest string) {
+	quoted, escaped := false, false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			return line[:i], line[i+1:]
+		}
+	}
+	return line, ""
 }
 
 // wantsAsync reports whether q is to be answered 202 with a status URL.
@@ -67,7 +87,7 @@ func dropRespondAsync(h http.Header) {
 	for _, line := range h["Prefer"] {
 		for line != "" {
 			var pref string
-			pref, line, _ = strings.Cut(line, ",")
+			pref, line = cutPreference(line)
 			if !prefersAsync(http.Header{"Prefer": {pref}}) && strings.TrimSpace(pref) != "" {
 				kept = append(kept, strings.TrimSpace(pref))
 			}

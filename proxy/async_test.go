@@ -243,6 +243,14 @@ func TestUpstreamKeepsTheOtherPreferences(t *testing.T) {
 	}
 }
 
+func TestUpstreamKeepsAQuotedPreferenceWhole(t *testing.T) {
+	h := http.Header{"Prefer": {`respond-async, foo="a,b;c", wait=5`}}
+	dropRespondAsync(h)
+	if got := h["Prefer"]; len(got) != 1 || got[0] != `foo="a,b;c", wait=5` {
+		t.Errorf("Prefer %q, want [foo=\"a,b;c\", wait=5]", got)
+	}
+}
+
 func TestPrefersAsyncReadsRFC7240(t *testing.T) {
 	for v, want := range map[string]bool{
 		"respond-async":                      true,
@@ -253,6 +261,10 @@ func TestPrefersAsyncReadsRFC7240(t *testing.T) {
 		"respond-async=1":                    true,
 		"respond-asynchronously":             false,
 		"return=respond-async":               false,
+		`foo="a, respond-async, b"`:          false, // one preference, its value quoted
+		`foo="a\", respond-async, b"`:        false, // an escaped quote inside the value
+		`foo="a,b", respond-async`:           true,
+		`foo="a\"b", respond-async`:          true, // the quote escaped, the value ends after b
 		"":                                   false,
 	} {
 		if got := prefersAsync(http.Header{"Prefer": {v}}); got != want {

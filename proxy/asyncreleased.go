@@ -50,12 +50,12 @@ func noteKey(keyHash string, mac []byte) string {
 	return hex.EncodeToString(s.Sum(nil)[:16]) + store.ReleasedSuffix
 }
 
-// notesRelease reports whether q's key, if released, leaves a note: its
-// call ran detached from its client (accepted respond-async, or let go at
-// upstream.timeout while a retry may have been given the status URL), on
-// a route that gives status URLs. A gRPC call gets none.
+// notesRelease reports whether q's key, if released, leaves a note: on a
+// route that gives status URLs, whether or not q's own call was detached
+// from its client, since a retry with respond-async while it ran was given
+// the status URL (serveKeyed). A gRPC call gets none.
 func (h *Handler) notesRelease(q *request) bool {
-	return q.capture.detached && q.route.policy.Async == AsyncAllow && len(h.async.secret) > 0 && !q.grpc
+	return q.route.policy.Async == AsyncAllow && len(h.async.secret) > 0 && !q.grpc
 }
 
 // releasedAnswer is the upstream's answer to q in release_statuses as its

@@ -226,3 +226,36 @@ func TestReleasedNoteTheStoreKeptIsNotWarnedLost(t *testing.T) {
 		t.Errorf("a kept note was warned lost: %v", got)
 	}
 }
+
+// A retry with respond-async while a request without it runs is answered
+// 202 with the status URL, though the running call is attached to its own
+// client: when that call's key is released, the poll still answers what
+// the request was told, not a 404 that says to stop.
+func TestPollOfARetryAcceptedWhileASynchronousCallRanAnswersItsRelease(t *testing.T) {
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
+	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+
+	first := make(chan *response, 1)
+	go func() { first <- e.do(t, "POST", "/x", "k1", "{}") }()
+	<-arrived
+	again := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if again.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry with respond-async while the first runs: %d %s, want 202", again.StatusCode, again.body)
+	}
+	close(release)
+	if r := <-first; r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
+	}
+	e.settle(t)
+
+	p := e.poll(t, again.Header.Get("Location"))
+	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
+			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
+	}
+}
