@@ -67,7 +67,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // cursor ("" to start), and the cursor of the next page ("" when done).
 // Each page is one indexed statement, and the cursor is the last key of the
 // page, so a key present for the whole listing is returned exactly once and
-// a cursor stays valid on every replica. Listed records carry no Body.
+// a cursor stays valid on every replica. Listed records carry no Body; a
+// row that does not decode is listed as store.UnreadableEntry.
 func (s *Store) List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("postgres list: limit must be positive")
@@ -99,16 +100,15 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 	var bodyBytes int32
 	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes, &desc}, func() error {
 		e, err := entry(key, fp, expires, head, nil, int(bodyBytes), desc)
-		if err != nil {
+		if errors.Is(err, store.ErrUnreadable) {
+			e = store.UnreadableEntry(key, head == nil, expires.UTC(), err)
+		} else if err != nil {
 			return err
 		}
 		out = append(out, e)
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, store.ErrCorrupt) {
-			return nil, "", err
-		}
 		return nil, "", s.translate("list", err)
 	}
 	next := ""

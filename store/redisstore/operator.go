@@ -57,10 +57,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // decodeEntry describes the value v of key, which expires in ttl (PTTL's
 // answer: negative when the key has no expiry, 0 in its last millisecond).
 func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.Entry, error) {
-	e := store.Entry{Key: key}
-	if ttl >= 0 {
-		e.ExpiresAt = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
-	}
+	e := store.Entry{Key: key, ExpiresAt: expiresIn(ttl)}
 	switch {
 	case len(v) > 0 && v[0] == kindLease:
 		l, err := decodeLease(v)
@@ -81,6 +78,15 @@ func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.
 		return e, nil
 	}
 	return store.Entry{}, fmt.Errorf("redis key %s: unknown value: %w", key, store.ErrCorrupt)
+}
+
+// expiresIn is when a key whose PTTL is ttl expires: zero when it has no
+// expiry (ttl negative).
+func expiresIn(ttl time.Duration) time.Time {
+	if ttl < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
 }
 
 // List returns up to limit entries in state (0 for all) from cursor on
@@ -161,7 +167,8 @@ func (s *Store) scan(ctx context.Context, n node, cur uint64, count int) ([]stri
 
 // fetch reads the keys after `after` (Redis keys, sorted) and returns the
 // entries in state, each with its Redis key. Keys gone meanwhile are left
-// out.
+// out; a value that does not decode is an unreadable entry
+// (store.UnreadableEntry).
 func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, state store.State) ([]store.Entry, []string, error) {
 	if after != "" {
 		keys = keys[sort(keys, after):]
@@ -193,7 +200,9 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 			continue // an earlier version's tombstone (tombstone.go)
 		}
 		e, err := decodeEntry(s.storageKey(k), v, ttls[i].Val(), false)
-		if err != nil {
+		if errors.Is(err, store.ErrUnreadable) {
+			e = store.UnreadableEntry(s.storageKey(k), len(v) > 0 && v[0] == kindLease, expiresIn(ttls[i].Val()), err)
+		} else if err != nil {
 			return nil, nil, fmt.Errorf("redis list: %w", err)
 		}
 		if state == 0 || e.State == state {
