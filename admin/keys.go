@@ -133,6 +133,11 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	e, err := h.keys.Inspect(ctx, key)
+	if errors.Is(err, store.ErrUnreadable) {
+		// Stored bytes that do not decode: a record, as the proxy takes
+		// it, shown with why it cannot be read.
+		e, err = store.UnreadableEntry(key, false, time.Time{}, err), nil
+	}
 	if err != nil {
 		h.storeFailed(w, opGet, key, err)
 		return
