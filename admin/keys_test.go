@@ -298,3 +298,21 @@ func TestUndecodableRecordIsShownUnreadable(t *testing.T) {
 		t.Errorf("list with an undecodable record = %d %s\nwant 200 %s", rec.Code, rec.Body.String(), want)
 	}
 }
+
+// A key whose lease ended while its outcome was being settled (its
+// settling proxy died) keeps its marker, which makes its next request ask
+// the upstream instead of executing: deleting the key deletes that marker
+// and answers 204, as for a key still there.
+func TestDeleteOfAKeyWhoseLeaseEndedRemovesItsMarker(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["cc03"+store.ReconcileSuffix] = completedEntry("cc03" + store.ReconcileSuffix)
+	if rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("DELETE of a key left with its marker = %d %q, want 204", rec.Code, rec.Body.String())
+	}
+	if _, ok := e.st.entries["cc03"+store.ReconcileSuffix]; ok {
+		t.Error("the key's marker is still in the store")
+	}
+	if rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, ""); rec.Code != http.StatusNotFound {
+		t.Errorf("DELETE once neither is there = %d, want 404", rec.Code)
+	}
+}
