@@ -50,7 +50,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // entry present for the whole listing is returned exactly once; a cursor
 // stays valid across restarts. Listed records carry no Body. An entry
 // whose bytes do not decode is listed as store.UnreadableEntry, its
-// expiry unknown when its header is damaged.
+// expiry unknown when its header is damaged. A page reads at most
+// listBytes of entries (and one at least), ending early with a cursor.
 func (s *Store) List(_ context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("file list: limit must be positive")
@@ -60,7 +61,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		return nil, "", fmt.Errorf("file list: malformed cursor %q", cursor)
 	}
 	var out []store.Entry
-	more := false
+	more, read := false, 0
 	now := s.now().UnixNano()
 	err = s.view("list", func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketKeys).Cursor()
@@ -80,10 +81,11 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 			case now >= e.expires || !state.Lists(e.isRecord()):
 				continue
 			}
-			if len(out) == limit {
+			if len(out) == limit || len(out) > 0 && read+len(v) > listBytes {
 				more = true
 				return nil
 			}
+			read += len(v)
 			var ent store.Entry
 			if !damaged {
 				e.copyEnc() // a listed record's Sealed aliases its encoding
@@ -103,6 +105,12 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 	}
 	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key)), nil
 }
+
+// listBytes is how many bytes of entries one page of a listing reads at
+// most: a sealed record's listing keeps its sealed header and body, so a
+// page of limit records of max_response_body each would otherwise hold
+// them all at once.
+var listBytes = 16 << 20
 
 // expiresAt is when an entry that expires at ns expires: zero when its
 // header is damaged, so that its expiry is unknown.
