@@ -6,19 +6,18 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 )
 
 // TestPageOfLargeRecordsReadsABoundedAmount: a page of a listing keeps
 // what it read of each sealed record, so it reads at most listBytes of
-// entries, ending early with a cursor, however high its limit; an entry
+// entries, as many as fit exactly, ending early with a cursor, however high its limit; an entry
 // larger than that alone is still listed, on a page of its own; and paging
 // on lists every key once.
 func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 	s, _ := open(t, t.TempDir(), Options{})
-	old := listBytes
-	listBytes = 3500 // three records of 1,000 sealed bytes
-	t.Cleanup(func() { listBytes = old })
 	sizes := map[string]int{"big": 5000}
 	for i := range 10 {
 		sizes[fmt.Sprintf("k%02d", i)] = 1000
@@ -30,9 +29,21 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Exactly three of the 1,000-byte records fit in a page.
+	var n int
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		n = len(tx.Bucket(bucketKeys).Get([]byte("k00")))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old := listBytes
+	listBytes = 3 * n
+	t.Cleanup(func() { listBytes = old })
 	seen := map[string]int{}
 	cursor := ""
-	for pages := 0; ; pages++ {
+	pages := 1
+	for ; ; pages++ {
 		if pages > 20 {
 			t.Fatalf("no end after %d pages; seen %v", pages, seen)
 		}
@@ -45,12 +56,15 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 			seen[e.Key]++
 			kept += len(e.Record.Sealed.Data)
 		}
-		if len(page) > 1 && kept > listBytes {
-			t.Errorf("a page of %d keys keeps %d sealed bytes, more than listBytes %d", len(page), kept, listBytes)
+		if len(page) > 1 && kept > 3000 {
+			t.Errorf("a page of %d keys keeps %d sealed bytes, more than three records", len(page), kept)
 		}
 		if cursor = next; cursor == "" {
 			break
 		}
+	}
+	if pages != 5 {
+		t.Errorf("the listing took %d pages, want 5: big alone, then the ten others three to a page", pages)
 	}
 	for k := range sizes {
 		if seen[k] != 1 {

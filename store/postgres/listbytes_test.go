@@ -13,16 +13,13 @@ import (
 
 // TestPageOfLargeRecordsReadsABoundedAmount: a sealed record's head holds
 // its sealed header and body, so a page of a listing reads at most
-// listBytes of heads, ending early with a cursor, however high its limit;
+// listBytes of heads, as many as fit exactly, ending early with a cursor, however high its limit;
 // a head larger than that alone is still listed, on a page of its own;
 // and paging on lists every key once, leases among them.
 func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
 	s := newStore(t, srv, Options{Table: "listbytes", SweepInterval: -1})
-	old := listBytes
-	listBytes = 3500 // three records of 1,000 sealed bytes
-	t.Cleanup(func() { listBytes = old })
 	sizes := map[string]int{"big": 5000, "lease": 0}
 	for i := range 10 {
 		sizes[fmt.Sprintf("k%02d", i)] = 1000
@@ -40,9 +37,18 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Exactly three of the 1,000-byte records fit in a page.
+	var n int
+	if err := srv.Conn(t).QueryRow(ctx, `SELECT octet_length(head) FROM listbytes WHERE key = 'k00'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	old := listBytes
+	listBytes = 3 * n
+	t.Cleanup(func() { listBytes = old })
 	seen := map[string]int{}
 	cursor := ""
-	for pages := 0; ; pages++ {
+	pages := 1
+	for ; ; pages++ {
 		if pages > 20 {
 			t.Fatalf("no end after %d pages; seen %v", pages, seen)
 		}
@@ -57,12 +63,15 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 				kept += len(e.Record.Sealed.Data)
 			}
 		}
-		if len(page) > 1 && kept > listBytes {
-			t.Errorf("a page of %d keys read %d sealed bytes, more than listBytes %d", len(page), kept, listBytes)
+		if len(page) > 1 && kept > 3000 {
+			t.Errorf("a page of %d keys read %d sealed bytes, more than three records", len(page), kept)
 		}
 		if cursor = next; cursor == "" {
 			break
 		}
+	}
+	if pages != 5 {
+		t.Errorf("the listing took %d pages, want 5: big alone, then the ten others three to a page, the lease with the last", pages)
 	}
 	for k := range sizes {
 		if seen[k] != 1 {

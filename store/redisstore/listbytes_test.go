@@ -13,17 +13,13 @@ import (
 )
 
 // TestPageOfLargeRecordsReadsABoundedAmount: a page of a listing reads at
-// most listBytes of values, ending early with a cursor, however high its
-// limit; a value larger than that alone is still listed, on a page of its
+// most listBytes of values, as many as fit exactly, ending early with a
+// cursor, however high its limit; a value larger than that alone is still listed, on a page of its
 // own; and paging on lists every key once.
 func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 	ctx := context.Background()
 	m := miniredis.RunT(t)
 	s := newStore(t, Options{URL: "redis://" + m.Addr()})
-	old := listBytes
-	listBytes = 3500 // three records of a 1,000-byte body
-	t.Cleanup(func() { listBytes = old })
-
 	bodies := map[string]int{"big": 5000}
 	for i := range 10 {
 		bodies[fmt.Sprintf("k%02d", i)] = 1000
@@ -37,9 +33,18 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Exactly three of the 1,000-byte records fit in a page.
+	v, err := m.Get(s.redisKey("k00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := listBytes
+	listBytes = 3 * len(v)
+	t.Cleanup(func() { listBytes = old })
 	seen := map[string]int{}
 	cursor := ""
-	for pages := 0; ; pages++ {
+	pages := 1
+	for ; ; pages++ {
 		if pages > 20 {
 			t.Fatalf("no end after %d pages; seen %v", pages, seen)
 		}
@@ -58,6 +63,9 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 		if cursor = next; cursor == "" {
 			break
 		}
+	}
+	if pages != 5 {
+		t.Errorf("the listing took %d pages, want 5: big alone, then the ten others three to a page", pages)
 	}
 	for k := range bodies {
 		if seen[k] != 1 {

@@ -203,16 +203,14 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 	}); err != nil {
 		return nil, nil, nil, s.translate("list", err)
 	}
+	last := after
 	for i, l := range lens {
 		if int(l.Val()) > *budget && !(first && i == 0) {
-			last := after
-			if i > 0 {
-				last = keys[i-1]
-			}
 			keys, stop = keys[:i], &last
 			break
 		}
 		*budget -= int(l.Val())
+		last = keys[i]
 	}
 	if len(keys) == 0 {
 		return nil, nil, stop, nil
