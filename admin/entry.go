@@ -37,8 +37,9 @@ type entryJSON struct {
 	BodyOmitted *bool     `json:"body_omitted,omitempty"`
 	// SealedBy is the id of the encryption key that sealed the record.
 	SealedBy string `json:"sealed_by,omitempty"`
-	// Unreadable is why a sealed record does not open (key_unknown,
-	// auth_failed, format): its headers are then not shown.
+	// Unreadable is why a record cannot be read (key_unknown,
+	// auth_failed, format): its headers are then not shown, and of one
+	// whose bytes do not decode nothing but its key and expiry.
 	Unreadable string `json:"unreadable,omitempty"`
 	// ScopeHash tells the clients of a record apart: a hash of its
 	// request's scope values (Authorization...), never the values.
@@ -83,6 +84,9 @@ type listJSON struct {
 
 func newEntryJSON(e store.Entry) entryJSON {
 	out := entryJSON{KeyHash: e.Key, State: e.State.String(), ExpiresAt: rfc3339(e.ExpiresAt)}
+	if e.Unreadable != nil {
+		out.Unreadable = store.UnreadableReason(e.Unreadable)
+	}
 	if e.State == store.InFlight {
 		out.describe(e.Lease.Request)
 		out.Instance, out.TraceID = e.Lease.Instance, e.Lease.TraceID
@@ -105,9 +109,6 @@ func newEntryJSON(e store.Entry) entryJSON {
 	out.SealedBy = e.SealedBy
 	if !rec.Lookup.IsZero() {
 		out.ScopeHash = hex.EncodeToString(rec.Lookup.Scope[:])
-	}
-	if e.Unreadable != nil {
-		out.Unreadable = store.UnreadableReason(e.Unreadable)
 	}
 	return out
 }

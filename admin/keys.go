@@ -133,6 +133,11 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	e, err := h.keys.Inspect(ctx, key)
+	if errors.Is(err, store.ErrUnreadable) {
+		// Stored bytes that do not decode: a record, as the proxy takes
+		// it, shown with why it cannot be read.
+		e, err = store.UnreadableEntry(key, false, time.Time{}, err), nil
+	}
 	if err != nil {
 		h.storeFailed(w, opGet, key, err)
 		return
@@ -168,14 +173,22 @@ func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
-	if err := h.keys.Delete(ctx, key); err != nil {
+	err := h.keys.Delete(ctx, key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.storeFailed(w, opDelete, key, err)
 		return
 	}
 	// A key deleted is new: its marker, left, would make the next request
-	// with it look the outcome up instead of executing.
-	if err := h.keys.Delete(ctx, key+store.ReconcileSuffix); err != nil && !errors.Is(err, store.ErrNotFound) {
-		h.storeFailed(w, opDelete, key, err)
+	// with it look the outcome up instead of executing. The marker
+	// outlives the lease of a settling proxy that died, so it is deleted
+	// even when the key is gone, and then it is what was deleted.
+	merr := h.keys.Delete(ctx, key+store.ReconcileSuffix)
+	if merr != nil && !errors.Is(merr, store.ErrNotFound) {
+		h.storeFailed(w, opDelete, key, merr)
+		return
+	}
+	if err != nil && merr != nil {
+		h.storeFailed(w, opDelete, key, err) // neither was there: 404
 		return
 	}
 	h.metrics.count(opDelete, resultOK)

@@ -274,3 +274,45 @@ func TestKeyShowsSettlingOnlyOnceItsOutcomeIsUnknown(t *testing.T) {
 		}
 	}
 }
+
+// A key whose stored bytes do not decode (a newer version's record,
+// damaged bytes) is shown as an unreadable record, by get and in a
+// listing, not answered as a failure of the store: it is what an operator
+// looks for before deleting it.
+func TestUndecodableRecordIsShownUnreadable(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.opErr = fmt.Errorf("redis key aa01: corrupt record: unknown version 255 at offset 1: %w", store.ErrCorrupt)
+	rec := e.do(t, "GET", "/admin/keys/aa01", bearer, "")
+	want := `{"key_hash":"aa01","state":"completed","expires_at":"","unreadable":"format"}`
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
+		t.Errorf("GET of an undecodable record = %d %s\nwant 200 %s", rec.Code, rec.Body.String(), want)
+	}
+	if got := e.ops(opGet, resultOK); got != 1 {
+		t.Errorf("get ok counted %v, want 1", got)
+	}
+	e.st.opErr = nil
+	e.st.entries["bb02"] = store.UnreadableEntry("bb02", false, expires, fmt.Errorf("file store: %w", store.ErrCorrupt))
+	rec = e.do(t, "GET", "/admin/keys?state=completed", bearer, "")
+	want = `{"keys":[{"key_hash":"bb02","state":"completed","expires_at":"2026-12-01T09:00:00.123Z","unreadable":"format"}],"next_cursor":""}`
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
+		t.Errorf("list with an undecodable record = %d %s\nwant 200 %s", rec.Code, rec.Body.String(), want)
+	}
+}
+
+// A key whose lease ended while its outcome was being settled (its
+// settling proxy died) keeps its marker, which makes its next request ask
+// the upstream instead of executing: deleting the key deletes that marker
+// and answers 204, as for a key still there.
+func TestDeleteOfAKeyWhoseLeaseEndedRemovesItsMarker(t *testing.T) {
+	e := newEnv(t, testToken)
+	e.st.entries["cc03"+store.ReconcileSuffix] = completedEntry("cc03" + store.ReconcileSuffix)
+	if rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("DELETE of a key left with its marker = %d %q, want 204", rec.Code, rec.Body.String())
+	}
+	if _, ok := e.st.entries["cc03"+store.ReconcileSuffix]; ok {
+		t.Error("the key's marker is still in the store")
+	}
+	if rec := e.do(t, "DELETE", "/admin/keys/cc03", bearer, ""); rec.Code != http.StatusNotFound {
+		t.Errorf("DELETE once neither is there = %d, want 404", rec.Code)
+	}
+}

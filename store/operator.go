@@ -28,8 +28,24 @@ type Entry struct {
 	// for a record in clear (set by package store/seal).
 	SealedBy string
 	// Unreadable is why a sealed record could not be opened (a
-	// *SealError); Record then has its readable fields only.
+	// *SealError); Record then has its readable fields only. For an
+	// entry whose stored bytes do not decode at all (UnreadableEntry) it
+	// wraps ErrCorrupt, and Record is nil.
 	Unreadable error
+}
+
+// UnreadableEntry is what a listing shows of key, whose stored bytes do
+// not decode (err wraps ErrCorrupt): a record of a newer version's format,
+// or damaged bytes. The proxy takes such a key for executed, so the entry
+// is a record, in flight only when the store knows it holds a lease, with
+// no readable field but its expiry (zero when unknown); the listing goes on
+// past it, so that one such entry never hides the others.
+func UnreadableEntry(key string, inFlight bool, expiresAt time.Time, err error) Entry {
+	state := Completed
+	if inFlight {
+		state = InFlight
+	}
+	return Entry{Key: key, State: state, ExpiresAt: expiresAt, Unreadable: err}
 }
 
 // Health is what a store reports of itself, for readiness checks and

@@ -3,6 +3,8 @@ package filestore
 import (
 	"bytes"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,6 +101,59 @@ func TestDamagedEntryStopsNeitherTheSweepNorNewKeys(t *testing.T) {
 			sweep(t, s, 1) // the new lease's
 			if _, err := s.Begin(ctx, "a", store.Lease{}, time.Minute); !errors.Is(err, store.ErrUnreadable) {
 				t.Errorf("Begin of the damaged entry after the sweep = %v, want ErrUnreadable", err)
+			}
+		})
+	}
+}
+
+// TestDamagedEntryIsListedAndTheListingGoesOn: an entry whose bytes do not
+// decode — its header, or the record after it — is listed as an
+// unreadable record under its key, in every page size, and the entries
+// around it are listed too: one damaged entry never stops an operator
+// from paging through the store.
+func TestDamagedEntryIsListedAndTheListingGoesOn(t *testing.T) {
+	all := map[string]func([]byte) []byte{
+		"record of another format": func(v []byte) []byte { return append(v[:headerLen], 0xff, 0xfe) },
+	}
+	maps.Copy(all, damages)
+	for name, damage := range all {
+		t.Run(name, func(t *testing.T) {
+			s, _ := open(t, t.TempDir(), Options{})
+			for _, k := range []string{"a", "b", "c"} {
+				complete(t, s, k, time.Hour)
+			}
+			mustAcquire(t, s, "d", time.Minute)
+			damageEntry(t, s, "b", damage)
+			for _, limit := range []int{1, 2, 10} {
+				var got []store.Entry
+				cursor := ""
+				for range 10 {
+					page, next, err := s.List(ctx, 0, cursor, limit)
+					if err != nil {
+						t.Fatalf("limit %d: List after %q: %v", limit, cursor, err)
+					}
+					got = append(got, page...)
+					if cursor = next; cursor == "" {
+						break
+					}
+				}
+				var keys []string
+				for _, e := range got {
+					keys = append(keys, e.Key)
+					if damaged := e.Key == "b"; damaged != errors.Is(e.Unreadable, store.ErrCorrupt) {
+						t.Errorf("limit %d: %s listed with Unreadable %v", limit, e.Key, e.Unreadable)
+					}
+				}
+				if want := []string{"a", "b", "c", "d"}; !slices.Equal(keys, want) {
+					t.Fatalf("limit %d: listed %q, want %q", limit, keys, want)
+				}
+				if b := got[1]; b.State != store.Completed || b.Record != nil {
+					t.Errorf("limit %d: damaged b listed as %v with record %v; want completed, no record", limit, b.State, b.Record)
+				}
+			}
+			inFlight, _, err := s.List(ctx, store.InFlight, "", 10)
+			if err != nil || len(inFlight) != 1 || inFlight[0].Key != "d" {
+				t.Errorf("List of the keys in flight = %+v, %v; want d alone", inFlight, err)
 			}
 		})
 	}

@@ -48,7 +48,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // List returns up to limit entries in state (0 for all) after cursor ("" to
 // start), in key order, and the cursor of the next page ("" when done). An
 // entry present for the whole listing is returned exactly once; a cursor
-// stays valid across restarts. Listed records carry no Body.
+// stays valid across restarts. Listed records carry no Body. An entry
+// whose bytes do not decode is listed as store.UnreadableEntry, its
+// expiry unknown when its header is damaged. A page reads at most
+// listBytes of entries (and one at least), ending early with a cursor.
 func (s *Store) List(_ context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("file list: limit must be positive")
@@ -58,7 +61,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		return nil, "", fmt.Errorf("file list: malformed cursor %q", cursor)
 	}
 	var out []store.Entry
-	more := false
+	more, read := false, 0
 	now := s.now().UnixNano()
 	err = s.view("list", func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketKeys).Cursor()
@@ -68,19 +71,29 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		}
 		for ; k != nil; k, v = c.Next() {
 			e, err := unmarshal(v)
-			if err != nil {
+			damaged := errors.Is(err, errCorrupt) // its kind and expiry unknown
+			switch {
+			case damaged && !state.Lists(true):
+				continue
+			case damaged:
+			case err != nil:
 				return err
-			}
-			if now >= e.expires || !state.Lists(e.isRecord()) {
+			case now >= e.expires || !state.Lists(e.isRecord()):
 				continue
 			}
-			if len(out) == limit {
+			if len(out) == limit || len(out) > 0 && read+len(v) > listBytes {
 				more = true
 				return nil
 			}
-			e.copyEnc() // a listed record's Sealed aliases its encoding
-			ent, err := toEntry(string(k), &e, false)
-			if err != nil {
+			read += len(v)
+			var ent store.Entry
+			if !damaged {
+				e.copyEnc() // a listed record's Sealed aliases its encoding
+				ent, err = toEntry(string(k), &e, false)
+			}
+			if err != nil && errors.Is(err, store.ErrUnreadable) {
+				ent = store.UnreadableEntry(string(k), !damaged && !e.isRecord(), expiresAt(damaged, e.expires), err)
+			} else if err != nil {
 				return err
 			}
 			out = append(out, ent)
@@ -91,6 +104,21 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		return out, "", err
 	}
 	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key)), nil
+}
+
+// listBytes is how many bytes of entries one page of a listing reads at
+// most: a sealed record's listing keeps its sealed header and body, so a
+// page of limit records of max_response_body each would otherwise hold
+// them all at once.
+var listBytes = 16 << 20
+
+// expiresAt is when an entry that expires at ns expires: zero when its
+// header is damaged, so that its expiry is unknown.
+func expiresAt(damaged bool, ns int64) time.Time {
+	if damaged {
+		return time.Time{}
+	}
+	return unixNano(ns)
 }
 
 // toEntry describes e, the entry under key; withBody false leaves the

@@ -67,7 +67,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // cursor ("" to start), and the cursor of the next page ("" when done).
 // Each page is one indexed statement, and the cursor is the last key of the
 // page, so a key present for the whole listing is returned exactly once and
-// a cursor stays valid on every replica. Listed records carry no Body.
+// a cursor stays valid on every replica. Listed records carry no Body; a
+// row that does not decode is listed as store.UnreadableEntry. A page
+// reads at most listBytes of heads (and one at least), ending early with a
+// cursor.
 func (s *Store) List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("postgres list: limit must be positive")
@@ -88,7 +91,7 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 		return nil, "", err
 	}
 	defer cancel()
-	rows, err := s.pool.Query(ctx, s.sql.list, string(after), filter, limit)
+	rows, err := s.pool.Query(ctx, s.sql.list, string(after), filter, limit, listBytes)
 	if err != nil {
 		return nil, "", s.translate("list", err)
 	}
@@ -97,26 +100,35 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 	var fp, head, desc []byte
 	var expires time.Time
 	var bodyBytes int32
-	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes, &desc}, func() error {
+	var fits, cut bool
+	_, err = pgx.ForEachRow(rows, []any{&key, &fp, &expires, &head, &bodyBytes, &desc, &fits}, func() error {
+		if cut = cut || !fits; cut {
+			return nil // past what the page may read
+		}
 		e, err := entry(key, fp, expires, head, nil, int(bodyBytes), desc)
-		if err != nil {
+		if errors.Is(err, store.ErrUnreadable) {
+			e = store.UnreadableEntry(key, head == nil, expires.UTC(), err)
+		} else if err != nil {
 			return err
 		}
 		out = append(out, e)
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, store.ErrCorrupt) {
-			return nil, "", err
-		}
 		return nil, "", s.translate("list", err)
 	}
 	next := ""
-	if len(out) == limit {
+	if len(out) == limit || cut {
 		next = base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].Key))
 	}
 	return out, next, nil
 }
+
+// listBytes is how many bytes of heads one page of a listing reads at
+// most: a sealed record's head holds its sealed header and body, so a page
+// of limit records of max_response_body each would otherwise hold them all
+// at once.
+var listBytes = 16 << 20
 
 // entry describes a row: a lease with its description desc when head is
 // NULL, else a record.

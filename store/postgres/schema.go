@@ -129,9 +129,19 @@ func newStatements(t string, log logStatements) statements {
 
 		inspect: `SELECT fingerprint, expires_at, head, body, lease FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
 		delete:  `DELETE FROM ` + t + ` WHERE key = $1 AND expires_at > now()`,
-		list: `SELECT key, fingerprint, expires_at, head, coalesce(octet_length(body), 0), lease FROM ` + t + `
-			WHERE key > $1 AND expires_at > now() AND ($2 = 0 OR ($2 = 1) = (head IS NULL))
-			ORDER BY key LIMIT $3`,
+		// A page reads the heads (a sealed record's holds its sealed
+		// body) of its first rows whose heads add up to $4 bytes at most,
+		// and the first row's whatever its size; the rows after those
+		// come without their head, with fits false, to say where the
+		// page ends.
+		list: `SELECT key, fingerprint, expires_at, CASE WHEN fits THEN head END, body_bytes, lease, fits FROM (
+				SELECT key, fingerprint, expires_at, head, coalesce(octet_length(body), 0) AS body_bytes, lease,
+					row_number() OVER w = 1 OR sum(coalesce(octet_length(head), 0)) OVER w <= $4 AS fits
+				FROM ` + t + `
+				WHERE key > $1 AND expires_at > now() AND ($2 = 0 OR ($2 = 1) = (head IS NULL))
+				WINDOW w AS (ORDER BY key)
+				ORDER BY key LIMIT $3) page
+			ORDER BY key`,
 		// SKIP LOCKED: a row a Begin is taking over, or another replica's
 		// sweep is deleting, is left to them.
 		sweep: `DELETE FROM ` + t + ` WHERE key IN (

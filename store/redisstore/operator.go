@@ -57,10 +57,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // decodeEntry describes the value v of key, which expires in ttl (PTTL's
 // answer: negative when the key has no expiry, 0 in its last millisecond).
 func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.Entry, error) {
-	e := store.Entry{Key: key}
-	if ttl >= 0 {
-		e.ExpiresAt = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
-	}
+	e := store.Entry{Key: key, ExpiresAt: expiresIn(ttl)}
 	switch {
 	case len(v) > 0 && v[0] == kindLease:
 		l, err := decodeLease(v)
@@ -83,12 +80,23 @@ func decodeEntry(key string, v []byte, ttl time.Duration, withBody bool) (store.
 	return store.Entry{}, fmt.Errorf("redis key %s: unknown value: %w", key, store.ErrCorrupt)
 }
 
+// expiresIn is when a key whose PTTL is ttl expires: zero when it has no
+// expiry (ttl negative).
+func expiresIn(ttl time.Duration) time.Time {
+	if ttl < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
+}
+
 // List returns up to limit entries in state (0 for all) from cursor on
 // ("" to start), and the cursor of the next page ("" when done). It SCANs
 // the store's keys (MATCH on its prefix, never KEYS) on every master in
 // turn. SCAN returns every key present for the whole listing, but may
 // return one twice while Redis resizes its table; within a page keys are
-// unique. Listed records carry no Body.
+// unique. Listed records carry no Body. A page reads at most listBytes of
+// values (and at least one), ending early with a cursor when the next
+// value would pass that: a page of large records never holds more.
 func (s *Store) List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("redis list: limit must be positive")
@@ -109,6 +117,7 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 		return nil, "", fmt.Errorf("redis list: cursor names %s, no longer a master; start again", pos.addr)
 	}
 	var out []store.Entry
+	budget := listBytes
 	for ; i < len(nodes); i, pos = i+1, (listPos{}) {
 		n := nodes[i]
 		for {
@@ -116,7 +125,7 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 			if err != nil {
 				return nil, "", s.translate("list", err)
 			}
-			entries, lastKeys, err := s.fetch(ctx, n, keys, pos.after, state)
+			entries, lastKeys, stop, err := s.fetch(ctx, n, keys, pos.after, state, &budget, len(out) == 0)
 			if err != nil {
 				return nil, "", err
 			}
@@ -136,6 +145,11 @@ func (s *Store) List(ctx context.Context, state store.State, cursor string, limi
 					return out, listPos{addr: nodes[i+1].addr}.String(), nil
 				}
 				return out, "", nil
+			}
+			if stop != nil {
+				// The page read what it may: resume after the last key
+				// read (or where this batch began, when none was).
+				return out, listPos{addr: n.addr, scan: pos.scan, after: *stop}.String(), nil
 			}
 			if next == 0 {
 				break
@@ -159,31 +173,59 @@ func (s *Store) scan(ctx context.Context, n node, cur uint64, count int) ([]stri
 	return slices.Compact(keys), next, nil
 }
 
+// listBytes is how many bytes of values one page of a listing reads at
+// most: its records' bodies are read with them, so a page of limit records
+// of max_response_body each would otherwise hold them all at once.
+var listBytes = 16 << 20
+
 // fetch reads the keys after `after` (Redis keys, sorted) and returns the
 // entries in state, each with its Redis key. Keys gone meanwhile are left
-// out.
-func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, state store.State) ([]store.Entry, []string, error) {
+// out; a value that does not decode is an unreadable entry
+// (store.UnreadableEntry). It reads values while their sizes fit in
+// *budget, which it lowers by what it read, and one at least when first:
+// stop, when it stopped before the batch's end, is the last key it read
+// (after, when it read none).
+func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, state store.State, budget *int, first bool) (entries []store.Entry, rkeys []string, stop *string, err error) {
 	if after != "" {
 		keys = keys[sort(keys, after):]
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	lens := make([]*redis.IntCmd, len(keys))
+	if _, err := n.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			lens[i] = p.StrLen(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, nil, s.translate("list", err)
+	}
+	last := after
+	for i, l := range lens {
+		if int(l.Val()) > *budget && !(first && i == 0) {
+			keys, stop = keys[:i], &last
+			break
+		}
+		*budget -= int(l.Val())
+		last = keys[i]
+	}
+	if len(keys) == 0 {
+		return nil, nil, stop, nil
+	}
 	gets := make([]*redis.StringCmd, len(keys))
 	ttls := make([]*redis.DurationCmd, len(keys))
-	_, err := n.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = n.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			gets[i], ttls[i] = p.Get(ctx, k), p.PTTL(ctx, k)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, s.translate("list", err)
+		return nil, nil, nil, s.translate("list", err)
 	}
-	var entries []store.Entry
-	var rkeys []string
 	for i, k := range keys {
 		v, err := gets[i].Bytes()
 		if err != nil {
@@ -193,15 +235,17 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 			continue // an earlier version's tombstone (tombstone.go)
 		}
 		e, err := decodeEntry(s.storageKey(k), v, ttls[i].Val(), false)
-		if err != nil {
-			return nil, nil, fmt.Errorf("redis list: %w", err)
+		if errors.Is(err, store.ErrUnreadable) {
+			e = store.UnreadableEntry(s.storageKey(k), len(v) > 0 && v[0] == kindLease, expiresIn(ttls[i].Val()), err)
+		} else if err != nil {
+			return nil, nil, nil, fmt.Errorf("redis list: %w", err)
 		}
 		if state == 0 || e.State == state {
 			entries = append(entries, e)
 			rkeys = append(rkeys, k)
 		}
 	}
-	return entries, rkeys, nil
+	return entries, rkeys, stop, nil
 }
 
 // sort returns the index of the first key in sorted keys above after.
