@@ -38,7 +38,7 @@ func (h *Handler) letGo(w http.ResponseWriter, q *request, timedOut bool) bool {
 			"route", q.route.label, "key_hash", q.keyHash, "client_gone", !timedOut)
 		if timedOut {
 			q.capture.stop.CompareAndSwap(uint32(stopNone), uint32(stopTimeout))
-			q.call.Cancel()
+			q.call.Cancel(execution.CutAtWait)
 		}
 		return false
 	}

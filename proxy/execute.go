@@ -36,12 +36,12 @@ func (h *Handler) execute(detached context.Context, w http.ResponseWriter, q *re
 func (h *Handler) prepareCall(detached context.Context, w http.ResponseWriter, q *request) {
 	q.executed, q.h = true, h
 	h.settling.Add(1) // until the key is settled, in settleKey
-	ctx, cancel := context.WithCancel(detached)
+	ctx, cancel := context.WithCancelCause(detached)
 	q.call = execution.Call{Wait: h.wait(q), MaxExecution: h.maxExecution, LockTTL: q.route.policy.LockTTL, Cancel: cancel}
 	h.startCapture(&q.capture, w, q)
 	q.done = h.owners.Add(q.keyHash, cancel)
 	if h.aborted.Load() {
-		cancel()
+		cancel(nil)
 	}
 	q.detached = detached
 	q.startLease()

@@ -338,7 +338,7 @@ func (h *Handler) takeOver(w http.ResponseWriter, q *request, detached context.C
 		"route", q.route.label, "key_hash", q.keyHash, "since", m.CreatedAt)
 	q.executed, q.h = true, h
 	h.settling.Add(1)
-	q.done = h.owners.Add(q.keyHash, func() {})
+	q.done = h.owners.Add(q.keyHash, func(error) {})
 	q.detached = detached
 	q.startLease()
 	// The request that was sent is the one asked about, and the marker

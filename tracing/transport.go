@@ -1,6 +1,8 @@
 package tracing
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -56,7 +58,7 @@ func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 	resp, err := tr.next.RoundTrip(out)
 	if err != nil {
-		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(r.Context(), err)))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
@@ -87,13 +89,20 @@ func redactedURL(u *url.URL) string {
 	return v.String()
 }
 
-// errorType is a low-cardinality error.type for a failed upstream call.
-func errorType(err error) string {
-	type timeout interface{ Timeout() bool }
-	if t, ok := err.(timeout); ok && t.Timeout() {
+// errorType is a low-cardinality error.type for an upstream call that
+// failed with err, on ctx. A call the proxy cut at its deadline has a
+// timeout as its context's cause (execution.Cut), which the HTTP/1
+// transport returns and the HTTP/2 one reports as context.Canceled.
+func errorType(ctx context.Context, err error) string {
+	if isTimeout(err) || errors.Is(err, context.Canceled) && isTimeout(context.Cause(ctx)) {
 		return "timeout"
 	}
 	return "_OTHER"
+}
+
+func isTimeout(err error) bool {
+	t, ok := err.(interface{ Timeout() bool })
+	return ok && t.Timeout()
 }
 
 // spanBody ends the upstream span when its body is done: read to the end,

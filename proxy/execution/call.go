@@ -28,8 +28,10 @@ type Call struct {
 	// LockTTL is the lock_ttl of the call's lease, renewed every
 	// RenewEvery of it.
 	LockTTL time.Duration
-	// Cancel cancels the call's context: the deadline calls it at the end.
-	Cancel context.CancelFunc
+	// Cancel cancels the call's context: the deadline calls it at the end
+	// with the Cut it ends the call at, the context's cause; Returned with
+	// nil.
+	Cancel context.CancelCauseFunc
 
 	clock Clock
 	bound Bounded
@@ -59,16 +61,30 @@ type Bounded interface {
 	DeadlinePassed(cut Cut)
 }
 
-// A Cut is the deadline a call was cancelled at.
+// A Cut is the deadline a call was cancelled at. It is the cause of the
+// call's context (context.Cause), an error that says it is a timeout, as
+// a net.Error does: what reports the call's failure, such as its span,
+// tells a call that ran out of time from one that failed.
 type Cut uint8
 
 const (
-	// CutAtWait: the client's wait passed, and MaxExecution is no longer
-	// than it, so the call cannot go on detached.
+	// CutAtWait: the client's wait passed, and the call cannot go on
+	// detached: MaxExecution is no longer than the wait, or no room is
+	// left among the detached calls.
 	CutAtWait Cut = iota + 1
 	// CutAtMaxExecution: MaxExecution passed.
 	CutAtMaxExecution
 )
+
+func (c Cut) Error() string {
+	if c == CutAtWait {
+		return "upstream call cut when its client stopped waiting"
+	}
+	return "upstream call cut at upstream.max_execution"
+}
+
+// Timeout reports that the call ran out of time.
+func (Cut) Timeout() bool { return true }
 
 // Start arms the call's first timer, reading clock: the deadline, due at
 // the wait, or, when due first, the lease's first renewal, which arms it.
@@ -117,7 +133,7 @@ func (c *Call) fire() {
 		cut = CutAtWait
 	}
 	c.bound.DeadlinePassed(cut)
-	c.Cancel()
+	c.Cancel(cut)
 }
 
 // Returned stops the deadline, which is never armed again, and cancels
@@ -129,7 +145,7 @@ func (c *Call) Returned() {
 	}
 	c.returned = true
 	c.mu.Unlock()
-	c.Cancel()
+	c.Cancel(nil)
 }
 
 // End tells the client's wait that the call ended: what it did is ready.

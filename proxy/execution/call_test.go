@@ -52,7 +52,7 @@ func (b *bounded) asked() ([]renewal, []execution.Cut) {
 // and lock_ttl given; cancels counts its cancellations.
 func startCall(clock *executiontest.FakeClock, wait, maxExecution, lockTTL time.Duration) (c *execution.Call, b *bounded, cancels *atomic.Int32) {
 	cancels = new(atomic.Int32)
-	c = &execution.Call{Wait: wait, MaxExecution: maxExecution, LockTTL: lockTTL, Cancel: func() { cancels.Add(1) }}
+	c = &execution.Call{Wait: wait, MaxExecution: maxExecution, LockTTL: lockTTL, Cancel: func(error) { cancels.Add(1) }}
 	b = new(bounded)
 	c.Start(clock, b)
 	return c, b, cancels

@@ -22,7 +22,7 @@ type ownerShard struct {
 
 type owner struct {
 	done   chan struct{}
-	cancel context.CancelFunc // cancels the upstream call, for Abort
+	cancel context.CancelCauseFunc // cancels the upstream call, for Abort
 	// prev is an earlier owner of the same key in this process, still
 	// running after its lease expired and the key was taken again: rare,
 	// but Abort must still reach it.
@@ -43,7 +43,7 @@ func (o *Owners) shard(key string) *ownerShard {
 
 // Add notes that this process executes key, whose call cancel cancels;
 // the channel closes when Remove says it settled.
-func (o *Owners) Add(key string, cancel context.CancelFunc) chan struct{} {
+func (o *Owners) Add(key string, cancel context.CancelCauseFunc) chan struct{} {
 	ch := make(chan struct{})
 	s := o.shard(key)
 	s.mu.Lock()
@@ -89,7 +89,7 @@ func (o *Owners) CancelAll() {
 		s.mu.Lock()
 		for _, ow := range s.m {
 			for p := &ow; p != nil; p = p.prev {
-				p.cancel()
+				p.cancel(nil)
 			}
 		}
 		s.mu.Unlock()

@@ -23,7 +23,7 @@ func TestOwnersKeepEachRunningCallUntilItSettles(t *testing.T) {
 			cancelled := make([]int, 3)
 			chans := make([]chan struct{}, 3)
 			for i := range chans {
-				chans[i] = o.Add("k", func() { cancelled[i]++ })
+				chans[i] = o.Add("k", func(error) { cancelled[i]++ })
 			}
 			running := map[int]bool{0: true, 1: true, 2: true}
 			for _, i := range order {
@@ -59,8 +59,8 @@ func TestOwnersSameKeyTwice(t *testing.T) {
 	for _, firstOut := range []bool{true, false} {
 		var o Owners
 		o.Init()
-		ctx1, cancel1 := context.WithCancel(context.Background())
-		ctx2, cancel2 := context.WithCancel(context.Background())
+		ctx1, cancel1 := context.WithCancelCause(context.Background())
+		ctx2, cancel2 := context.WithCancelCause(context.Background())
 		a := o.Add("k", cancel1)
 		b := o.Add("k", cancel2)
 		if got := o.Done("k"); got != b {
@@ -81,13 +81,13 @@ func TestOwnersSameKeyTwice(t *testing.T) {
 		if firstOut && ctx2.Err() == nil || !firstOut && ctx1.Err() == nil {
 			t.Fatal("Abort missed an owner")
 		}
-		cancel1()
-		cancel2()
+		cancel1(nil)
+		cancel2(nil)
 	}
 	var o Owners
 	o.Init()
-	ctx1, cancel1 := context.WithCancel(context.Background())
-	ctx2, cancel2 := context.WithCancel(context.Background())
+	ctx1, cancel1 := context.WithCancelCause(context.Background())
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
 	o.Add("k", cancel1)
 	o.Add("k", cancel2)
 	o.CancelAll()
