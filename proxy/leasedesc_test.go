@@ -78,3 +78,36 @@ func TestDefaultInstanceIsHostAndPID(t *testing.T) {
 		t.Errorf("DefaultInstance() = %q, want %q", got, want)
 	}
 }
+
+// TestLeaseAndRecordNameTheHostTheFingerprintLeavesOut: under
+// fingerprint_host: false the host is left out of the fingerprint only;
+// the key's lease and its record still say what host the request came to.
+func TestLeaseAndRecordNameTheHostTheFingerprintLeavesOut(t *testing.T) {
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	e := newEnv(t, blockingUpstream(arrived, release), withPolicy(func(p *Policy) { p.FingerprintHost = false }))
+	ins, ok := e.store.(interface {
+		Inspect(ctx context.Context, key string) (store.Entry, error)
+	})
+	if !ok {
+		t.Fatal("the test store has no Inspect")
+	}
+	first := make(chan *response)
+	go func() { first <- e.do(t, "POST", "/x", "k", "{}") }()
+	<-arrived
+	ent, err := ins.Inspect(context.Background(), e.keyHash(t, "k"))
+	close(release)
+	if r := <-first; r.StatusCode != http.StatusOK {
+		t.Fatalf("first = %d, want 200", r.StatusCode)
+	}
+	if err != nil || ent.State != store.InFlight || ent.Lease.Request.Host != "127.0.0.1" {
+		t.Fatalf("Inspect = %+v, %v; want in flight, its lease naming host 127.0.0.1", ent, err)
+	}
+
+	if r := e.do(t, "POST", "/x", "k", "{}"); r.StatusCode != http.StatusOK || !r.replayed() {
+		t.Fatalf("retry = %d replayed=%v, want the replay", r.StatusCode, r.replayed())
+	}
+	ent, err = ins.Inspect(context.Background(), e.keyHash(t, "k"))
+	if err != nil || ent.State != store.Completed || ent.Record == nil || ent.Record.Request.Host != "127.0.0.1" {
+		t.Fatalf("Inspect = %+v, %v; want the record, naming host 127.0.0.1", ent, err)
+	}
+}

@@ -482,6 +482,53 @@ func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
 	}
 }
 
+// A key whose marker the store lost while the upstream ran its request
+// (an operator's delete, an eviction) is marked again when a shutdown's
+// grace runs out mid-call: its next owner asks the upstream, never
+// forwards the request again.
+func TestShutdownMidCallMarksAKeyWhoseMarkerWasLost(t *testing.T) {
+	l := &chargeLedger{charges: map[string]bool{}}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			l.lookup(w, r)
+			return
+		}
+		n := l.post()
+		l.commit(r.Header.Get("Idempotency-Key"))
+		if n == 1 {
+			<-r.Context().Done() // committed; the answer never comes
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	pol := func(o *Options) {
+		o.UpstreamTimeout = 3 * time.Second
+		reviewPolicy(&o.Default)
+		o.Default.LockTTL = 300 * time.Millisecond
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
+	}
+	a := newEnv(t, handler, pol, withStore(st))
+	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
+	aDone := make(chan *response, 1)
+	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
+	waitFor(t, func() bool { p, _ := l.counts(); return p >= 1 })
+	if err := st.Delete(context.Background(), a.keyHash(t, "k1")+ReconcileSuffix); err != nil {
+		t.Fatalf("deleting the marker written before the request was sent: %v", err)
+	}
+	a.handler.Abort() // shutdown_timeout passed
+	<-aDone
+	var r *response
+	wait.SucceedsSoon(t, 30*time.Second, func() error {
+		r = b.do(t, "POST", "/x", "k1", `{}`)
+		return stillInFlight(r)
+	})
+	if posts, effects := l.counts(); posts != 1 || effects != 1 {
+		t.Fatalf("after the shutdown the next owner got %d %q; posts %d, effects %d: want the key looked up, not forwarded again", r.StatusCode, r.body, posts, effects)
+	}
+}
+
 // A resend whose proxy loses the key while it runs (cut off from the
 // store) is never sent again by the key's next owner: the marker says it
 // went out, so the next owner asks, and an absent answer after a resend
