@@ -443,43 +443,7 @@ func TestSettlementLostToAnotherOwnerGivesTheFirstCallerTheKeysRecord(t *testing
 // unknown as after a reset, but the next owner forwards the key blindly
 // instead of asking (docs/request-handling.md: a key being settled is never forwarded blindly).
 func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
-	l := &chargeLedger{charges: map[string]bool{}}
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			l.lookup(w, r)
-			return
-		}
-		n := l.post()
-		l.commit(r.Header.Get("Idempotency-Key"))
-		if n == 1 {
-			<-r.Context().Done() // committed; the answer never comes
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-	}
-	st := memory.New(memory.Options{})
-	t.Cleanup(func() { st.Close() })
-	pol := func(o *Options) {
-		o.UpstreamTimeout = 3 * time.Second
-		reviewPolicy(&o.Default)
-		o.Default.LockTTL = 300 * time.Millisecond
-		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond
-	}
-	a := newEnv(t, handler, pol, withStore(st))
-	b := newEnv(t, nil, pol, withStore(st), func(o *Options) { o.Upstream = a.up.url(t) })
-	aDone := make(chan *response, 1)
-	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
-	waitFor(t, func() bool { p, _ := l.counts(); return p >= 1 })
-	a.handler.Abort() // shutdown_timeout passed
-	<-aDone
-	var r *response
-	wait.SucceedsSoon(t, 30*time.Second, func() error {
-		r = b.do(t, "POST", "/x", "k1", `{}`)
-		return stillInFlight(r)
-	})
-	if posts, effects := l.counts(); posts != 1 || effects != 1 {
-		t.Fatalf("after the shutdown the next owner got %d %q; posts %d, effects %d: want the key looked up, not forwarded again", r.StatusCode, r.body, posts, effects)
-	}
+	shutDownMidCall(t, false)
 }
 
 // A key whose marker the store lost while the upstream ran its request
@@ -487,6 +451,16 @@ func TestShutdownMidCallOnReconcileRouteLeavesTheKeyToBeLookedUp(t *testing.T) {
 // grace runs out mid-call: its next owner asks the upstream, never
 // forwards the request again.
 func TestShutdownMidCallMarksAKeyWhoseMarkerWasLost(t *testing.T) {
+	shutDownMidCall(t, true)
+}
+
+// shutDownMidCall runs a reconcile route's request on proxy A, whose
+// upstream commits it and never answers, and aborts A (its
+// shutdown_timeout passed), after deleting the key's marker when
+// loseMarker; proxy B, on the same store, must then look the key up, not
+// forward it again.
+func shutDownMidCall(t *testing.T, loseMarker bool) {
+	t.Helper()
 	l := &chargeLedger{charges: map[string]bool{}}
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
@@ -514,8 +488,10 @@ func TestShutdownMidCallMarksAKeyWhoseMarkerWasLost(t *testing.T) {
 	aDone := make(chan *response, 1)
 	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
 	waitFor(t, func() bool { p, _ := l.counts(); return p >= 1 })
-	if err := st.Delete(context.Background(), a.keyHash(t, "k1")+ReconcileSuffix); err != nil {
-		t.Fatalf("deleting the marker written before the request was sent: %v", err)
+	if loseMarker {
+		if err := st.Delete(context.Background(), a.keyHash(t, "k1")+ReconcileSuffix); err != nil {
+			t.Fatalf("deleting the marker written before the request was sent: %v", err)
+		}
 	}
 	a.handler.Abort() // shutdown_timeout passed
 	<-aDone
