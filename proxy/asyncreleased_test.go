@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/wait"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
 	"github.com/idempotency-proxy/idempotency-proxy/store/memory"
 )
@@ -258,4 +259,51 @@ func TestPollOfARetryAcceptedWhileASynchronousCallRanAnswersItsRelease(t *testin
 		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
 			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
 	}
+}
+
+// A released key leaves a note only where status URLs are given: a route
+// that allows respond-async on a handler without a secret (respond-async
+// off) gives none, and writes no note its release would never be asked
+// for; with the secret, the same release writes one.
+func TestReleaseLeavesANoteOnlyWhereStatusURLsAreGiven(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		secret []byte
+		notes  int64
+	}{{"without a secret", nil, 0}, {"with a secret", testAsyncSecret, 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &noteCounting{Store: memory.New(memory.Options{})}
+			t.Cleanup(func() { st.Close() })
+			var calls atomic.Int64
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}, withStore(st), func(o *Options) { o.AsyncSecret, o.Default.Async = tt.secret, AsyncAllow })
+			e.do(t, "POST", "/x", "k1", "{}")
+			// The key's next request is executed once the key is released,
+			// which its note, if any, comes before.
+			wait.SucceedsSoon(t, 10*time.Second, func() error {
+				return stillInFlight(e.do(t, "POST", "/x", "k1", "{}"))
+			})
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("upstream calls = %d, want 2: the key was not released", n)
+			}
+			if n := st.notes.Load(); n < tt.notes || (tt.notes == 0 && n != 0) {
+				t.Errorf("released notes written = %d, want %d", n, tt.notes)
+			}
+		})
+	}
+}
+
+// noteCounting is a memory store that counts the released notes begun.
+type noteCounting struct {
+	*memory.Store
+	notes atomic.Int64
+}
+
+func (s *noteCounting) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	if strings.HasSuffix(key, store.ReleasedSuffix) {
+		s.notes.Add(1)
+	}
+	return s.Store.Begin(ctx, key, l, ttl)
 }
