@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
 
 // TestPageOfLargeRecordsReadsABoundedAmount: a page of a listing keeps
@@ -40,38 +41,6 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 	old := listBytes
 	listBytes = 3 * n
 	t.Cleanup(func() { listBytes = old })
-	seen := map[string]int{}
-	cursor := ""
-	pages := 1
-	for ; ; pages++ {
-		if pages > 20 {
-			t.Fatalf("no end after %d pages; seen %v", pages, seen)
-		}
-		page, next, err := s.List(ctx, 0, cursor, 1000)
-		if err != nil {
-			t.Fatalf("List after %q: %v", cursor, err)
-		}
-		kept := 0
-		for _, e := range page {
-			seen[e.Key]++
-			kept += len(e.Record.Sealed.Data)
-		}
-		if len(page) > 1 && kept > 3000 {
-			t.Errorf("a page of %d keys keeps %d sealed bytes, more than three records", len(page), kept)
-		}
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
-	if pages != 5 {
-		t.Errorf("the listing took %d pages, want 5: big alone, then the ten others three to a page", pages)
-	}
-	for k := range sizes {
-		if seen[k] != 1 {
-			t.Errorf("%s listed %d times, want once", k, seen[k])
-		}
-	}
-	if len(seen) != len(sizes) {
-		t.Errorf("listed %v, want the %d keys", seen, len(sizes))
-	}
+	// Big alone, then the ten others three to a page.
+	storetest.PagesOfBoundedSize(t, s, func(e store.Entry) int { return len(e.Record.Sealed.Data) }, 3000, 5, sizes)
 }

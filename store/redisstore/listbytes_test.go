@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
 
 // TestPageOfLargeRecordsReadsABoundedAmount: a page of a listing reads at
@@ -41,38 +42,6 @@ func TestPageOfLargeRecordsReadsABoundedAmount(t *testing.T) {
 	old := listBytes
 	listBytes = 3 * len(v)
 	t.Cleanup(func() { listBytes = old })
-	seen := map[string]int{}
-	cursor := ""
-	pages := 1
-	for ; ; pages++ {
-		if pages > 20 {
-			t.Fatalf("no end after %d pages; seen %v", pages, seen)
-		}
-		page, next, err := s.List(ctx, 0, cursor, 1000)
-		if err != nil {
-			t.Fatalf("List after %q: %v", cursor, err)
-		}
-		read := 0
-		for _, e := range page {
-			seen[e.Key]++
-			read += e.BodyBytes
-		}
-		if len(page) > 1 && read > listBytes {
-			t.Errorf("a page of %d keys read %d bytes of bodies, more than listBytes %d", len(page), read, listBytes)
-		}
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
-	if pages != 5 {
-		t.Errorf("the listing took %d pages, want 5: big alone, then the ten others three to a page", pages)
-	}
-	for k := range bodies {
-		if seen[k] != 1 {
-			t.Errorf("%s listed %d times, want once", k, seen[k])
-		}
-	}
-	if len(seen) != len(bodies) {
-		t.Errorf("listed %v, want the %d keys", seen, len(bodies))
-	}
+	// Big alone, then the ten others three to a page.
+	storetest.PagesOfBoundedSize(t, s, func(e store.Entry) int { return e.BodyBytes }, listBytes, 5, bodies)
 }

@@ -255,3 +255,52 @@ func testListLookup(t *testing.T, h *harness) {
 		t.Fatalf("List gave %s as %+v, want its record with lookup %x", key, e, rec.Lookup)
 	}
 }
+
+// Lister is a store's listing, as the operator API pages through it.
+type Lister interface {
+	List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error)
+}
+
+// PagesOfBoundedSize lists every entry of s, page after page under a
+// limit that never binds, and checks that a page of more than one entry
+// holds at most max bytes, as size counts an entry; that the listing ends
+// after wantPages pages; and that it lists each of keys once, and nothing
+// else. A store's own test fills it and sets its page bound first.
+func PagesOfBoundedSize(t *testing.T, s Lister, size func(store.Entry) int, max, wantPages int, keys map[string]int) {
+	t.Helper()
+	ctx := context.Background()
+	seen := map[string]int{}
+	cursor := ""
+	pages := 1
+	for ; ; pages++ {
+		if pages > 20 {
+			t.Fatalf("no end after %d pages; seen %v", pages, seen)
+		}
+		page, next, err := s.List(ctx, 0, cursor, 1000)
+		if err != nil {
+			t.Fatalf("List after %q: %v", cursor, err)
+		}
+		read := 0
+		for _, e := range page {
+			seen[e.Key]++
+			read += size(e)
+		}
+		if len(page) > 1 && read > max {
+			t.Errorf("a page of %d keys read %d bytes, more than %d", len(page), read, max)
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	if pages != wantPages {
+		t.Errorf("the listing took %d pages, want %d", pages, wantPages)
+	}
+	for k := range keys {
+		if seen[k] != 1 {
+			t.Errorf("%s listed %d times, want once", k, seen[k])
+		}
+	}
+	if len(seen) != len(keys) {
+		t.Errorf("listed %v, want the %d keys", seen, len(keys))
+	}
+}
