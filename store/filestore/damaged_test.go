@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
 
 // damageEntry replaces the bytes stored under key with what damage makes
@@ -125,18 +126,7 @@ func TestDamagedEntryIsListedAndTheListingGoesOn(t *testing.T) {
 			mustAcquire(t, s, "d", time.Minute)
 			damageEntry(t, s, "b", damage)
 			for _, limit := range []int{1, 2, 10} {
-				var got []store.Entry
-				cursor := ""
-				for range 10 {
-					page, next, err := s.List(ctx, 0, cursor, limit)
-					if err != nil {
-						t.Fatalf("limit %d: List after %q: %v", limit, cursor, err)
-					}
-					got = append(got, page...)
-					if cursor = next; cursor == "" {
-						break
-					}
-				}
+				got := storetest.ListAll(t, s, limit)
 				var keys []string
 				for _, e := range got {
 					keys = append(keys, e.Key)

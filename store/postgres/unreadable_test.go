@@ -9,6 +9,7 @@ import (
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/testkit/pgtest"
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
 
 // TestUnreadableRowIsListedAndTheListingGoesOn: a row that does not decode
@@ -37,18 +38,7 @@ func TestUnreadableRowIsListedAndTheListingGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, limit := range []int{1, 2, 10} {
-		var got []store.Entry
-		cursor := ""
-		for range 10 {
-			page, next, err := s.List(ctx, 0, cursor, limit)
-			if err != nil {
-				t.Fatalf("limit %d: List after %q: %v", limit, cursor, err)
-			}
-			got = append(got, page...)
-			if cursor = next; cursor == "" {
-				break
-			}
-		}
+		got := storetest.ListAll(t, s, limit)
 		var keys []string
 		for _, e := range got {
 			keys = append(keys, e.Key)

@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/idempotency-proxy/idempotency-proxy/store"
+	"github.com/idempotency-proxy/idempotency-proxy/store/storetest"
 )
 
 // TestUnreadableEntryIsListedAndTheListingGoesOn: a value that does not
@@ -41,18 +42,7 @@ func TestUnreadableEntryIsListedAndTheListingGoesOn(t *testing.T) {
 	m.Set(s.redisKey("e"), "garbage")
 	m.Set(s.redisKey("f"), "")
 	for _, limit := range []int{1, 2, 10} {
-		var got []store.Entry
-		cursor := ""
-		for range 20 {
-			page, next, err := s.List(ctx, 0, cursor, limit)
-			if err != nil {
-				t.Fatalf("limit %d: List after %q: %v", limit, cursor, err)
-			}
-			got = append(got, page...)
-			if cursor = next; cursor == "" {
-				break
-			}
-		}
+		got := storetest.ListAll(t, s, limit)
 		slices.SortFunc(got, func(x, y store.Entry) int { return strings.Compare(x.Key, y.Key) })
 		var keys []string
 		for _, e := range got {

@@ -304,3 +304,23 @@ func PagesOfBoundedSize(t *testing.T, s Lister, size func(store.Entry) int, max,
 		t.Errorf("listed %v, want the %d keys", seen, len(keys))
 	}
 }
+
+// ListAll lists the entries of s in every state, page after page of at
+// most limit, and returns them in the order listed: at most 20 pages, so
+// that a cursor that never ends shows as keys listed again.
+func ListAll(t *testing.T, s Lister, limit int) []store.Entry {
+	t.Helper()
+	var got []store.Entry
+	cursor := ""
+	for range 20 {
+		page, next, err := s.List(context.Background(), 0, cursor, limit)
+		if err != nil {
+			t.Fatalf("limit %d: List after %q: %v", limit, cursor, err)
+		}
+		got = append(got, page...)
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	return got
+}
