@@ -3,6 +3,7 @@ package tracing
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,17 +33,7 @@ func TestEachLookupIsAClientSpanUnderTheRequest(t *testing.T) {
 		}
 		w.Write([]byte(`{"id":"ch_1"}`))
 	})
-	reconcile := func(p *proxy.Policy) {
-		p.OnUpstreamError = proxy.UpstreamErrorReconcile
-		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 200*time.Millisecond
-	}
-	rg := newRig(t, up, func(o *proxy.Options) {
-		reconcile(&o.Default)
-		for i := range o.Routes {
-			reconcile(&o.Routes[i].Policy)
-		}
-	})
+	rg := newReconcilingRig(t, up, "GET /v1/charges?idempotency_key={key}")
 	if r := rg.do(t, "/v1/charges", "k"); r.StatusCode != http.StatusOK || r.body != `{"id":"ch_1"}` {
 		t.Fatalf("got %d %s, want the looked-up charge", r.StatusCode, r.body)
 	}
@@ -69,17 +60,7 @@ func TestLookupSpanCarriesNoValueFilledIntoItsTarget(t *testing.T) {
 		}
 		w.Write([]byte(`{"id":"ch_1"}`))
 	})
-	reconcile := func(p *proxy.Policy) {
-		p.OnUpstreamError = proxy.UpstreamErrorReconcile
-		p.Reconcile.Request = "GET /v1/charges/{key}/{header:X-Order}?order={header:X-Order}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 200*time.Millisecond
-	}
-	rg := newRig(t, up, func(o *proxy.Options) {
-		reconcile(&o.Default)
-		for i := range o.Routes {
-			reconcile(&o.Routes[i].Policy)
-		}
-	})
+	rg := newReconcilingRig(t, up, "GET /v1/charges/{key}/{header:X-Order}?order={header:X-Order}")
 	if r := rg.do(t, "/v1/charges", key, "X-Order", order); r.StatusCode != http.StatusOK {
 		t.Fatalf("got %d %s, want the looked-up charge", r.StatusCode, r.body)
 	}
@@ -97,4 +78,22 @@ func TestLookupSpanCarriesNoValueFilledIntoItsTarget(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newReconcilingRig is a rig whose routes settle unknown outcomes
+// (on_upstream_error: reconcile) by the lookup request, asked at once and
+// every 200ms after.
+func newReconcilingRig(t *testing.T, up *url.URL, request string) *rig {
+	t.Helper()
+	reconcile := func(p *proxy.Policy) {
+		p.OnUpstreamError = proxy.UpstreamErrorReconcile
+		p.Reconcile.Request = request
+		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 200*time.Millisecond
+	}
+	return newRig(t, up, func(o *proxy.Options) {
+		reconcile(&o.Default)
+		for i := range o.Routes {
+			reconcile(&o.Routes[i].Policy)
+		}
+	})
 }
