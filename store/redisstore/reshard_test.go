@@ -124,3 +124,130 @@ func masterClient(ctx context.Context, t *testing.T, cl *redistest.Cluster, key 
 	t.Fatalf("no master holds %s", key)
 	return nil
 }
+
+// TestReplicaAckFollowsASlotToItsNewMaster: with replica_ack on a Cluster,
+// a lease and a record whose slot another master took over (a reshard,
+// or a replica promoted) are written and waited for there at once,
+// rather than refused until the client next reloads the Cluster's slot
+// map; so is one whose slot is on its way, on the master it is going to
+// (ASK). docs/redis.md, "Cluster resharding".
+func TestReplicaAckFollowsASlotToItsNewMaster(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas())
+	s := newStore(t, Options{Addrs: cl.Addrs(), Timeout: 10 * time.Second, ReplicaAck: 1, ReplicaAckTimeout: 5 * time.Second})
+	// The store learns the slot map before the moves.
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	masters := make([]*redis.Client, len(cl.Masters))
+	ids := make([]string, len(cl.Masters))
+	for i, m := range cl.Masters {
+		masters[i] = m.Client(t)
+		ids[i] = masters[i].ClusterMyID(ctx).Val()
+	}
+	// src and dst: k's master, and another.
+	srcOf := func(k string) (src, dst int) {
+		t.Helper()
+		m, err := cc.MasterForKey(ctx, s.redisKey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range masters {
+			if c.Options().Addr == m.Options().Addr {
+				return i, (i + 1) % len(masters)
+			}
+		}
+		t.Fatalf("%s on none of the masters", k)
+		return 0, 0
+	}
+	setslot := func(on, slot int, args ...any) {
+		t.Helper()
+		if err := masters[on].Do(ctx, append([]any{"cluster", "setslot", slot}, args...)...).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d %v on %s: %v", slot, args, masters[on].Options().Addr, err)
+		}
+	}
+	// held is where k's value is now: the first byte of it on each
+	// master (0 when it has none). ASKING first: a master answers for a
+	// slot it is importing only then.
+	held := func(k string) []byte {
+		t.Helper()
+		kinds := make([]byte, len(masters))
+		for i, c := range masters {
+			var get *redis.StringCmd
+			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Do(ctx, "asking")
+				get = p.Get(ctx, s.redisKey(k))
+				return nil
+			})
+			v, err := get.Bytes()
+			if err == nil && len(v) > 0 {
+				kinds[i] = v[0]
+			}
+		}
+		return kinds
+	}
+	life := func(k string, on int) {
+		t.Helper()
+		b, err := s.Begin(ctx, k, store.Lease{}, time.Minute)
+		if err != nil || b.State != store.Acquired {
+			t.Fatalf("Begin %s = %v, %v; want the lease", k, b.State, err)
+		}
+		if got := held(k); got[on] != kindLease {
+			t.Fatalf("after Begin %s the masters hold %q; want its lease on %s", k, got, masters[on].Options().Addr)
+		}
+		if err := s.Complete(ctx, k, b.Token, &store.Record{Status: 201}, time.Hour); err != nil {
+			t.Fatalf("Complete %s: %v", k, err)
+		}
+		if got := held(k); got[on] != kindRecord {
+			t.Fatalf("after Complete %s the masters hold %q; want its record on %s", k, got, masters[on].Options().Addr)
+		}
+	}
+
+	// large's lease is taken on src, then its slot goes over to dst with
+	// the lease; its record, too large to be batched, is written there.
+	large := "slot-moved-with-its-lease"
+	b, err := s.Begin(ctx, large, store.Lease{}, time.Minute)
+	if err != nil || b.State != store.Acquired {
+		t.Fatalf("Begin %s = %v, %v", large, b.State, err)
+	}
+	src, dst := srcOf(large)
+	slot := keySlot(large)
+	setslot(dst, slot, "importing", ids[src])
+	setslot(src, slot, "migrating", ids[dst])
+	host, port, _ := net.SplitHostPort(masters[dst].Options().Addr)
+	if err := masters[src].Do(ctx, "migrate", host, port, "", 0, 5000, "keys", s.redisKey(large)).Err(); err != nil {
+		t.Fatalf("MIGRATE %s: %v", large, err)
+	}
+	for i := range masters {
+		setslot(i, slot, "node", ids[dst])
+	}
+	body := make([]byte, 2*maxPipelined)
+	if err := s.Complete(ctx, large, b.Token, &store.Record{Status: 201, Body: body}, time.Hour); err != nil {
+		t.Fatalf("Complete %s after its slot moved: %v", large, err)
+	}
+	if got := held(large); got[dst] != kindRecord {
+		t.Fatalf("after Complete %s the masters hold %q; want its record on %s", large, got, masters[dst].Options().Addr)
+	}
+
+	// moved's slot goes over to dst for good.
+	moved := "slot-moved"
+	src, dst = srcOf(moved)
+	slot = keySlot(moved)
+	setslot(dst, slot, "importing", ids[src])
+	setslot(src, slot, "migrating", ids[dst])
+	for i := range masters {
+		setslot(i, slot, "node", ids[dst])
+	}
+	life(moved, dst)
+
+	// moving's slot is on its way to dst: a key src does not have is
+	// written on dst.
+	moving := "slot-moving"
+	src, dst = srcOf(moving)
+	slot = keySlot(moving)
+	setslot(dst, slot, "importing", ids[src])
+	setslot(src, slot, "migrating", ids[dst])
+	life(moving, dst)
+}
