@@ -413,16 +413,21 @@ func (b *batcher) newWait(ctx context.Context) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", b.waitN, millis(b.waitTimeout))
 }
 
+// group is the commands of a batch sent to one master, and the WAIT
+// after them.
+type group struct {
+	cmds []redis.Cmder
+	wait *redis.IntCmd
+}
+
 // execCluster sends bt's acknowledged commands to their masters, one
 // pipeline ending in WAIT per master (a Cluster pipeline would send a
 // keyless WAIT to any node), and its other commands as one Cluster
-// pipeline, all at once. An acknowledged command is not redirected: a
-// MOVED reply is its error, as it is for a direct command.
+// pipeline, all at once. The masters are those of the client's slot map:
+// an acknowledged command a master answers MOVED or ASK is sent again
+// where that answer says (followRedirects), as the Cluster pipeline does
+// for the others.
 func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, bt *batch) {
-	type group struct {
-		cmds []redis.Cmder
-		wait *redis.IntCmd
-	}
 	groups := map[*redis.Client]*group{}
 	isAcked := make([]bool, len(bt.cmds))
 	for j := range bt.acked {
@@ -455,6 +460,59 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, bt *
 	}
 	for node, g := range groups {
 		wg.Go(func() { pipeline(ctx, node, g.cmds, g.wait) })
+	}
+	wg.Wait()
+	b.followRedirects(ctx, cc, bt)
+}
+
+// followRedirects sends again, once, each acknowledged command of bt that
+// its master answered MOVED (the slot has another master: a reshard, a
+// replica promoted) or ASK (the slot is on its way, and the key is gone
+// from the master moving it), to the master that answer names, with a
+// WAIT there. The client's slot map is out of date then, and until
+// something reloads it every acknowledged write to those slots would
+// fail; masterAt loads it anew. Neither answer ran the command, so sending
+// it again is safe.
+func (b *batcher) followRedirects(ctx context.Context, cc *redis.ClusterClient, bt *batch) {
+	type target struct {
+		addr string
+		ask  bool
+	}
+	var groups map[target]*group
+	for j := range bt.acked {
+		a := &bt.acked[j]
+		addr, ask, ok := redirectOf(bt.cmds[a.i].Err())
+		if !ok {
+			continue
+		}
+		if groups == nil {
+			groups = map[target]*group{}
+		}
+		t := target{addr, ask}
+		g := groups[t]
+		if g == nil {
+			g = &group{wait: b.newWait(ctx)}
+			groups[t] = g
+		}
+		g.cmds = append(g.cmds, bt.cmds[a.i])
+		a.wait = g.wait
+	}
+	if groups == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for t, g := range groups {
+		wg.Go(func() {
+			node, err := masterAt(ctx, cc, t.addr)
+			if err != nil {
+				for _, cmd := range g.cmds {
+					cmd.SetErr(err)
+				}
+				g.wait.SetErr(err)
+				return
+			}
+			pipeline(ctx, node, redirected(ctx, g.cmds, t.ask), g.wait)
+		})
 	}
 	wg.Wait()
 }

@@ -94,7 +94,10 @@ func expiresIn(ttl time.Duration) time.Time {
 // the store's keys (MATCH on its prefix, never KEYS) on every master in
 // turn. SCAN returns every key present for the whole listing, but may
 // return one twice while Redis resizes its table; within a page keys are
-// unique. Listed records carry no Body. A page reads at most listBytes of
+// unique. A Cluster moving a slot meanwhile is listed on: each key is
+// read where it is now (fetch), and one moved between two masters while
+// the listing runs may be listed on both, or on neither when it went to
+// a master listed already. Listed records carry no Body. A page reads at most listBytes of
 // values (and at least one), ending early with a cursor when the next
 // value would pass that: a page of large records never holds more.
 func (s *Store) List(ctx context.Context, state store.State, cursor string, limit int) ([]store.Entry, string, error) {
@@ -178,13 +181,20 @@ func (s *Store) scan(ctx context.Context, n node, cur uint64, count int) ([]stri
 // of max_response_body each would otherwise hold them all at once.
 var listBytes = 16 << 20
 
-// fetch reads the keys after `after` (Redis keys, sorted) and returns the
-// entries in state, each with its Redis key. Keys gone meanwhile are left
-// out; a value that does not decode is an unreadable entry
-// (store.UnreadableEntry). It reads values while their sizes fit in
+// fetch reads the keys after `after` (Redis keys, sorted, SCANned on n)
+// and returns the entries in state, each with its Redis key. Keys gone
+// meanwhile are left out; a value that does not decode is an unreadable
+// entry (store.UnreadableEntry). It reads values while their sizes fit in
 // *budget, which it lowers by what it read, and one at least when first:
 // stop, when it stopped before the batch's end, is the last key it read
 // (after, when it read none).
+//
+// The values are read through the store's client, not the master the
+// keys were SCANned on: while a Cluster moves a slot, a key already moved
+// is on a master that answers MOVED for it until the move ends, and one
+// the master moving it no longer has is answered ASK. The Cluster client
+// follows both, so a listing reads each key where it is now. An error
+// names n.
 func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, state store.State, budget *int, first bool) (entries []store.Entry, rkeys []string, stop *string, err error) {
 	if after != "" {
 		keys = keys[sort(keys, after):]
@@ -195,13 +205,13 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	lens := make([]*redis.IntCmd, len(keys))
-	if _, err := n.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			lens[i] = p.StrLen(ctx, k)
 		}
 		return nil
 	}); err != nil {
-		return nil, nil, nil, s.translate("list", err)
+		return nil, nil, nil, s.translate("list", fmt.Errorf("%s%w", at(n), err))
 	}
 	last := after
 	for i, l := range lens {
@@ -217,14 +227,14 @@ func (s *Store) fetch(ctx context.Context, n node, keys []string, after string, 
 	}
 	gets := make([]*redis.StringCmd, len(keys))
 	ttls := make([]*redis.DurationCmd, len(keys))
-	_, err = n.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			gets[i], ttls[i] = p.Get(ctx, k), p.PTTL(ctx, k)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, nil, s.translate("list", err)
+		return nil, nil, nil, s.translate("list", fmt.Errorf("%s%w", at(n), err))
 	}
 	for i, k := range keys {
 		v, err := gets[i].Bytes()

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,11 +70,14 @@ func (s *Store) shortfall(op int, what string, got int64, err error) error {
 // doAcked runs cmd, then WAIT, as one pipeline on one connection to the
 // master of rkey, by the deadline dl. It returns cmd's error (as do does;
 // redis.Nil is a reply) and the replicas WAIT counted, or WAIT's error.
+// In a Cluster, a cmd answered MOVED or ASK is sent again, once, where
+// that answer says (batcher.followRedirects).
 func (s *Store) doAcked(ctx context.Context, dl time.Time, rkey string, cmd redis.Cmder) (acked int64, waitErr, err error) {
 	ctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
-	var p redis.Pipeliner
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
+	cc, cluster := s.c.(*redis.ClusterClient)
+	var c redis.Cmdable = s.c
+	if cluster {
 		// A Cluster pipeline sends a keyless WAIT to any node: send both
 		// to the key's master instead.
 		node, err := cc.MasterForKey(ctx, rkey)
@@ -81,18 +85,68 @@ func (s *Store) doAcked(ctx context.Context, dl time.Time, rkey string, cmd redi
 			cmd.SetErr(err)
 			return 0, nil, err
 		}
-		p = node.Pipeline()
-	} else {
-		p = s.c.Pipeline()
+		c = node
 	}
 	wait := redis.NewIntCmd(ctx, "wait", s.acks.n, millis(s.acks.timeout))
-	_ = p.Process(ctx, cmd)
-	_ = p.Process(ctx, wait)
-	if _, perr := p.Exec(ctx); perr != nil && cmd.Err() != perr && wait.Err() != perr {
-		// The pipeline never ran (no connection could be made ready).
-		cmd.SetErr(perr)
-		return 0, nil, perr
+	pipeline(ctx, c, []redis.Cmder{cmd}, wait)
+	if addr, ask, moved := redirectOf(cmd.Err()); cluster && moved {
+		node, err := masterAt(ctx, cc, addr)
+		if err != nil {
+			cmd.SetErr(err)
+			return 0, nil, err
+		}
+		wait = redis.NewIntCmd(ctx, "wait", s.acks.n, millis(s.acks.timeout))
+		pipeline(ctx, node, redirected(ctx, []redis.Cmder{cmd}, ask), wait)
 	}
 	n, werr := wait.Result()
 	return n, werr, cmd.Err()
+}
+
+// redirectOf reads a Cluster's MOVED or ASK answer: the address it names,
+// and whether it was ASK.
+func redirectOf(err error) (addr string, ask, ok bool) {
+	if addr, ok := redis.IsMovedError(err); ok {
+		return addr, false, true
+	}
+	addr, ok = redis.IsAskError(err)
+	return addr, true, ok
+}
+
+// redirected readies cmds, answered MOVED or ASK, to be sent again: their
+// error cleared, and each after an ASKING when ask (ASKING lets the next
+// command reach a slot its master is still importing).
+func redirected(ctx context.Context, cmds []redis.Cmder, ask bool) []redis.Cmder {
+	out := make([]redis.Cmder, 0, 2*len(cmds))
+	for _, cmd := range cmds {
+		cmd.SetErr(nil)
+		if ask {
+			out = append(out, redis.NewStatusCmd(ctx, "asking"))
+		}
+		out = append(out, cmd)
+	}
+	return out
+}
+
+// masterAt is the Cluster's master at addr, found in its slot map loaded
+// anew (ForEachMaster reloads it): a MOVED answer means the client's map
+// is out of date, and the commands sent after this one find the new
+// master too.
+func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var found *redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no master at %s, which the Cluster redirected to", addr)
+	}
+	return found, nil
 }
