@@ -232,6 +232,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 			note = c.releasedAnswer(q.fp)
 		}
 	case q.grpc && grpcReleased(q, &outcome):
+	case q.graphql == graphqlPersisted && graphqlReleased(q, &outcome):
 	default:
 		// The upstream answered whole (f == 0, !lost), with a status
 		// to record (c.recording).
