@@ -404,22 +404,18 @@ func (c *capture) upstreamFailed(err error) (f failure, sent bool, keyHash strin
 }
 
 // verdict is what the capture tells of the upstream call once it
-// returned, all that conclude asks of it: how the exchange failed (0 when
-// the upstream answered), whether the answer was lost (aborted: the
-// reverse proxy panicked; or no status came) or cut short (cutShort), and
-// its record (record, with fingerprint fp) when it came whole with a
-// status to record, else nil.
-func (c *capture) verdict(aborted bool, fp store.Fingerprint) (f failure, lost bool, rec *store.Record) {
+// returned, all that conclude asks of it besides the record: how the
+// exchange failed (0 when the upstream answered), and whether the answer
+// was lost (aborted: the reverse proxy panicked; or no status came) or cut
+// short (cutShort). An answer that came whole with a status to record is
+// built into one (record) only once conclude decides to keep it.
+func (c *capture) verdict(aborted bool) (f failure, lost bool) {
 	if c.upstreamErr != nil {
 		f = upstreamFailure(c.upstreamErr, c.sent.Load(), c.stopCause())
 	} else if c.stopCause() == stopShutdown {
 		f = failShuttingDown
 	}
-	lost = aborted || !c.responseStarted || c.cutShort()
-	if f == 0 && !lost && c.recording {
-		rec = c.record(fp)
-	}
-	return f, lost, rec
+	return f, aborted || !c.responseStarted || c.cutShort()
 }
 
 // stopCause is why the call's context was cancelled: a shutdown out of

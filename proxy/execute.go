@@ -184,7 +184,7 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 	// whose call ran detached from it (asyncreleased.go).
 	var note *store.Record
 	outcome := OutcomeUpstreamError
-	f, lost, answer := c.verdict(aborted, q.fp)
+	f, lost := c.verdict(aborted)
 	switch {
 	case f == failShuttingDown && c.sent.Load():
 		// The upstream may still be running it, and this process is
@@ -232,9 +232,12 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 			note = c.releasedAnswer(q.fp)
 		}
 	case q.grpc && grpcReleased(q, &outcome):
+	case q.graphql == graphqlPersisted && graphqlReleased(q, &outcome):
 	default:
+		// The upstream answered whole (f == 0, !lost), with a status
+		// to record (c.recording).
 		outcome = OutcomeExecuted
-		rec = answer
+		rec = c.record(q.fp)
 		if rec.BodyOmitted {
 			q.settle.OmitReason = omitTooLarge
 		}

@@ -20,9 +20,10 @@ import (
 // fingerprint, its storage key and the description its lease and record
 // give operators, and notes its key churn. The body was read to its end,
 // so the trailers are known. It fails, before anything is locked, for a
-// JSON body the fingerprint cannot read one way. A GraphQL mutation's form
-// (graphql.go) is hashed in place of its body.
-func (h *Handler) fingerprintAndKey(q *request, graphqlForm []byte) error {
+// JSON body the fingerprint cannot read one way. form, when not nil, is
+// hashed in place of the body: a GraphQL mutation's canonical form
+// (graphql.go), a compressed gRPC message decompressed (grpc.go).
+func (h *Handler) fingerprintAndKey(q *request, form []byte) error {
 	r, pol := q.in, &q.route.policy
 	host := normalHost(r.Host) // in the lease's description
 	fpHost := host
@@ -30,8 +31,8 @@ func (h *Handler) fingerprintAndKey(q *request, graphqlForm []byte) error {
 		fpHost = "" // fingerprint_host: false leaves the host out
 	}
 	var err error
-	if graphqlForm != nil {
-		q.fp = fingerprint(r, fpReading(&q.target, pol.PathCase), fpHost, graphqlForm, pol.FingerprintHeaders)
+	if form != nil {
+		q.fp = fingerprint(r, fpReading(&q.target, pol.PathCase), fpHost, form, pol.FingerprintHeaders)
 	} else if q.fp, err = bodyFingerprint(r, fpReading(&q.target, pol.PathCase), fpHost, q.body, pol); err != nil {
 		return err
 	}

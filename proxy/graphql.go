@@ -14,6 +14,11 @@ import (
 //
 //   - A query, a subscription, a batch of them, or a document with no
 //     operation passes through, unrecorded (outcome passthrough).
+//   - A persisted query sent by its hash alone may be a mutation: it is
+//     protected as one, known by its hash, and the server's
+//     PersistedQueryNotFound to it releases its key (graphqlReleased).
+//     Sent with its document, it is read by its document and known by
+//     its hash, so the two attempts of one operation are one request.
 //   - A mutation's key is its @idempotent(key: …) directive's, else the
 //     route's key sources'; its fingerprint hashes the document, the
 //     operation name and the variables in canonical JSON, beside the
@@ -24,8 +29,8 @@ import (
 //     query string of a method other than GET, protected or not) is
 //     refused ambiguous-body; a mutation sent with GET, ambiguous-method.
 //   - A body that is not a GraphQL request the proxy reads (another
-//     content type, a document that does not parse, a persisted query sent
-//     without its document) is protected as any request on the route.
+//     content type, a document that does not parse) is protected as any
+//     request on the route.
 //
 // The proxy's own answers on the route are GraphQL responses
 // (problemjson.WriteGraphQL).
@@ -35,8 +40,9 @@ import (
 type graphqlReading uint8
 
 const (
-	graphqlNone  graphqlReading = iota // not on a GraphQL route
-	graphqlRoute                       // on one: the proxy answers in GraphQL
+	graphqlNone      graphqlReading = iota // not on a GraphQL route
+	graphqlRoute                           // on one: the proxy answers in GraphQL
+	graphqlPersisted                       // a persisted query sent by its hash alone, on one
 )
 
 // graphqlInQueryString refuses a request on a GraphQL route whose query
@@ -96,6 +102,8 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 	case err != nil:
 		h.refuse(w, q, failInvalidKey, err)
 		return nil, "", false
+	case op.Kind == graphqlop.Persisted:
+		q.graphql = graphqlPersisted
 	case op.Kind != graphqlop.Mutation:
 		setBody(q.in, q.body, nil)
 		h.passThrough(w, q, q.in)
@@ -114,4 +122,17 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 		return nil, "", false
 	}
 	return form, op.Key, true
+}
+
+// graphqlReleased reports whether the answer to request q, a persisted
+// query sent by its hash alone, is the server's PersistedQueryNotFound:
+// nothing ran, and the client sends the hash again with its document, the
+// same request, which must find the key free. When it is, it sets
+// *outcome.
+func graphqlReleased(q *request, outcome *Outcome) bool {
+	if q.capture.omitted || !graphqlop.PersistedQueryNotFound(q.capture.body) {
+		return false
+	}
+	*outcome = OutcomeReleased
+	return true
 }

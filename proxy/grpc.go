@@ -48,15 +48,19 @@ func grpcWait(r *http.Request) time.Duration {
 // before its key is read: a call without a key on a route that does not
 // require one is forwarded as it comes; otherwise its first message is
 // read, bounded by max_request_body. A unary call goes on: readGRPC returns
-// its message and true. A stream is forwarded unprotected (counted as
-// passthrough), or refused UNIMPLEMENTED where the route requires a key.
-func (h *Handler) readGRPC(w http.ResponseWriter, q *request) ([]byte, bool) {
+// its message, as sent, and true, with form, the message the fingerprint
+// hashes in its place when it came compressed with gzip: the message as it
+// reads uncompressed (grpcwire.Decompressed), so that a retry compressed
+// otherwise, or not at all, is the same call. A stream is forwarded
+// unprotected (counted as passthrough), or refused UNIMPLEMENTED where the
+// route requires a key.
+func (h *Handler) readGRPC(w http.ResponseWriter, q *request) (msg, form []byte, ok bool) {
 	r, pol := q.in, &q.route.policy
 	if _, _, err := requestKeyFrom(r, q.route.sources, nil, false); err == errNoKey && !pol.RequireKey {
 		q.outcome = OutcomeNoKey
 		h.passThrough(q.unrecorded(w), q, r)
 		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
-		return nil, false
+		return nil, nil, false
 	}
 	first, err := grpcwire.ReadFirst(r.Body, pol.MaxRequestBody, grpcEndWait)
 	if first.Body != nil {
@@ -65,27 +69,28 @@ func (h *Handler) readGRPC(w http.ResponseWriter, q *request) ([]byte, bool) {
 	switch {
 	case errors.Is(err, grpcwire.ErrTooLarge):
 		h.refuse(w, q, failBodyTooLarge, tooLarge(pol.MaxRequestBody))
-		return nil, false
+		return nil, nil, false
 	case err != nil:
 		h.refuse(w, q, failBodyUnreadable, err)
-		return nil, false
+		return nil, nil, false
 	case !first.Unary && pol.RequireKey:
 		h.refuse(w, q, failStreamingCall, nil)
-		return nil, false
+		return nil, nil, false
 	case !first.Unary:
 		// Forwarded as on a protected route without a key: the control
 		// header is the proxy's still.
 		q.outcome = OutcomePassthrough
 		h.passThrough(q.unrecorded(w), q, r)
 		dropControlTrailers(w.Header(), pol.UpstreamControlHeader)
-		return nil, false
+		return nil, nil, false
 	}
 	// The client's deadline is its wait, not the call's: passed on, it
 	// would cut the call upstream when the client gives up, leaving an
 	// outcome nobody records. The call is bounded by upstream.max_execution,
 	// as every executed request is.
 	delete(r.Header, grpcwire.TimeoutField)
-	return first.Message, true
+	form = grpcwire.Decompressed(first.Message, headerValue(r.Header, grpcwire.EncodingField), pol.MaxRequestBody)
+	return first.Message, form, true
 }
 
 func headerValue(h http.Header, name string) string {

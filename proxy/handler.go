@@ -262,15 +262,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) identify(w http.ResponseWriter, q *request) bool {
 	r, pol := q.in, &q.route.policy
 	haveBody := false
-	var form []byte // a GraphQL mutation's canonical form, which the fingerprint hashes
-	var key string  // a GraphQL mutation's @idempotent key
+	// form is what the fingerprint hashes in place of the body: a GraphQL
+	// mutation's canonical form, a compressed gRPC message decompressed.
+	var form []byte
+	var key string // a GraphQL mutation's @idempotent key
 	if isGRPC(r) {
 		q.grpc, q.grpcWait = true, grpcWait(r)
-		msg, ok := h.readGRPC(w, q)
+		msg, plain, ok := h.readGRPC(w, q)
 		if !ok {
 			return false
 		}
-		q.body, haveBody = msg, true // a unary call's one message
+		q.body, form, haveBody = msg, plain, true // a unary call's one message
 	} else if pol.GraphQL {
 		// Only a mutation is protected, and it may carry its own key.
 		var ok bool

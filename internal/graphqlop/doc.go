@@ -9,9 +9,12 @@
 //
 // A request that can be read two ways — a document of several operations
 // holding a mutation, a batch holding a mutation, an operationName naming
-// no operation, two different directive keys — is an *Error wrapping
-// ErrAmbiguous. A body that is not a GraphQL request this package reads
-// (another content type, a document that does not parse, a persisted
-// query without its document) is ErrNotGraphQL: the proxy then protects it
-// as any request on the route.
+// no operation, two different directive keys, a persisted query's hash
+// that is not its document's — is an *Error wrapping ErrAmbiguous. A
+// persisted query sent by its hash alone is of kind Persisted, known by
+// its hash as a persisted mutation sent with its document is
+// (Request.Hash); PersistedQueryNotFound tells the server's answer that it
+// does not know the hash. A body that is not a GraphQL request this package
+// reads (another content type, a document that does not parse) is
+// ErrNotGraphQL: the proxy then protects it as any request on the route.
 package graphqlop

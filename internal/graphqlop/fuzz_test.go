@@ -15,6 +15,7 @@ func FuzzReadBody(f *testing.F) {
 		`{"query":"mutation { ...F } fragment F on M { ...F a @idempotent(key: \"x\") }"}`,
 		`{"query":"{ a }","Query":"mutation { b }"}`,
 		`{"query":"mutation($k: String) { a @idempotent(key: $k) }","variables":"{\"k\":\"v\"}"}`,
+		`{"operationName":"C","variables":{"a":1},"extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}}}`,
 	} {
 		f.Add("application/json", []byte(s))
 	}

@@ -28,6 +28,11 @@ const (
 	Query
 	Mutation
 	Subscription
+	// Persisted: a persisted query sent by its hash alone (automatic
+	// persisted queries, Apollo's and gqlgen's): the document it runs is
+	// the one the server keeps under the hash, which it may run or may not
+	// know (PersistedQueryNotFound), so it is read as a mutation may be.
+	Persisted
 )
 
 func (k Kind) String() string {
@@ -38,6 +43,8 @@ func (k Kind) String() string {
 		return "mutation"
 	case Subscription:
 		return "subscription"
+	case Persisted:
+		return "persisted"
 	}
 	return "none"
 }
@@ -99,12 +106,19 @@ type Request struct {
 	// Parts is the SHA-256 of an upload's parts beside its operations
 	// (readUpload), nil for any other request.
 	Parts []byte
+	// Hash is the sha256Hash of a persisted query's
+	// extensions.persistedQuery, "" for a request without one. A request
+	// sent with its document and a hash is read by its document, which
+	// the hash must name (the lowercase hex SHA-256 of the document, as
+	// every client computes it): servers refuse one that does not.
+	Hash string
 }
 
 var (
 	ptrQuery         = mustPointer("/query")
 	ptrOperationName = mustPointer("/operationName")
 	ptrVariables     = mustPointer("/variables")
+	ptrHash          = mustPointer("/extensions/persistedQuery/sha256Hash")
 )
 
 func mustPointer(s string) jsonread.Pointer {
@@ -240,7 +254,7 @@ func readUpload(body []byte, boundary string) (Request, error) {
 		return Request{}, ErrNotGraphQL
 	}
 	r, err := readJSON(ops)
-	if err != nil || r.Kind != Mutation {
+	if err != nil || r.Kind != Mutation && r.Kind != Persisted {
 		return r, err
 	}
 	r.Parts = h.Sum(nil)
@@ -266,13 +280,12 @@ func readJSON(body []byte) (Request, error) {
 // with unique member names.
 func readObject(obj []byte) (Request, error) {
 	q, err := ptrQuery.Find(obj)
-	switch {
-	case err == jsonread.ErrNotFound:
-		return Request{}, ErrNotGraphQL // no document: a persisted query, or not GraphQL
-	case err != nil:
+	if err != nil && err != jsonread.ErrNotFound {
 		return Request{}, notJSON(err)
-	case q[0] != '"':
-		return Request{}, ErrNotGraphQL
+	}
+	var hash string
+	if v, err := ptrHash.Find(obj); err == nil && v[0] == '"' {
+		hash = jsonread.Unquote(v)
 	}
 	// An operationName that is not a string is none: express-graphql and
 	// graphql-go/handler run the request so.
@@ -280,7 +293,32 @@ func readObject(obj []byte) (Request, error) {
 	if v, err := ptrOperationName.Find(obj); err == nil && v[0] == '"' {
 		name = jsonread.Unquote(v)
 	}
-	return readDocument(jsonread.Unquote(q), name, obj)
+	switch {
+	case hash != "" && (err == jsonread.ErrNotFound || q[0] == 'n'):
+		return readPersisted(hash, name, obj)
+	case err == jsonread.ErrNotFound, q[0] != '"':
+		return Request{}, ErrNotGraphQL // no document, or not GraphQL
+	}
+	doc := jsonread.Unquote(q)
+	r, err := readDocument(doc, name, obj)
+	if err != nil || hash == "" || r.Kind != Mutation {
+		return r, err
+	}
+	if sum := sha256.Sum256([]byte(doc)); hex.EncodeToString(sum[:]) != hash {
+		return Request{}, ambiguous("the persisted query's sha256Hash does not name the document sent with it, and servers differ on which of the two they run")
+	}
+	r.Hash = hash
+	return r, nil
+}
+
+// readPersisted reads a persisted query sent by its hash alone, with its
+// operationName and variables as a mutation's are read.
+func readPersisted(hash, name string, obj []byte) (Request, error) {
+	vars, err := variables(obj)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Kind: Persisted, OperationName: name, Variables: vars, Hash: hash}, nil
 }
 
 // variables returns the variables of a request object as the servers that
@@ -334,10 +372,14 @@ func readBatch(body []byte) (Request, error) {
 			return Request{}, ErrNotGraphQL
 		}
 		r, err := readObject(e)
-		if err != nil {
+		switch {
+		case err != nil:
 			return Request{}, err
-		}
-		if r.Kind == Mutation {
+		case r.Kind == Persisted:
+			// A batch is protected as any request, as it was before
+			// persisted queries were read.
+			return Request{}, ErrNotGraphQL
+		case r.Kind == Mutation:
 			return Request{}, ambiguous("the batch holds a mutation (element %d): a batch's executions are the server's own, so one key cannot stand for it; send the mutation on its own", i)
 		}
 	}
@@ -598,18 +640,26 @@ func nameByte(c byte) bool {
 
 // Canonical is AppendCanonical into a new slice of the size it needs.
 func (r *Request) Canonical() ([]byte, error) {
-	n := len("graphql\n") + 2*binary.MaxVarintLen64 + len(r.Document) + len(r.OperationName) + max(len(r.Variables), 2)
+	n := len("graphql-persisted\n") + 2*binary.MaxVarintLen64 + max(len(r.Document), len(r.Hash)) + len(r.OperationName) + max(len(r.Variables), 2)
 	return r.AppendCanonical(make([]byte, 0, n))
 }
 
 // AppendCanonical appends what a mutation's fingerprint hashes: the
 // document and the operation name as sent, each length-prefixed, then the
-// variables in jsonread's canonical form (absent and null as {}). It fails
-// only for variables jsonread refuses, which ReadBody never returns.
+// variables in jsonread's canonical form (absent and null as {}). A
+// persisted query's hash stands for its document, with or without it, so
+// that the hash alone and the document sent after it are one request. It
+// fails only for variables jsonread refuses, which ReadBody never returns.
 func (r *Request) AppendCanonical(dst []byte) ([]byte, error) {
-	dst = append(dst, "graphql\n"...)
-	dst = binary.AppendUvarint(dst, uint64(len(r.Document)))
-	dst = append(dst, r.Document...)
+	if r.Hash != "" {
+		dst = append(dst, "graphql-persisted\n"...)
+		dst = binary.AppendUvarint(dst, uint64(len(r.Hash)))
+		dst = append(dst, r.Hash...)
+	} else {
+		dst = append(dst, "graphql\n"...)
+		dst = binary.AppendUvarint(dst, uint64(len(r.Document)))
+		dst = append(dst, r.Document...)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(r.OperationName)))
 	dst = append(dst, r.OperationName...)
 	if r.Parts != nil {

@@ -100,7 +100,7 @@ func TestUnreadableDirectiveKeysAreInvalid(t *testing.T) {
 func TestWhatIsNotAGraphQLRequestIsSaidSo(t *testing.T) {
 	for _, body := range []string{
 		``, `not json`, `"mutation { a }"`, `{}`, `{"query":null}`, `{"query":7}`,
-		`{"extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}}}`,
+		`{"extensions":{"persistedQuery":{"version":1,"sha256Hash":7}}}`,
 		`{"query":"mutation {"}`,
 		`[{"query":"{ a }"}, 3]`,
 	} {
