@@ -133,5 +133,5 @@ func (h *Handler) serveReleased(w http.ResponseWriter, r *http.Request, keyHash 
 		writeProblem(w, probStatusUnknown, "")
 		return
 	}
-	writeKept(w, r, e.Record, rt.policy.ReplayExcludeHeaders, "", ReleasedHeader)
+	h.logUndecodable(keyHash, e.Record, writeKept(w, r, e.Record, rt.policy.ReplayExcludeHeaders, "", ReleasedHeader))
 }

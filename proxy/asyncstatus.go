@@ -154,5 +154,5 @@ func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if rt.policy.AdvertiseExpiry && !isProblemRecord(e.Record) {
 		expires = expiresValue(e.Record.CreatedAt, rt.policy.ttlFor(e.Record.Status))
 	}
-	replay(w, r, e.Record, rt.policy.ReplayExcludeHeaders, expires)
+	h.replay(w, r, keyHash, e.Record, rt.policy.ReplayExcludeHeaders, expires)
 }

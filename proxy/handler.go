@@ -65,6 +65,10 @@ type Handler struct {
 	// every request while the store is down, to one a period: the access
 	// line has each request's outcome and key_hash.
 	bypassLog, refuseLog *lograte.Limiter
+	// undecodableLog keeps the warning of a record whose body does not
+	// decode, due on each of its replays to a client that does not accept
+	// its coding, to one a period.
+	undecodableLog *lograte.Limiter
 
 	// reconciling maps the storage key of each key whose unknown outcome
 	// this process settles to its *reconciliation, for the key API.
@@ -119,6 +123,7 @@ func New(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.bypassLog, h.refuseLog = lograte.New(lograte.Period), lograte.New(lograte.Period)
+	h.undecodableLog = lograte.New(lograte.Period)
 	h.rp = newReverseProxy(opts.Upstream, transport, speaksHTTP2(opts.UpstreamProtocol, transport), h.upstreamError, h.log)
 	def := opts.Default
 	if reflect.ValueOf(def).IsZero() {
@@ -443,7 +448,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 			return
 		case res.State == store.Completed:
 			q.outcome, q.status = OutcomeReplayed, res.Record.Status
-			replay(w, r, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
+			h.replay(w, r, q.keyHash, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
 			return
 		}
 		q.heldSince = res.Lease.Request.StartedAt

@@ -20,18 +20,29 @@ var (
 	headerZero = []string{"0"}
 )
 
-// replay writes a recorded response, marked Idempotent-Replayed. Records
-// made by capture carry their Content-Length.
+// replay writes a recorded response, marked Idempotent-Replayed; keyHash
+// names its key in the log line of a body that could not be decoded.
 // expires, when not "", is sent as Idempotency-Expires.
-func replay(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires string) {
-	writeKept(w, r, rec, exclude, expires, "Idempotent-Replayed")
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, keyHash string, rec *store.Record, exclude []string, expires string) {
+	h.logUndecodable(keyHash, rec, writeKept(w, r, rec, exclude, expires, "Idempotent-Replayed"))
 }
 
 // writeKept writes a response the store kept, marked by the header field
-// mark: a record (replay), or a released note (serveReleased).
-func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires, mark string) {
+// mark: a record (replay), or a released note (serveReleased). Records
+// made by capture carry their Content-Length. A body encoded in a coding
+// r does not accept is decoded (replaydecode.go); one that does not
+// decode is written as recorded, and its error returned.
+func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclude []string, expires, mark string) error {
 	dst := w.Header()
 	trailers := sendsTrailers(rec.Trailer, exclude)
+	var decodeErr error
+	var decoded int64
+	coding := replayDecoding(r, rec)
+	if coding != "" {
+		if decoded, decodeErr = decodedSize(coding, rec.Body); decodeErr != nil {
+			coding = ""
+		}
+	}
 	for k, v := range rec.Header {
 		if slices.Contains(exclude, k) {
 			continue
@@ -61,6 +72,8 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 	case r.Method == http.MethodHead:
 		// The length a HEAD was answered with is recorded as it came: a
 		// replay announcing none where none came, not the empty body's 0.
+	case coding != "":
+		decodedHeader(dst, decoded, trailers)
 	case len(rec.Header["Content-Length"]) == 0 && !trailers:
 		dst["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	}
@@ -72,11 +85,14 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 		// and the trailers after it.
 		http.NewResponseController(w).Flush()
 	}
-	if len(rec.Body) > 0 && r.Method != http.MethodHead && bodyAllowed(rec.Status) {
+	switch {
+	case coding != "":
+		writeDecoded(w, coding, rec.Body)
+	case len(rec.Body) > 0 && r.Method != http.MethodHead && bodyAllowed(rec.Status):
 		w.Write(rec.Body)
 	}
 	if !trailers {
-		return
+		return decodeErr
 	}
 	for k, v := range rec.Trailer {
 		if slices.Contains(exclude, k) {
@@ -84,6 +100,7 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 		}
 		dst[http.TrailerPrefix+k] = v[:len(v):len(v)]
 	}
+	return decodeErr
 }
 
 // sendsTrailers reports whether a replay of trailer fields t sends any: a
