@@ -133,5 +133,7 @@ func (h *Handler) serveReleased(w http.ResponseWriter, r *http.Request, keyHash 
 		writeProblem(w, probStatusUnknown, "")
 		return
 	}
-	h.logUndecodable(keyHash, e.Record, writeKept(w, r, e.Record, rt.policy.ReplayExcludeHeaders, "", ReleasedHeader))
+	if err := writeKept(w, r, e.Record, rt.policy.ReplayExcludeHeaders, "", ReleasedHeader); err != nil {
+		h.logUndecodable(keyHash, e.Record, err)
+	}
 }

@@ -24,7 +24,9 @@ var (
 // names its key in the log line of a body that could not be decoded.
 // expires, when not "", is sent as Idempotency-Expires.
 func (h *Handler) replay(w http.ResponseWriter, r *http.Request, keyHash string, rec *store.Record, exclude []string, expires string) {
-	h.logUndecodable(keyHash, rec, writeKept(w, r, rec, exclude, expires, "Idempotent-Replayed"))
+	if err := writeKept(w, r, rec, exclude, expires, "Idempotent-Replayed"); err != nil {
+		h.logUndecodable(keyHash, rec, err)
+	}
 }
 
 // writeKept writes a response the store kept, marked by the header field
@@ -37,10 +39,13 @@ func writeKept(w http.ResponseWriter, r *http.Request, rec *store.Record, exclud
 	trailers := sendsTrailers(rec.Trailer, exclude)
 	var decodeErr error
 	var decoded int64
-	coding := replayDecoding(r, rec)
-	if coding != "" {
-		if decoded, decodeErr = decodedSize(coding, rec.Body); decodeErr != nil {
-			coding = ""
+	var coding string
+	if ce := rec.Header["Content-Encoding"]; len(ce) > 0 {
+		// Encoded (rare): decoded for a client that does not accept it.
+		if coding = replayDecoding(r, rec, ce); coding != "" {
+			if decoded, decodeErr = decodedSize(coding, rec.Body); decodeErr != nil {
+				coding = ""
+			}
 		}
 	}
 	for k, v := range rec.Header {

@@ -30,21 +30,12 @@ import (
 // its Content-Encoding names: it is replayed as recorded.
 var errUndecodable = errors.New("the recorded body does not decode in its Content-Encoding")
 
-// replayDecoding returns the content coding a replay of rec to r decodes
-// its body from, "" when the body goes out as recorded: the record is not
-// encoded (the common case, which costs one map lookup), r accepts its
-// coding, the proxy cannot decode it, or no body is sent.
-func replayDecoding(r *http.Request, rec *store.Record) string {
-	ce := rec.Header["Content-Encoding"]
-	if len(ce) == 0 {
-		return ""
-	}
-	return decodableUnaccepted(r, rec, ce)
-}
-
-// decodableUnaccepted is replayDecoding for a record with the
-// Content-Encoding field lines ce.
-func decodableUnaccepted(r *http.Request, rec *store.Record, ce []string) string {
+// replayDecoding returns the content coding a replay of rec, whose
+// Content-Encoding field lines are ce, to r decodes its body from, "" when
+// the body goes out as recorded: r accepts its coding, the proxy cannot
+// decode it, or no body is sent. writeKept asks only for a record with a
+// Content-Encoding, so that the common case stays in one place.
+func replayDecoding(r *http.Request, rec *store.Record, ce []string) string {
 	if len(ce) != 1 || !sendsBody(r, rec) || rec.Status == http.StatusPartialContent {
 		// Stacked codings; no body; or a range of the encoded bytes,
 		// which no decoder reads on its own.
@@ -139,9 +130,6 @@ func writeDecoded(w io.Writer, c string, body []byte) {
 // so on every replay), that rec's body was replayed as recorded to a
 // client that does not accept its coding, because it did not decode.
 func (h *Handler) logUndecodable(keyHash string, rec *store.Record, err error) {
-	if err == nil {
-		return
-	}
 	if ok, n := h.undecodableLog.Allow(h.clock.Now()); ok {
 		h.log.Warn("recorded body does not decode in its content coding; replayed as recorded",
 			"key_hash", keyHash, "content_encoding", rec.Header["Content-Encoding"], "error", err, "suppressed", n)
