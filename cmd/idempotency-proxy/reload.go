@@ -55,28 +55,38 @@ func (r *reloader) view() []byte {
 	return r.config().View(r.started)
 }
 
-// run reloads on each signal hup delivers and on each change of a watched
-// file, until ctx ends.
-func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
-	var w *fsnotify.Watcher
+// startWatching begins to watch the config and keys files, as soon as the
+// configuration was read: an edit made while the proxy is still starting
+// (its store being prepared) is then seen once run begins, where a watch
+// begun when the proxy serves would miss it and leave the edit out until
+// the next one. nil when they cannot be watched (logged; SIGHUP still
+// reloads) or there is no file. The caller closes it.
+func (r *reloader) startWatching() *fsnotify.Watcher {
+	files := r.watched()
+	if len(files) == 0 {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = r.watch(w)
+	}
+	if err != nil {
+		r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
+		if w != nil {
+			w.Close()
+		}
+		return nil
+	}
+	return w
+}
+
+// run reloads on each signal hup delivers and on each change of a file w
+// watches (startWatching; nil: signals only), until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal, w *fsnotify.Watcher) {
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
-	if files := r.watched(); len(files) > 0 {
-		var err error
-		w, err = fsnotify.NewWatcher()
-		if err == nil {
-			err = r.watch(w)
-		}
-		if err != nil {
-			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
-			if w != nil {
-				w.Close()
-			}
-			w = nil
-		} else {
-			defer w.Close()
-			events, watchErrors = w.Events, w.Errors
-		}
+	if w != nil {
+		events, watchErrors = w.Events, w.Errors
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
