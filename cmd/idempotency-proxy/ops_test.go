@@ -297,3 +297,34 @@ func TestKeysFileNamedByAReloadIsWatched(t *testing.T) {
 	}
 	waitFor(t, "the rotated keys file reloaded", func() bool { return strings.Contains(p.logs.String(), `"seals_with":"k2"`) })
 }
+
+// A rejected reload is seen in the metrics, not only in the log, so an
+// alert can say that the file in place is not the configuration in force;
+// the next edit that applies clears it.
+func TestRejectedReloadIsInTheMetricsUntilAnEditApplies(t *testing.T) {
+	up, _ := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n")
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+	want := func(what, successful, applied, rejected string) {
+		t.Helper()
+		for series, want := range map[string]string{
+			`idempotency_proxy_config_last_reload_successful`:           successful,
+			`idempotency_proxy_config_reloads_total{result="applied"}`:  applied,
+			`idempotency_proxy_config_reloads_total{result="rejected"}`: rejected,
+		} {
+			if got := p.metric(t, series); got != want {
+				t.Errorf("%s: %s = %q, want %s", what, series, got, want)
+			}
+		}
+	}
+	want("at start", "1", "0", "0")
+
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    ttl: -1s\n")
+	waitFor(t, "the rejected reload", func() bool { return strings.Contains(p.logs.String(), "config reload rejected") })
+	want("after an invalid edit", "0", "0", "1")
+
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    ttl: 1h\n")
+	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
+	want("after a valid edit", "1", "1", "1")
+}

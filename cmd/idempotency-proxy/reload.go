@@ -35,6 +35,7 @@ type reloader struct {
 	tombs   *store.Tombstones // looks for tombstones while a route rejects expired keys
 	level   *slog.LevelVar
 	log     *slog.Logger
+	metrics *admin.Metrics // counts reloads applied and rejected
 
 	// started is the configuration the process started with: listeners,
 	// upstream and store keep its values until a restart.
@@ -173,21 +174,18 @@ func (r *reloader) concerns(ev fsnotify.Event) bool {
 func (r *reloader) reload(trigger string) {
 	next, err := config.Load(r.src)
 	if err != nil {
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", err.Error())
+		r.rejected(trigger, err.Error())
 		return
 	}
 	if next.FileEmpty() && !r.config().FileEmpty() {
 		// A file being rewritten can be read empty in between, and read
 		// as "every key at its default" it would drop every route.
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
+		r.rejected(trigger, r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
 		return
 	}
 	def, routes := policies(next)
 	if err := r.handler.SetRoutes(def, routes); err != nil {
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", err.Error())
+		r.rejected(trigger, err.Error())
 		return
 	}
 	if r.tombs != nil {
@@ -215,7 +213,16 @@ func (r *reloader) reload(trigger string) {
 	if changes == nil {
 		changes = []config.Change{}
 	}
+	r.metrics.Reloaded(true)
 	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes), "changes", changes)
+}
+
+// rejected logs a reload that changed nothing, and why, and counts it: the
+// file in place is not the configuration in force until an edit applies.
+func (r *reloader) rejected(trigger, problems string) {
+	r.metrics.Reloaded(false)
+	r.log.Error("config reload rejected; the previous configuration stays in force",
+		"trigger", trigger, "file", r.file, "problems", problems)
 }
 
 // reloadToken applies admin.token or re-reads admin.token_file. A file that

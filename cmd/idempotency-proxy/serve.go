@@ -93,7 +93,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	if err != nil {
 		return err
 	}
-	r.handler, r.token, r.sealer, r.tombs = h, token, st, tombs
+	r.handler, r.token, r.sealer, r.tombs, r.metrics = h, token, st, tombs, adminMetrics
 	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, r.view, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
