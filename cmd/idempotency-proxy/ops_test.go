@@ -328,3 +328,50 @@ func TestRejectedReloadIsInTheMetricsUntilAnEditApplies(t *testing.T) {
 	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
 	want("after a valid edit", "1", "1", "1")
 }
+
+// A config file that is a symlink to a file in another directory (a
+// checkout, a shared configuration directory) reloads when that file is
+// edited in place: the edit raises its event in the target's directory,
+// not in the link's.
+func TestEditOfASymlinkedConfigFilesTargetReloads(t *testing.T) {
+	up, _ := countingUpstream(t)
+	target := filepath.Join(t.TempDir(), "current.yaml")
+	link := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, target, "routes:\n  - match: \"POST /v1/charges\"\n")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--config", link, "--upstream", up.URL)
+
+	writeFile(t, target, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	waitFor(t, "the edit of the link's target reloaded", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"config reloaded"`)
+	})
+	if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("after the reload, a charge without a key got %d, want 400 (require_key: true)", res.StatusCode)
+	}
+}
+
+// A config file written in place through another path reloads: a file
+// bind-mounted into a container (docker run -v ./config.yaml:/etc/…) is
+// edited through the host's directory, whose events the container's
+// directory never sees. A hard link in another directory is written the
+// same way here, without a mount.
+func TestConfigFileWrittenThroughAnotherPathReloads(t *testing.T) {
+	up, _ := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	host := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n")
+	if err := os.Link(file, host); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+
+	writeFile(t, host, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	waitFor(t, "the edit written through the other path reloaded", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"config reloaded"`)
+	})
+	if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("after the reload, a charge without a key got %d, want 400 (require_key: true)", res.StatusCode)
+	}
+}

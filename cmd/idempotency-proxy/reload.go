@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -129,12 +131,22 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal, w *fsnotify.Wa
 	}
 }
 
-// watch has w watch the directories of the watched files, not the files:
-// editors, ConfigMap and Secret volumes replace a file (rename, symlink
-// swap) rather than write it. A directory already watched stays so.
+// watch has w watch the directories of the watched files: editors,
+// ConfigMap and Secret volumes replace a file (rename, symlink swap) rather
+// than write it. It watches each file too, as it is now (through a symlink,
+// the file it leads to): a file written in place through another path — a
+// symlink's target edited in its own directory, a file bind-mounted into a
+// container and edited on the host — raises its events in that path's
+// directory, but also on the file. A file replaced since is watched again
+// by the next call, which every reload makes. A directory or file already
+// watched stays so.
 func (r *reloader) watch(w *fsnotify.Watcher) error {
 	for _, f := range r.watched() {
 		if err := w.Add(filepath.Dir(f)); err != nil {
+			return err
+		}
+		// One missing now is seen in its directory when it is created.
+		if err := w.Add(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
