@@ -26,7 +26,15 @@ type Metrics struct {
 	full           prometheus.Gauge
 	dataLoss       prometheus.Counter
 	lockTTLUnsafe  prometheus.Gauge
+	reloadOK       prometheus.Gauge
+	reloads        *prometheus.CounterVec
 }
+
+// The values of idempotency_proxy_config_reloads_total's "result" label.
+const (
+	reloadApplied  = "applied"
+	reloadRejected = "rejected"
+)
 
 // NewMetrics registers the admin metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -51,8 +59,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idempotency_proxy_lock_ttl_unsafe",
 			Help: "1 when a route's lock_ttl cannot outlive a failover of the store (Sentinel down-after-milliseconds plus the election).",
 		}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idempotency_proxy_config_last_reload_successful",
+			Help: "1 when the last reload of the configuration applied (or none was tried), 0 when it was rejected: the file in place is not the configuration in force.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idempotency_proxy_config_reloads_total",
+			Help: "Reloads of the configuration (a change of its files, or SIGHUP), by result: applied, or rejected (the previous configuration stays in force).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.ops, m.evictionUnsafe, m.full, m.dataLoss, m.lockTTLUnsafe)
+	reg.MustRegister(m.ops, m.evictionUnsafe, m.full, m.dataLoss, m.lockTTLUnsafe, m.reloadOK, m.reloads)
+	m.reloadOK.Set(1)
+	m.reloads.WithLabelValues(reloadApplied)
+	m.reloads.WithLabelValues(reloadRejected)
 	// Every series exists from the start, so rate() and alerts see the
 	// first delete.
 	for _, op := range operations {
@@ -61,6 +80,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	return m
+}
+
+// Reloaded counts a reload of the configuration: applied, or rejected
+// with the previous configuration kept in force.
+func (m *Metrics) Reloaded(applied bool) {
+	if !applied {
+		m.reloadOK.Set(0)
+		m.reloads.WithLabelValues(reloadRejected).Inc()
+		return
+	}
+	m.reloadOK.Set(1)
+	m.reloads.WithLabelValues(reloadApplied).Inc()
 }
 
 func (m *Metrics) count(op, result string) {

@@ -297,3 +297,81 @@ func TestKeysFileNamedByAReloadIsWatched(t *testing.T) {
 	}
 	waitFor(t, "the rotated keys file reloaded", func() bool { return strings.Contains(p.logs.String(), `"seals_with":"k2"`) })
 }
+
+// A rejected reload is seen in the metrics, not only in the log, so an
+// alert can say that the file in place is not the configuration in force;
+// the next edit that applies clears it.
+func TestRejectedReloadIsInTheMetricsUntilAnEditApplies(t *testing.T) {
+	up, _ := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n")
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+	want := func(what, successful, applied, rejected string) {
+		t.Helper()
+		for series, want := range map[string]string{
+			`idempotency_proxy_config_last_reload_successful`:           successful,
+			`idempotency_proxy_config_reloads_total{result="applied"}`:  applied,
+			`idempotency_proxy_config_reloads_total{result="rejected"}`: rejected,
+		} {
+			if got := p.metric(t, series); got != want {
+				t.Errorf("%s: %s = %q, want %s", what, series, got, want)
+			}
+		}
+	}
+	want("at start", "1", "0", "0")
+
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    ttl: -1s\n")
+	waitFor(t, "the rejected reload", func() bool { return strings.Contains(p.logs.String(), "config reload rejected") })
+	want("after an invalid edit", "0", "0", "1")
+
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n    ttl: 1h\n")
+	waitFor(t, "the reload", func() bool { return strings.Contains(p.logs.String(), `"msg":"config reloaded"`) })
+	want("after a valid edit", "1", "1", "1")
+}
+
+// A config file that is a symlink to a file in another directory (a
+// checkout, a shared configuration directory) reloads when that file is
+// edited in place: the edit raises its event in the target's directory,
+// not in the link's.
+func TestEditOfASymlinkedConfigFilesTargetReloads(t *testing.T) {
+	up, _ := countingUpstream(t)
+	target := filepath.Join(t.TempDir(), "current.yaml")
+	link := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, target, "routes:\n  - match: \"POST /v1/charges\"\n")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--config", link, "--upstream", up.URL)
+
+	writeFile(t, target, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	waitFor(t, "the edit of the link's target reloaded", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"config reloaded"`)
+	})
+	if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("after the reload, a charge without a key got %d, want 400 (require_key: true)", res.StatusCode)
+	}
+}
+
+// A config file written in place through another path reloads: a file
+// bind-mounted into a container (docker run -v ./config.yaml:/etc/…) is
+// edited through the host's directory, whose events the container's
+// directory never sees. A hard link in another directory is written the
+// same way here, without a mount.
+func TestConfigFileWrittenThroughAnotherPathReloads(t *testing.T) {
+	up, _ := countingUpstream(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	host := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, file, "routes:\n  - match: \"POST /v1/charges\"\n")
+	if err := os.Link(file, host); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "--config", file, "--upstream", up.URL)
+
+	writeFile(t, host, "routes:\n  - match: \"POST /v1/charges\"\n    require_key: true\n")
+	waitFor(t, "the edit written through the other path reloaded", func() bool {
+		return strings.Contains(p.logs.String(), `"msg":"config reloaded"`)
+	})
+	if res, _ := p.post(t, "/v1/charges", "", "{}"); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("after the reload, a charge without a key got %d, want 400 (require_key: true)", res.StatusCode)
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,6 +37,7 @@ type reloader struct {
 	tombs   *store.Tombstones // looks for tombstones while a route rejects expired keys
 	level   *slog.LevelVar
 	log     *slog.Logger
+	metrics *admin.Metrics // counts reloads applied and rejected
 
 	// started is the configuration the process started with: listeners,
 	// upstream and store keep its values until a restart.
@@ -55,28 +58,38 @@ func (r *reloader) view() []byte {
 	return r.config().View(r.started)
 }
 
-// run reloads on each signal hup delivers and on each change of a watched
-// file, until ctx ends.
-func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
-	var w *fsnotify.Watcher
+// startWatching begins to watch the config and keys files, as soon as the
+// configuration was read: an edit made while the proxy is still starting
+// (its store being prepared) is then seen once run begins, where a watch
+// begun when the proxy serves would miss it and leave the edit out until
+// the next one. nil when they cannot be watched (logged; SIGHUP still
+// reloads) or there is no file. The caller closes it.
+func (r *reloader) startWatching() *fsnotify.Watcher {
+	files := r.watched()
+	if len(files) == 0 {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = r.watch(w)
+	}
+	if err != nil {
+		r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
+		if w != nil {
+			w.Close()
+		}
+		return nil
+	}
+	return w
+}
+
+// run reloads on each signal hup delivers and on each change of a file w
+// watches (startWatching; nil: signals only), until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal, w *fsnotify.Watcher) {
 	var events <-chan fsnotify.Event
 	var watchErrors <-chan error
-	if files := r.watched(); len(files) > 0 {
-		var err error
-		w, err = fsnotify.NewWatcher()
-		if err == nil {
-			err = r.watch(w)
-		}
-		if err != nil {
-			r.log.Warn("cannot watch the config and keys files; reload with SIGHUP", "files", files, "error", err)
-			if w != nil {
-				w.Close()
-			}
-			w = nil
-		} else {
-			defer w.Close()
-			events, watchErrors = w.Events, w.Errors
-		}
+	if w != nil {
+		events, watchErrors = w.Events, w.Errors
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -118,12 +131,22 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// watch has w watch the directories of the watched files, not the files:
-// editors, ConfigMap and Secret volumes replace a file (rename, symlink
-// swap) rather than write it. A directory already watched stays so.
+// watch has w watch the directories of the watched files: editors,
+// ConfigMap and Secret volumes replace a file (rename, symlink swap) rather
+// than write it. It watches each file too, as it is now (through a symlink,
+// the file it leads to): a file written in place through another path — a
+// symlink's target edited in its own directory, a file bind-mounted into a
+// container and edited on the host — raises its events in that path's
+// directory, but also on the file. A file replaced since is watched again
+// by the next call, which every reload makes. A directory or file already
+// watched stays so.
 func (r *reloader) watch(w *fsnotify.Watcher) error {
 	for _, f := range r.watched() {
 		if err := w.Add(filepath.Dir(f)); err != nil {
+			return err
+		}
+		// One missing now is seen in its directory when it is created.
+		if err := w.Add(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
@@ -163,21 +186,18 @@ func (r *reloader) concerns(ev fsnotify.Event) bool {
 func (r *reloader) reload(trigger string) {
 	next, err := config.Load(r.src)
 	if err != nil {
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", err.Error())
+		r.rejected(trigger, err.Error())
 		return
 	}
 	if next.FileEmpty() && !r.config().FileEmpty() {
 		// A file being rewritten can be read empty in between, and read
 		// as "every key at its default" it would drop every route.
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
+		r.rejected(trigger, r.file+": holds no configuration (empty, or every line a comment): write the configuration again, or restart to run on the defaults")
 		return
 	}
 	def, routes := policies(next)
 	if err := r.handler.SetRoutes(def, routes); err != nil {
-		r.log.Error("config reload rejected; the previous configuration stays in force",
-			"trigger", trigger, "file", r.file, "problems", err.Error())
+		r.rejected(trigger, err.Error())
 		return
 	}
 	if r.tombs != nil {
@@ -205,7 +225,16 @@ func (r *reloader) reload(trigger string) {
 	if changes == nil {
 		changes = []config.Change{}
 	}
+	r.metrics.Reloaded(true)
 	r.log.Info("config reloaded", "trigger", trigger, "file", r.file, "routes", len(next.Routes), "changes", changes)
+}
+
+// rejected logs a reload that changed nothing, and why, and counts it: the
+// file in place is not the configuration in force until an edit applies.
+func (r *reloader) rejected(trigger, problems string) {
+	r.metrics.Reloaded(false)
+	r.log.Error("config reload rejected; the previous configuration stays in force",
+		"trigger", trigger, "file", r.file, "problems", problems)
 }
 
 // reloadToken applies admin.token or re-reads admin.token_file. A file that

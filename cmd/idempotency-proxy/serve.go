@@ -52,6 +52,13 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	defer signal.Stop(hup)
 	gc := tuneGC(src.Env)
 	defer gc.stop()
+	// The files are watched from the first moment too: an edit made while
+	// the store is being prepared is a reload once the reloader runs.
+	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, level: level, log: log}
+	w := r.startWatching()
+	if w != nil {
+		defer w.Close()
+	}
 
 	raw, err := openStore(cfg.Store, log)
 	if err != nil {
@@ -86,7 +93,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	if err != nil {
 		return err
 	}
-	r := &reloader{src: src, file: cfg.File, started: cfg, current: cfg, handler: h, token: token, sealer: st, tombs: tombs, level: level, log: log}
+	r.handler, r.token, r.sealer, r.tombs, r.metrics = h, token, st, tombs, adminMetrics
 	adminHandler := newAdmin(cfg, st, reg, metrics, adminMetrics, h, token, r.view, log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -113,7 +120,7 @@ func serve(cfg *config.Config, src config.Source, level *slog.LevelVar, log *slo
 	go func() { failed <- srv.Serve(ln) }()
 	go func() { failed <- adminSrv.Serve(adminLn) }()
 
-	go r.run(ctx, hup)
+	go r.run(ctx, hup, w)
 	go adminHandler.WatchStore(ctx, storeWatchInterval)
 
 	log.Info("started", "version", buildVersion(), "listen", ln.Addr().String(),
