@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
@@ -162,11 +163,27 @@ func (h *Handler) serveUpstream(q *request, out *http.Request) (panicked bool) {
 			if p != http.ErrAbortHandler {
 				h.log.Error("upstream call panicked", "route", q.route.label, "key_hash", q.keyHash,
 					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				return
 			}
+			h.cutWhileAnswering(q, out)
 		}
 	}()
 	h.rp.ServeHTTP(&q.capture, out)
 	return false
+}
+
+// cutWhileAnswering logs the call of q that its deadline cut while the
+// upstream's answer arrived, when that is why the reverse proxy aborted
+// it: as upstreamError logs a call cut before the answer, with the Cut
+// for error. The reverse proxy's own line of it is left out
+// (cutsLoggedApart).
+func (h *Handler) cutWhileAnswering(q *request, out *http.Request) {
+	var cut execution.Cut
+	if q.capture.upstreamErr != nil || !errors.As(context.Cause(out.Context()), &cut) {
+		return
+	}
+	h.log.Warn("upstream request failed", "method", out.Method, "path", out.URL.Path, "key_hash", q.keyHash,
+		"request_sent", q.capture.sent.Load(), "error", cut)
 }
 
 // conclude decides what the store keeps of an executed request — its
