@@ -263,8 +263,10 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}
 		q.settle.Rec, q.settle.TTL, q.settle.From = rec, pol.ttlFor(rec.Status), q.returned
-	} else if note != nil {
+	} else if note != nil && h.notesBeforeRelease(ctx, q) {
 		h.noteReleased(ctx, q, note)
+	} else if note != nil {
+		q.lateNote = note // for noteAfterRelease
 	}
 	h.settleKey(ctx, q, leaseLost)
 	return outcome
@@ -303,10 +305,27 @@ func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 	}
 	if q.settle.Try(ctx, &h.settler, leaseLost) {
 		h.recorded(ctx, q, leaseLost)
+		h.noteAfterRelease(ctx, q)
 		h.settled(q)
 		return
 	}
 	go h.settleLater(ctx, q, leaseLost)
+}
+
+// noteAfterRelease reads the status URL's mark once more when q's key is
+// released with its note left for later (notesBeforeRelease): a retry
+// marked after the first read was given its status URL only if the key was
+// still held after its mark (markStatusURLGiven), so this read finds it.
+// Its client polls after the 202's Retry-After.
+func (h *Handler) noteAfterRelease(ctx context.Context, q *request) {
+	late := q.lateNote
+	if late == nil {
+		return
+	}
+	q.lateNote = nil
+	if q.settle.Rec == nil && h.statusURLGiven(ctx, q) {
+		h.noteReleased(ctx, q, late)
+	}
 }
 
 // settleLater settles q's key in the background (execution.Settling.Later).
@@ -314,6 +333,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
 	if q.settle.Later(ctx, &h.settler, leaseLost) {
 		h.recorded(ctx, q, leaseLost)
+		h.noteAfterRelease(ctx, q)
 	}
 }
 
