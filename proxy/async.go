@@ -76,6 +76,7 @@ func (h *Handler) executeAsync(detached context.Context, w http.ResponseWriter, 
 	// The proxy applies the preference: an upstream that honours it too
 	// would answer 202, and that would be the recorded answer.
 	dropRespondAsync(q.upstream.Header)
+	q.accepted = true // before the call starts, which reads it
 	h.callers.Start(q)
 	h.accepted(w, q)
 }

@@ -17,12 +17,20 @@ import (
 // told so synchronously (502 upstream-unreachable, the upstream's 503 in
 // release_statuses) retries; a client that was answered 202 and polls its
 // status URL would find no key there, and a 404 status-unknown tells it to
-// stop. So before the key of a call detached from its client is released,
+// stop. So when the key of a call whose status URL was given is released,
 // the answer that client would have been told is kept as a released note,
 // for releasedNoteTTL, under a storage key the status URL names
 // (noteKey): a poll that finds no key there answers the note, marked
 // Idempotent-Released, and the client sends the request again with its key
 // (docs/request-handling.md, "Long operations").
+//
+// A status URL is given to the call's own client (executeAsync), or to a
+// retry with respond-async while the call ran, on any proxy sharing the
+// store (serveKeyed), which marks it given in the store first
+// (markStatusURLGiven). A release no status URL was given for leaves no
+// note: a burst of release statuses answered to clients that wait for
+// them writes nothing more to the store, and costs a read or two of the
+// mark (notesBeforeRelease, noteAfterRelease).
 //
 // A poll reads the key first: a retry that took the key again is followed,
 // running or recorded, and the note only answers while the key is free,
@@ -50,12 +58,53 @@ func noteKey(keyHash string, mac []byte) string {
 	return hex.EncodeToString(s.Sum(nil)[:16]) + store.ReleasedSuffix
 }
 
-// notesRelease reports whether q's key, if released, leaves a note: on a
-// route that gives status URLs, whether or not q's own call was detached
-// from its client, since a retry with respond-async while it ran was given
-// the status URL (serveKeyed). A gRPC call gets none.
+// notesRelease reports whether q's key, if released, may leave a note: on
+// a route that gives status URLs, whether or not q's own call was detached
+// from its client, since a retry with respond-async while it ran may have
+// been given the status URL (serveKeyed). A gRPC call gets none. Whether
+// one was given decides (notesBeforeRelease).
 func (h *Handler) notesRelease(q *request) bool {
 	return q.route.policy.Async == AsyncAllow && len(h.async.secret) > 0 && !q.grpc
+}
+
+// urlGivenKey is the storage key of the mark that a status URL was given
+// for keyHash while a call of it ran.
+func urlGivenKey(keyHash string) string {
+	s := sha256.Sum256([]byte("status-url-given\x00" + keyHash))
+	return hex.EncodeToString(s[:16]) + store.ReleasedSuffix
+}
+
+// markStatusURLGiven marks in the store that q, a retry with respond-async
+// of a key whose call runs, is given its status URL, for as long as that
+// call may run and be settled. The retry then asks for the key again:
+// either the call's release comes after the mark, and reads it
+// (noteAfterRelease), or the key is free, and the retry takes it. A mark
+// the store did not keep leaves the poll its 404 if the key is released.
+func (h *Handler) markStatusURLGiven(ctx context.Context, q *request) {
+	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
+	if _, err := h.store.Begin(ctx, urlGivenKey(q.keyHash), lease, h.maxExecution+q.route.policy.LockTTL); err != nil {
+		h.log.Warn("could not mark a respond-async request's status URL given: if its key is released, a poll answers 404",
+			"route", q.route.label, "key_hash", q.keyHash, "error", err)
+	}
+}
+
+// statusURLGiven reports whether a status URL of q's key was given to a
+// retry while q's call ran: its mark is in the store, or the store cannot
+// tell.
+func (h *Handler) statusURLGiven(ctx context.Context, q *request) bool {
+	if h.inspector == nil {
+		return false // no status URL is answered (serveStatus)
+	}
+	_, err := h.inspector.Inspect(ctx, urlGivenKey(q.keyHash))
+	return !errors.Is(err, store.ErrNotFound)
+}
+
+// notesBeforeRelease reports whether q's release keeps its note before
+// the key is released: q's own client was answered 202 with its status
+// URL, or a retry given one while q's call ran marked it. Otherwise the
+// mark is read once more after the release (noteAfterRelease).
+func (h *Handler) notesBeforeRelease(ctx context.Context, q *request) bool {
+	return q.accepted || h.statusURLGiven(ctx, q)
 }
 
 // releasedAnswer is the upstream's answer to q in release_statuses as its

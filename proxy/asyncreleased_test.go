@@ -261,16 +261,22 @@ func TestPollOfARetryAcceptedWhileASynchronousCallRanAnswersItsRelease(t *testin
 	}
 }
 
-// A released key leaves a note only where status URLs are given: a route
+// A released key leaves a note only where a status URL was given: a route
 // that allows respond-async on a handler without a secret (respond-async
 // off) gives none, and writes no note its release would never be asked
-// for; with the secret, the same release writes one.
-func TestReleaseLeavesANoteOnlyWhereStatusURLsAreGiven(t *testing.T) {
+// for; with the secret, a release writes one when its client was answered
+// 202, none when its client waited for the answer and was told it.
+func TestReleaseLeavesANoteOnlyWhereAStatusURLWasGiven(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		secret []byte
+		prefer string
 		notes  int64
-	}{{"without a secret", nil, 0}, {"with a secret", testAsyncSecret, 1}} {
+	}{
+		{"without a secret", nil, "respond-async", 0},
+		{"with a secret, its client answered 202", testAsyncSecret, "respond-async", 1},
+		{"with a secret, its client waiting", testAsyncSecret, "", 0},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &noteCounting{Store: memory.New(memory.Options{})}
 			t.Cleanup(func() { st.Close() })
@@ -279,19 +285,81 @@ func TestReleaseLeavesANoteOnlyWhereStatusURLsAreGiven(t *testing.T) {
 				calls.Add(1)
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}, withStore(st), func(o *Options) { o.AsyncSecret, o.Default.Async = tt.secret, AsyncAllow })
-			e.do(t, "POST", "/x", "k1", "{}")
+			e.do(t, "POST", "/x", "k1", "{}", "Prefer", tt.prefer)
 			// The key's next request is executed once the key is released,
 			// which its note, if any, comes before.
 			wait.SucceedsSoon(t, 10*time.Second, func() error {
 				return stillInFlight(e.do(t, "POST", "/x", "k1", "{}"))
 			})
+			e.settle(t)
 			if n := calls.Load(); n != 2 {
 				t.Fatalf("upstream calls = %d, want 2: the key was not released", n)
 			}
-			if n := st.notes.Load(); n < tt.notes || (tt.notes == 0 && n != 0) {
+			if n := st.notes.Load(); n != tt.notes {
 				t.Errorf("released notes written = %d, want %d", n, tt.notes)
 			}
 		})
+	}
+}
+
+// A burst of release statuses answered to clients that wait for them, on
+// a route that allows respond-async, writes nothing to the store beyond
+// the keys themselves: no client was given a status URL to poll.
+func TestBurstOfSynchronousReleasesWritesNoNote(t *testing.T) {
+	st := &noteCounting{Store: memory.New(memory.Options{})}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}, withStore(st), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	for i := range 50 {
+		if r := e.do(t, "POST", "/x", "k"+strconv.Itoa(i), "{}"); r.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: %d, want the upstream's 503", i, r.StatusCode)
+		}
+	}
+	e.settle(t)
+	if n := st.notes.Load(); n != 0 {
+		t.Errorf("released notes written = %d, want 0", n)
+	}
+}
+
+// A retry given the 202 by another proxy sharing the store, while the
+// first proxy's call ran with its client waiting, marks its status URL
+// given there: the first proxy's release reads the mark and keeps the
+// note, and the poll answers what the request was told.
+func TestPollOfARetryAcceptedByAnotherProxyAnswersTheRelease(t *testing.T) {
+	st := memory.New(memory.Options{})
+	t.Cleanup(func() { st.Close() })
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	async := func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow }
+	a := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
+	}, withStore(st), async)
+	b := newEnv(t, nil, withStore(st), async)
+
+	first := make(chan *response, 1)
+	go func() { first <- a.do(t, "POST", "/x", "k1", "{}") }()
+	<-arrived
+	again := b.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if again.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry on the other proxy: %d %s, want 202", again.StatusCode, again.body)
+	}
+	close(release)
+	if r := <-first; r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
+	}
+	a.settle(t)
+
+	p := b.poll(t, again.Header.Get("Location"))
+	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
+			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
+	}
+	if n := b.up.calls.Load(); n != 0 {
+		t.Errorf("the other proxy's upstream was called %d times, want 0", n)
 	}
 }
 
@@ -306,4 +374,60 @@ func (s *noteCounting) Begin(ctx context.Context, key string, l store.Lease, ttl
 		s.notes.Add(1)
 	}
 	return s.Store.Begin(ctx, key, l, ttl)
+}
+
+// A retry that marks its status URL given between the releasing call's
+// first read of the mark and its release was given the 202 while the key
+// was held: the call reads the mark again once the key is released, and
+// keeps the note the retry's poll answers.
+func TestRetryMarkedJustBeforeTheReleaseGetsTheNote(t *testing.T) {
+	st := &markRace{Store: memory.New(memory.Options{})}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
+	}, withStore(st), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	accepted := make(chan *http.Response, 1)
+	st.mark = urlGivenKey(e.keyHash(t, "k1"))
+	st.between = func() {
+		// The call's first read found no mark; the retry comes now.
+		req := e.request(t, context.Background(), "/x", "k1")
+		req.Header.Set("Prefer", "respond-async")
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		res.Body.Close()
+		accepted <- res
+	}
+	if r := e.do(t, "POST", "/x", "k1", "{}"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
+	}
+	e.settle(t)
+	again := <-accepted
+	if again == nil || again.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry while the key was held: %v, want 202", again)
+	}
+	p := e.poll(t, again.Header.Get("Location"))
+	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
+			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
+	}
+}
+
+// markRace is a memory store that runs between once, right after the
+// first read of the mark key finds nothing, before that read returns.
+type markRace struct {
+	*memory.Store
+	mark    string
+	between func()
+	once    atomic.Bool
+}
+
+func (s *markRace) Inspect(ctx context.Context, key string) (store.Entry, error) {
+	e, err := s.Store.Inspect(ctx, key)
+	if key == s.mark && errors.Is(err, store.ErrNotFound) && !s.once.Swap(true) {
+		s.between()
+	}
+	return e, err
 }

@@ -103,6 +103,19 @@ var hopHeaders = [...]string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
+// hopField reports whether the field name of header h belongs to one
+// connection: h's Connection names it, or it is one of hopHeaders. The
+// reverse proxy forwards no such field, in a request or a response; what
+// the proxy sends or records itself drops them the same way.
+func hopField(h http.Header, name string) bool {
+	for _, k := range hopHeaders {
+		if k == name {
+			return true
+		}
+	}
+	return httpguts.HeaderValuesContainsToken(h["Connection"], name)
+}
+
 // dropHopByHop removes from an interim (1xx) response's header h the
 // fields of the upstream's connection: those its Connection field names,
 // and hopHeaders. The reverse proxy removes them from the final response

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -368,4 +369,70 @@ func TestAbortKeepsLeaseOfRunningRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A call its deadline cuts while the upstream's answer arrives is one
+// event, logged once in the proxy's own voice — "upstream request
+// failed" with its key_hash and the cut for error, as a cut before the
+// answer is —, never as well by the reverse proxy's body copy; whether the
+// call was detached (cut at max_execution) or not (cut at the client's
+// wait). A body the upstream itself breaks off is still logged by it.
+func TestCallCutWhileItsAnswerArrivesIsLoggedOnce(t *testing.T) {
+	for name, maxExecution := range map[string]time.Duration{
+		"detached, cut at max_execution": testMaxExecution,
+		"attached, cut at its wait":      testTimeout,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logs lockedBuffer
+			started := make(chan struct{})
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Write([]byte("part one,"))
+				http.NewResponseController(w).Flush()
+				close(started)
+				<-r.Context().Done() // the rest never comes
+			}, func(o *Options) {
+				o.UpstreamTimeout, o.MaxExecution = testTimeout, maxExecution
+			}, withLog(&logs))
+			clock := executiontest.NewFakeClock()
+			e.handler.clock = clock
+			res, err := e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			clock.Advance(testTimeout)
+			io.ReadAll(res.Body)
+			res.Body.Close()
+			clock.Advance(maxExecution - testTimeout)
+			if err := e.handler.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if lines := logs.lines(t, "body copy"); len(lines) != 0 {
+				t.Errorf("the reverse proxy logged the cut too: %v", lines)
+			}
+			lines := logs.lines(t, "upstream request failed")
+			if len(lines) != 1 || lines[0]["key_hash"] != e.keyHash(t, "k") || !strings.Contains(fmt.Sprint(lines[0]["error"]), "upstream call cut") {
+				t.Fatalf("lines of the failure: %v, want one with the key_hash and the cut", lines)
+			}
+		})
+	}
+	t.Run("broken off by the upstream", func(t *testing.T) {
+		var logs lockedBuffer
+		e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			w.Write([]byte("ten bytes."))
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // the rest never comes
+		}, withLog(&logs))
+		e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+		if err := e.handler.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if lines := logs.lines(t, "body copy"); len(lines) != 1 {
+			t.Errorf("lines of the broken body copy: %v, want 1", lines)
+		}
+		if lines := logs.lines(t, "upstream request failed"); len(lines) != 0 {
+			t.Errorf("a body the upstream broke off was logged as a cut: %v", lines)
+		}
+	})
 }

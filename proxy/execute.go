@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
@@ -162,11 +163,27 @@ func (h *Handler) serveUpstream(q *request, out *http.Request) (panicked bool) {
 			if p != http.ErrAbortHandler {
 				h.log.Error("upstream call panicked", "route", q.route.label, "key_hash", q.keyHash,
 					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				return
 			}
+			h.cutWhileAnswering(q, out)
 		}
 	}()
 	h.rp.ServeHTTP(&q.capture, out)
 	return false
+}
+
+// cutWhileAnswering logs the call of q that its deadline cut while the
+// upstream's answer arrived, when that is why the reverse proxy aborted
+// it: as upstreamError logs a call cut before the answer, with the Cut
+// for error. The reverse proxy's own line of it is left out
+// (cutsLoggedApart).
+func (h *Handler) cutWhileAnswering(q *request, out *http.Request) {
+	var cut execution.Cut
+	if q.capture.upstreamErr != nil || !errors.As(context.Cause(out.Context()), &cut) {
+		return
+	}
+	h.log.Warn("upstream request failed", "method", out.Method, "path", out.URL.Path, "key_hash", q.keyHash,
+		"request_sent", q.capture.sent.Load(), "error", cut)
 }
 
 // conclude decides what the store keeps of an executed request — its
@@ -249,8 +266,10 @@ func (h *Handler) conclude(ctx context.Context, q *request, aborted bool) Outcom
 			rec.Tombstone = pol.ExpiredKeyWindow
 		}
 		q.settle.Rec, q.settle.TTL, q.settle.From = rec, pol.ttlFor(rec.Status), q.returned
-	} else if note != nil {
+	} else if note != nil && h.notesBeforeRelease(ctx, q) {
 		h.noteReleased(ctx, q, note)
+	} else if note != nil {
+		q.lateNote = note // for noteAfterRelease
 	}
 	h.settleKey(ctx, q, leaseLost)
 	return outcome
@@ -289,10 +308,27 @@ func (h *Handler) settleKey(ctx context.Context, q *request, leaseLost bool) {
 	}
 	if q.settle.Try(ctx, &h.settler, leaseLost) {
 		h.recorded(ctx, q, leaseLost)
+		h.noteAfterRelease(ctx, q)
 		h.settled(q)
 		return
 	}
 	go h.settleLater(ctx, q, leaseLost)
+}
+
+// noteAfterRelease reads the status URL's mark once more when q's key is
+// released with its note left for later (notesBeforeRelease): a retry
+// marked after the first read was given its status URL only if the key was
+// still held after its mark (markStatusURLGiven), so this read finds it.
+// Its client polls after the 202's Retry-After.
+func (h *Handler) noteAfterRelease(ctx context.Context, q *request) {
+	late := q.lateNote
+	if late == nil {
+		return
+	}
+	q.lateNote = nil
+	if q.settle.Rec == nil && h.statusURLGiven(ctx, q) {
+		h.noteReleased(ctx, q, late)
+	}
 }
 
 // settleLater settles q's key in the background (execution.Settling.Later).
@@ -300,6 +336,7 @@ func (h *Handler) settleLater(ctx context.Context, q *request, leaseLost bool) {
 	defer h.settled(q)
 	if q.settle.Later(ctx, &h.settler, leaseLost) {
 		h.recorded(ctx, q, leaseLost)
+		h.noteAfterRelease(ctx, q)
 	}
 }
 

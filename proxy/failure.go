@@ -199,11 +199,15 @@ func upstreamFailure(err error, sent bool, stop stopCause) failure {
 
 // responseHeaderTooLarge reports whether the transport refused the
 // upstream's response because its header section exceeded
-// MaxResponseHeaderBytes. net/http has no sentinel for it, only this
-// message; TestResponseHeaderOverTransportLimitIsNotExecutedTwice fails
-// if the message changes.
+// MaxResponseHeaderBytes, over HTTP/1.x or, as the header list size its
+// SETTINGS advertised, over HTTP/2. net/http has no sentinel for it, only
+// these messages; TestResponseHeaderOverTransportLimitIsNotExecutedTwice
+// and TestHTTP2AnswerOverTheHeaderLimitIsNotExecutedTwice fail if one
+// changes.
 func responseHeaderTooLarge(err error) bool {
-	return strings.Contains(err.Error(), "server response headers exceeded")
+	msg := err.Error()
+	return strings.Contains(msg, "server response headers exceeded") ||
+		strings.Contains(msg, "response header list larger than advertised limit")
 }
 
 // malformedResponse is what net/http's HTTP/1.x transport says of an
@@ -214,11 +218,25 @@ func responseHeaderTooLarge(err error) bool {
 // if one changes. An answer with no HTTP/1.x status line at all ("malformed
 // HTTP response", "malformed HTTP version") is not in it: a peer that does
 // not speak HTTP, as a misrouted upstream address, executed nothing.
+//
+// Its HTTP/2 transport says the rest, in the PROTOCOL_ERROR stream error
+// it ends the request's stream with when the HEADERS the upstream answered
+// on it cannot be read: no status or one that is not a number, a field
+// name or value HTTP/2 forbids, pseudo-header fields out of place. The
+// upstream answered on the request's own stream, so it executed it;
+// TestMalformedHTTP2AnswerIsNotExecutedTwice fails if one changes.
 var malformedResponse = [...]string{
 	"malformed HTTP status code",
 	"multiple Content-Length headers",
 	"bad Content-Length",
 	"unsupported transfer encoding",
+	"malformed response from server",
+	"invalid header field name",
+	"invalid header field value",
+	"pseudo header field after regular",
+	"invalid pseudo-header",
+	"duplicate pseudo-header",
+	"mix of request and response pseudo headers",
 }
 
 // responseMalformed reports whether the transport refused the upstream's

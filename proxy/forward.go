@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/idempotency-proxy/idempotency-proxy/proxy/execution"
 )
 
 // NewTransport returns the transport the proxy uses upstream: keep-alive
@@ -56,8 +60,26 @@ func newReverseProxy(upstream *url.URL, transport http.RoundTripper, http2 bool,
 		Transport:    transport,
 		ErrorHandler: onError,
 		BufferPool:   bufferPool{},
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:     slog.NewLogLogger(cutsLoggedApart{log.Handler()}, slog.LevelWarn),
 	}
+}
+
+// cutsLoggedApart is the handler of the reverse proxy's ErrorLog: its
+// lines come out as the proxy's warnings, but for those whose error is the
+// Cut of a call's deadline (execution.Call). The reverse proxy logs the
+// body copy such a cut breaks ("read error during body copy: upstream call
+// cut at upstream.max_execution"); the proxy logs the cut itself, with the
+// request's key_hash (cutWhileAnswering): one event, one line. Its other
+// lines, a body the upstream broke off among them, are kept.
+type cutsLoggedApart struct{ slog.Handler }
+
+func (h cutsLoggedApart) Handle(ctx context.Context, r slog.Record) error {
+	for _, cut := range [...]execution.Cut{execution.CutAtWait, execution.CutAtMaxExecution} {
+		if strings.HasSuffix(r.Message, cut.Error()) {
+			return nil
+		}
+	}
+	return h.Handler.Handle(ctx, r)
 }
 
 // hideIdempotencyKey keeps forwarding the key header, under a lower-case

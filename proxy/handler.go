@@ -398,6 +398,7 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 	detached := context.WithoutCancel(r.Context())
 	lease := store.Lease{Fingerprint: q.fp, Request: q.desc, Instance: h.instance}
 	var pace waiter
+	urlGiven := false // this request marked its key's status URL given
 	for {
 		q.began = h.clock.Now()
 		res, err := h.store.beginFrom(detached, q.began, q.keyHash, lease, pol.LockTTL)
@@ -453,7 +454,16 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		}
 		q.heldSince = res.Lease.Request.StartedAt
 		if h.wantsAsync(q) {
-			// Still running: the same 202 as the first got, not 409.
+			// Still running: the same 202 as the first got, not 409. The
+			// status URL is marked given first, and the key asked again:
+			// either the call still ran after the mark, and its release
+			// leaves a note, or it was released, and this request takes
+			// the key (markStatusURLGiven).
+			if !urlGiven {
+				urlGiven = true
+				h.markStatusURLGiven(detached, q)
+				continue
+			}
 			h.accepted(w, q)
 			return
 		}

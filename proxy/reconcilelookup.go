@@ -47,7 +47,9 @@ func (h *Handler) lookup(ctx context.Context, q *request) (string, *store.Record
 	}
 	req.Host = q.in.Host
 	for _, name := range q.route.probeHeaders {
-		if v, ok := q.in.Header[name]; ok {
+		// Not one the client's Connection names: the forwarded request
+		// did not carry it either.
+		if v, ok := q.in.Header[name]; ok && !hopField(q.in.Header, name) {
 			req.Header[name] = v
 		}
 	}
@@ -90,11 +92,12 @@ func LookupTarget(ctx context.Context) (target string, ok bool) {
 }
 
 // foundRecord is the record of a found lookup's answer: its headers (not
-// hop-by-hop ones) and body, marked Idempotency-Reconciled.
+// those of the upstream's connection, hopField) and body, marked
+// Idempotency-Reconciled.
 func foundRecord(resp *http.Response, body []byte, pol *Policy, fp store.Fingerprint) *store.Record {
 	hdr := make(map[string][]string, len(resp.Header)+2)
 	for k, v := range resp.Header {
-		if hopByHop(k) || k == "Content-Length" {
+		if hopField(resp.Header, k) || k == "Content-Length" {
 			continue
 		}
 		hdr[k] = v
@@ -188,12 +191,3 @@ type discard struct{ hdr http.Header }
 func (d discard) Header() http.Header         { return d.hdr }
 func (d discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d discard) WriteHeader(int)             {}
-
-// hopByHop reports whether a response field belongs to one connection.
-func hopByHop(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer", "Te":
-		return true
-	}
-	return false
-}

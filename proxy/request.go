@@ -142,6 +142,12 @@ type execState struct {
 	reserved    int64
 	roomKept    bool
 	reportLater bool
+	// accepted is set when the call's own client was answered 202 with
+	// its status URL (executeAsync). lateNote is the released note of a
+	// call whose client was not, kept only if a status URL was given to
+	// a retry while it ran (asyncreleased.go).
+	accepted bool
+	lateNote *store.Record
 }
 
 // requests recycles request structs of requests that did not execute (a
