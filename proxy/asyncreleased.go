@@ -99,6 +99,22 @@ func (h *Handler) statusURLGiven(ctx context.Context, q *request) bool {
 	return !errors.Is(err, store.ErrNotFound)
 }
 
+// noteComing reports whether a poll of the status URL mac of keyHash,
+// which found neither the key nor its note, is of a retry that was given
+// its status URL while the call ran (markStatusURLGiven, the mark made for
+// this URL's request): its call's release reads the mark after the key is
+// freed and only then writes the note, so for a moment the key is free
+// and the note not yet written. The poll is answered as running until the
+// note is there, or the mark expires.
+func (h *Handler) noteComing(ctx context.Context, r *http.Request, keyHash string, mac []byte) bool {
+	e, err := h.inspector.Inspect(ctx, urlGivenKey(keyHash))
+	if err != nil || e.State != store.InFlight {
+		return false
+	}
+	rt := h.routes.Load().byLabel(e.Lease.Request.Route)
+	return rt != nil && hmac.Equal(mac, h.async.mac(keyHash, e.Fingerprint, r, rt))
+}
+
 // notesBeforeRelease reports whether q's release keeps its note before
 // the key is released: q's own client was answered 202 with its status
 // URL, or a retry given one while q's call ran marked it. Otherwise the
@@ -164,8 +180,14 @@ func (h *Handler) noteLost(q *request, err error) {
 // serveReleased answers a poll of a status URL whose key the store does
 // not hold for it: the released note, when there is one, else 404.
 func (h *Handler) serveReleased(w http.ResponseWriter, r *http.Request, keyHash string, mac []byte) {
-	e, err := h.inspector.Inspect(context.WithoutCancel(r.Context()), noteKey(keyHash, mac))
+	ctx := context.WithoutCancel(r.Context())
+	e, err := h.inspector.Inspect(ctx, noteKey(keyHash, mac))
 	switch {
+	case errors.Is(err, store.ErrNotFound) && h.noteComing(ctx, r, keyHash, mac):
+		// Released a moment ago, its note still on its way
+		// (noteAfterRelease): a 404 would tell the client to stop.
+		writeAccepted(w, r.URL.Path)
+		return
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, probStatusUnknown, "")
 		return

@@ -415,13 +415,57 @@ func TestRetryMarkedJustBeforeTheReleaseGetsTheNote(t *testing.T) {
 	}
 }
 
+// A poll that comes after the release freed the key and before the late
+// note is written is of a request the proxy still owes an answer: it is
+// told the request runs (202), never 404 status-unknown, which would have
+// its client stop and drop the operation.
+func TestPollBetweenAReleaseAndItsLateNoteIsToldToPollAgain(t *testing.T) {
+	st := &markRace{Store: memory.New(memory.Options{})}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
+	}, withStore(st), func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+	var loc string
+	st.mark = urlGivenKey(e.keyHash(t, "k1"))
+	st.between = func() {
+		req := e.request(t, context.Background(), "/x", "k1")
+		req.Header.Set("Prefer", "respond-async")
+		if res, err := e.srv.Client().Do(req); err == nil {
+			res.Body.Close()
+			loc = res.Header.Get("Location")
+		}
+	}
+	inGap := make(chan *response, 1)
+	st.released = func() { inGap <- e.poll(t, loc) }
+	if r := e.do(t, "POST", "/x", "k1", "{}"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
+	}
+	e.settle(t)
+	if p := <-inGap; p.StatusCode != http.StatusAccepted {
+		t.Fatalf("poll after the release, before its note: %d %s, want 202 (poll again)", p.StatusCode, p.body)
+	}
+	if p := e.poll(t, loc); p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll once the note is written: %d %s, want the upstream's 503 marked released", p.StatusCode, p.body)
+	}
+}
+
 // markRace is a memory store that runs between once, right after the
-// first read of the mark key finds nothing, before that read returns.
+// first read of the mark key finds nothing, before that read returns, and
+// released, when set, once a Release has freed a key.
 type markRace struct {
 	*memory.Store
-	mark    string
-	between func()
-	once    atomic.Bool
+	mark     string
+	between  func()
+	released func()
+	once     atomic.Bool
+}
+
+func (s *markRace) Release(ctx context.Context, key, token string) error {
+	err := s.Store.Release(ctx, key, token)
+	if s.released != nil && err == nil {
+		s.released()
+	}
+	return err
 }
 
 func (s *markRace) Inspect(ctx context.Context, key string) (store.Entry, error) {
