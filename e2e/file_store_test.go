@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +183,63 @@ func TestFileStoreOneProcessPerDirectory(t *testing.T) {
 	}
 	if r := mustSend(t, c, first.URL(), request{Key: "new"}); r.Status != http.StatusCreated {
 		t.Errorf("first proxy, new key: %s, want 201", r)
+	}
+}
+
+// TestFileStoreTornByAPowerCutStopsTheProxyByName: with fsync: false, a
+// power cut can keep the meta pages of the last commits and lose the pages
+// they name (the operating system writes a commit's pages in any order).
+// A proxy started on such a directory exits 1 naming the damaged file and
+// what to do, instead of crashing with a panic on every restart.
+func TestFileStoreTornByAPowerCutStopsTheProxyByName(t *testing.T) {
+	up := startUpstream(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "idempotency.db")
+	p := startProxy(t, "file", fileConfig(up, dir, false))
+	c := newClient(t, 10*time.Second)
+	snapshot := func(prefix string, n int) []byte {
+		t.Helper()
+		for i := range n {
+			mustSend(t, c, p.URL(), request{Key: fmt.Sprintf("%s%d", prefix, i)})
+		}
+		p.Kill()
+		b, err := os.ReadFile(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	before := snapshot("a", 300)
+	p.Restart()
+	after := snapshot("b", 1000)
+	if len(after) <= len(before) {
+		t.Fatalf("the second requests did not grow %s (%d, then %d bytes)", data, len(before), len(after))
+	}
+	// What the disk holds after the cut: the later meta pages (the first
+	// two pages), the earlier contents of every other page.
+	torn := make([]byte, len(after))
+	copy(torn, before)
+	copy(torn[:2*os.Getpagesize()], after)
+	if err := os.WriteFile(data, torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	stderr := &testbin.Buffer{}
+	proc, err := testbin.Launch(testbin.Command{Path: proxyBin, Args: []string{
+		"--upstream", up.URL(), "--store-path", dir,
+		"--listen", freeAddr(t), "--admin-listen", freeAddr(t),
+	}, Stdout: stderr}, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, exited := proc.Wait(readyTimeout)
+	if !exited {
+		proc.Kill()
+		t.Fatalf("a proxy on the torn %s is still running, want exit 1", data)
+	}
+	out := stderr.String()
+	if code != 1 || !strings.Contains(out, data) || !strings.Contains(out, "damaged") ||
+		!strings.Contains(out, "move idempotency.db aside") || strings.Contains(out, "panic") {
+		t.Errorf("proxy on the torn %s: exit %d, stderr:\n%s\nwant exit 1 naming the file as damaged and what to do, no panic", data, code, out)
 	}
 }

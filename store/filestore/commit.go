@@ -108,16 +108,18 @@ func (s *Store) commitLoop() {
 // commit runs batch in one transaction and returns each op's outcome.
 func (s *Store) commit(batch []*op, errs []error) []error {
 	t := &txn{s: s, now: s.now().UnixNano(), used: s.used.Load(), records: s.records.Load()}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		t.keys, t.expiry = tx.Bucket(bucketKeys), tx.Bucket(bucketExpiry)
-		// Index entries are added in about the order of their times, at
-		// the right of the tree: bbolt's default of half-full pages would
-		// leave every page of the index half empty.
-		t.expiry.FillPercent = indexFill
-		for _, o := range batch {
-			errs = append(errs, o.fn(t))
-		}
-		return writeMeta(tx.Bucket(bucketMeta), meta{t.used, t.records})
+	err := s.safely(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			t.keys, t.expiry = tx.Bucket(bucketKeys), tx.Bucket(bucketExpiry)
+			// Index entries are added in about the order of their times, at
+			// the right of the tree: bbolt's default of half-full pages would
+			// leave every page of the index half empty.
+			t.expiry.FillPercent = indexFill
+			for _, o := range batch {
+				errs = append(errs, o.fn(t))
+			}
+			return writeMeta(tx.Bucket(bucketMeta), meta{t.used, t.records})
+		})
 	})
 	// Before any op of the batch is answered: a Delete's caller then
 	// finds the record gone from memory too.
@@ -139,9 +141,13 @@ func (s *Store) commit(batch []*op, errs []error) []error {
 }
 
 // commitError translates a failed commit: a disk without space is a full
-// store (the caller keeps its lease and tries again, as for MaxBytes);
-// anything else is an unavailable store.
+// store (the caller keeps its lease and tries again, as for MaxBytes); a
+// damaged file is store.ErrCorrupt (damaged.go); anything else is an
+// unavailable store.
 func (s *Store) commitError(err error) error {
+	if isDamaged(err) {
+		return fmt.Errorf("file store %s: commit: %w", s.dir, err)
+	}
 	if noSpace(err) {
 		s.releaseReserve()
 		return fmt.Errorf("file store %s: commit: %w: %w", s.dir, store.ErrFull, err)

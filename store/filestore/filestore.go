@@ -106,6 +106,8 @@ type Store struct {
 	// cleared when the reserve could be written again (reserve.go).
 	diskFull     atomic.Bool
 	reserveTried atomic.Int64 // Unix nanoseconds
+	// damaged is the first damage to the file an operation met (damaged.go).
+	damaged atomic.Pointer[damagedError]
 
 	// recent answers replays of the records it holds (recent.go).
 	recent recent
@@ -134,7 +136,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(filepath.Join(opts.Path, dataFile), 0o600, &bolt.Options{
+	db, err := openDB(filepath.Join(opts.Path, dataFile), &bolt.Options{
 		// The directory lock is held already: bbolt's own lock on the
 		// file is not contended, and a bound keeps that so.
 		Timeout: time.Second,
@@ -195,30 +197,33 @@ func Open(opts Options) (*Store, error) {
 
 // init creates the buckets on first use and reads the size counters.
 func (s *Store) init() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketKeys, bucketExpiry, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
+	return s.safely(func() error { return s.db.Update(s.initTx) })
+}
+
+func (s *Store) initTx(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketKeys, bucketExpiry, bucketMeta} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
 		}
-		m := readMeta(tx.Bucket(bucketMeta))
-		s.used.Store(m.used)
-		s.records.Store(m.records)
-		return nil
-	})
+	}
+	m := readMeta(tx.Bucket(bucketMeta))
+	s.used.Store(m.used)
+	s.records.Store(m.records)
+	return nil
 }
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Ping reports whether the store takes writes: it fails once closed.
+// Ping reports whether the store takes writes: it fails once closed, and
+// once an operation found the file damaged (damaged.go).
 func (s *Store) Ping(context.Context) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return fmt.Errorf("file store %s: closed: %w", s.dir, store.ErrUnavailable)
 	}
-	return nil
+	return s.damage()
 }
 
 // Close stops the sweeper, commits the writes already queued, closes the
@@ -249,9 +254,12 @@ func (s *Store) Close() error {
 
 // view runs fn in a read transaction. A database that cannot be read
 // (closed, or failing) is an unavailable store; an entry that cannot be
-// decoded says so itself.
+// decoded, or a page bbolt cannot read, says so itself (store.ErrCorrupt).
 func (s *Store) view(op string, fn func(tx *bolt.Tx) error) error {
-	err := s.db.View(fn)
+	err := s.safely(func() error { return s.db.View(fn) })
+	if isDamaged(err) {
+		return fmt.Errorf("file %s: %w", op, err)
+	}
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return fmt.Errorf("file %s: %s: %w: %w", op, s.dir, store.ErrUnavailable, err)
 	}
