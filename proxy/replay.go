@@ -20,6 +20,12 @@ var (
 	headerZero = []string{"0"}
 )
 
+// replayRecord answers q with rec, the record its key holds.
+func replayRecord(w http.ResponseWriter, q *request, rec *store.Record) {
+	pol := &q.route.policy
+	replay(w, q.in, rec, pol.ReplayExcludeHeaders, expiresOf(pol, rec))
+}
+
 // replay writes a recorded response, marked Idempotent-Replayed. Records
 // made by capture carry their Content-Length.
 // expires, when not "", is sent as Idempotency-Expires.
@@ -107,11 +113,10 @@ func sendsTrailers(t map[string][]string, exclude []string) bool {
 	return false
 }
 
-// expires is the Idempotency-Expires value of a replay of rec, "" when the
-// route does not advertise expiry or rec is the proxy's own problem
-// response (a 502 kept under on_upstream_error: keep).
-func (h *Handler) expires(q *request, rec *store.Record) string {
-	pol := &q.route.policy
+// expiresOf is the Idempotency-Expires value of a replay of rec on a route
+// of policy pol, "" when the route does not advertise expiry or rec is the
+// proxy's own problem response (a 502 kept under on_upstream_error: keep).
+func expiresOf(pol *Policy, rec *store.Record) string {
 	if !pol.AdvertiseExpiry || isProblemRecord(rec) {
 		return ""
 	}
