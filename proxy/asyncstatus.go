@@ -150,9 +150,5 @@ func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, probUnreadable, "the recorded response cannot be read")
 		return
 	}
-	expires := ""
-	if rt.policy.AdvertiseExpiry && !isProblemRecord(e.Record) {
-		expires = expiresValue(e.Record.CreatedAt, rt.policy.ttlFor(e.Record.Status))
-	}
-	h.replay(w, r, keyHash, e.Record, rt.policy.ReplayExcludeHeaders, expires)
+	h.replay(w, r, keyHash, e.Record, rt.policy.ReplayExcludeHeaders, expiresOf(&rt.policy, e.Record))
 }

@@ -132,7 +132,8 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 // A shadow route forwards the request instead, and counts what it would
 // have answered.
 func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error) {
-	if would, ok := shadowWould(f); ok && h.shadowed(w, q, would) {
+	if would, ok := shadowWould(f); ok && q.route.policy.Mode == ModeShadow {
+		h.shadow(w, q, would)
 		return
 	}
 	p, detail, outcome := problemFor(q, f, err)

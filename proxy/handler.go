@@ -225,10 +225,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q.target = readTarget(r)
 	routes := h.routes.Load()
-	if routes.readsMethodParams(&q.target) {
-		// A form's or a JSON body's _method: the body read for it is the
-		// request's when it is all of it, and is forwarded as sent in any
-		// case, read again through q's reader (passThrough).
+	if routes.methodsMatter && q.target.own == http.MethodPost {
+		// A POST's _method, in its query or a form's or a JSON body, where
+		// the method it names could change its route or its protection
+		// (methodparam.go): the body read for it is the request's when it
+		// is all of it, and is forwarded as sent in any case, read again
+		// through q's reader (passThrough).
 		var whole bool
 		if q.body, whole = readMethodParams(r, &q.target, routes.maxBody, &q.bodyReader); whole {
 			q.bodyRead = true
@@ -445,11 +447,12 @@ func (h *Handler) serveKeyed(w http.ResponseWriter, q *request) {
 		case res.Fingerprint != q.fp:
 			h.refuse(w, q, failMismatch, nil)
 			return
-		case res.State == store.Completed && h.shadowed(w, q, WouldReplay):
+		case res.State == store.Completed && pol.Mode == ModeShadow:
+			h.shadow(w, q, WouldReplay)
 			return
 		case res.State == store.Completed:
 			q.outcome, q.status = OutcomeReplayed, res.Record.Status
-			h.replay(w, r, q.keyHash, res.Record, pol.ReplayExcludeHeaders, h.expires(q, res.Record))
+			h.replayRecord(w, q, res.Record)
 			return
 		}
 		q.heldSince = res.Lease.Request.StartedAt
@@ -527,7 +530,7 @@ func (h *Handler) storeUnavailable(w http.ResponseWriter, q *request, err error)
 	if q.route.policy.Mode == ModeShadow {
 		h.log.Warn("store unavailable, forwarding as the route is in shadow mode",
 			"route", q.route.label, "key_hash", q.keyHash, "store_full", full, "error", err)
-		h.shadowed(w, q, WouldStoreUnavailable)
+		h.shadow(w, q, WouldStoreUnavailable)
 		return
 	}
 	if q.route.policy.OnStoreError == FailOpen {

@@ -33,7 +33,7 @@ func (h *Handler) KeyHashFrom(r *http.Request, key, source string) (string, erro
 	t := readTarget(r)
 	routes := h.routes.Load()
 	var read []byte // a form body read whole for its _method parameters
-	if routes.readsMethodParams(&t) {
+	if routes.methodsMatter && t.own == http.MethodPost {
 		var whole bool
 		if read, whole = readMethodParams(r, &t, routes.maxBody, nil); !whole {
 			read = nil

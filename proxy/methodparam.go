@@ -84,13 +84,6 @@ const (
 	formMultipart  = "multipart/form-data"
 )
 
-// readsMethodParams reports whether tb reads the _method parameters of a
-// request read as t: it is a POST, and a method it names could change the
-// request's route or whether it is protected (methodsMatter).
-func (tb *routeTable) readsMethodParams(t *target) bool {
-	return tb.methodsMatter && t.own == http.MethodPost
-}
-
 // methodsMatter reports whether a method read from a POST could change the
 // route it takes, or whether it is protected: a pattern names a method, or
 // a route protects some method and not POST.

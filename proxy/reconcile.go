@@ -388,7 +388,7 @@ func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 			return
 		}
 		if rec := h.awaitOtherOwner(q); rec != nil {
-			h.replay(w, q.in, q.keyHash, rec, q.route.policy.ReplayExcludeHeaders, h.expires(q, rec))
+			h.replayRecord(w, q, rec)
 			q.status, q.outcome = rec.Status, OutcomeReplayed
 			return
 		}
@@ -397,7 +397,7 @@ func (h *Handler) awaitSettlement(w http.ResponseWriter, q *request) {
 	case res.rec == nil:
 		h.refuse(w, q, failSettledAbsent, nil)
 	default:
-		h.replay(w, q.in, q.keyHash, res.rec, q.route.policy.ReplayExcludeHeaders, h.expires(q, res.rec))
+		h.replayRecord(w, q, res.rec)
 		q.status = res.rec.Status
 	}
 	q.outcome = res.outcome

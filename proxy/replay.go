@@ -20,6 +20,12 @@ var (
 	headerZero = []string{"0"}
 )
 
+// replayRecord answers q with rec, the record its key holds.
+func (h *Handler) replayRecord(w http.ResponseWriter, q *request, rec *store.Record) {
+	pol := &q.route.policy
+	h.replay(w, q.in, q.keyHash, rec, pol.ReplayExcludeHeaders, expiresOf(pol, rec))
+}
+
 // replay writes a recorded response, marked Idempotent-Replayed; keyHash
 // names its key in the log line of a body that could not be decoded.
 // expires, when not "", is sent as Idempotency-Expires.
@@ -129,11 +135,10 @@ func sendsTrailers(t map[string][]string, exclude []string) bool {
 	return false
 }
 
-// expires is the Idempotency-Expires value of a replay of rec, "" when the
-// route does not advertise expiry or rec is the proxy's own problem
-// response (a 502 kept under on_upstream_error: keep).
-func (h *Handler) expires(q *request, rec *store.Record) string {
-	pol := &q.route.policy
+// expiresOf is the Idempotency-Expires value of a replay of rec on a route
+// of policy pol, "" when the route does not advertise expiry or rec is the
+// proxy's own problem response (a 502 kept under on_upstream_error: keep).
+func expiresOf(pol *Policy, rec *store.Record) string {
 	if !pol.AdvertiseExpiry || isProblemRecord(rec) {
 		return ""
 	}

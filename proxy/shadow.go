@@ -79,12 +79,9 @@ func shadowWould(f failure) (Would, bool) {
 	return "", false
 }
 
-// shadowed reports whether q's route is in shadow mode; if it is, q was
-// forwarded as a plain reverse proxy would and would counted.
-func (h *Handler) shadowed(w http.ResponseWriter, q *request, would Would) bool {
-	if q.route.policy.Mode != ModeShadow {
-		return false
-	}
+// shadow forwards q, on a route in shadow mode, as a plain reverse proxy
+// would, and counts what the route would have answered.
+func (h *Handler) shadow(w http.ResponseWriter, q *request, would Would) {
 	q.route.metrics.shadow[would].Inc()
 	q.route.metrics.report.would(q.start, would)
 	if would == WouldStoreUnavailable {
@@ -97,7 +94,6 @@ func (h *Handler) shadowed(w http.ResponseWriter, q *request, would Would) bool 
 	}
 	h.passThrough(q.unrecorded(w), q, q.in)
 	dropControlTrailers(w.Header(), q.route.policy.UpstreamControlHeader)
-	return true
 }
 
 // prefixedBody is a request body of which the proxy read the first part

@@ -25,10 +25,8 @@ type entry struct {
 	off     uint32
 	keyLen  uint32
 	encLen  uint32
-	record  bool
+	record  bool // a completed record, not a lease
 }
-
-func (e *entry) isRecord() bool { return e.record }
 
 // size is what e counts against MaxBytes.
 func (e *entry) size() int64 { return int64(e.keyLen) + int64(e.encLen) + entryOverhead }

@@ -80,11 +80,9 @@ func (s *Store) makeRoom(delta int64) {
 		}
 		h, sh := s.locate(it.key)
 		sh.mu.Lock()
-		if i := sh.t.find(h, it.key); i >= 0 {
-			if e := sh.t.at(i); e.isRecord() && e.seq == it.seq {
-				s.remove(sh, i)
-				s.evict.evictions.Add(1)
-			}
+		if i, e := sh.t.find(h, it.key); e != nil && e.record && e.seq == it.seq {
+			s.remove(sh, i)
+			s.evict.evictions.Add(1)
 		}
 		sh.mu.Unlock()
 	}

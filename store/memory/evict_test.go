@@ -242,6 +242,9 @@ func TestEvictOldestMakesRoomForACompletion(t *testing.T) {
 	if err := s.Complete(ctx, "late", late.Token, rec, time.Hour); err != nil {
 		t.Fatalf("Complete of the lease taken first, with the store full: %v; want the oldest record evicted", err)
 	}
+	if e, err := s.Inspect(ctx, "late"); err != nil || e.State != store.Completed {
+		t.Errorf("Inspect late = %+v, %v; want the record it completed with", e, err)
+	}
 	for i, want := range []bool{false, true, true} {
 		key := fmt.Sprintf("k%02d", i)
 		if _, err := s.Inspect(ctx, key); (err == nil) != want {

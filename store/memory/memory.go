@@ -117,50 +117,64 @@ func New(opts Options) *Store {
 
 // Begin acquires a lease on key, described by l, or reports what is there.
 func (s *Store) Begin(_ context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
-	encLen := store.EncodedLeaseSize(&l)
-	if !fits(len(key), encLen) {
-		return store.BeginResult{}, fmt.Errorf("memory begin: a lease of %d bytes is too large for the memory store", encLen)
-	}
 	h, sh := s.locate(key)
 	now := s.now()
-	size := int64(len(key)+encLen) + entryOverhead
 	sh.mu.Lock()
-	i := s.live(sh, h, key, now)
-	if i < 0 && s.evict != nil && s.wouldOverflow(size) {
-		// Evict only for a key that needs room, and without the lock:
-		// eviction takes other shards' locks.
-		sh.mu.Unlock()
-		s.makeRoom(size)
-		sh.mu.Lock()
-		i = s.live(sh, h, key, now)
+	_, e := s.live(sh, h, key, now)
+	if e == nil {
+		// Only a new key takes room: its lease's.
+		enc := encodeLease(&l)
+		defer putEncoding(enc)
+		if !fits(len(key), len(*enc)) {
+			sh.mu.Unlock()
+			return store.BeginResult{}, fmt.Errorf("memory begin: a lease of %d bytes is too large for the memory store", len(*enc))
+		}
+		size := int64(len(key)+len(*enc)) + entryOverhead
+		if s.evict != nil && s.wouldOverflow(size) {
+			// Evict only for a key that needs room, and without the lock:
+			// eviction takes other shards' locks.
+			sh.mu.Unlock()
+			s.makeRoom(size)
+			sh.mu.Lock()
+			_, e = s.live(sh, h, key, now)
+		}
+		if e == nil {
+			token, err := s.acquire(sh, h, key, l.Fingerprint, *enc, size, now, ttl)
+			sh.mu.Unlock()
+			if err != nil {
+				return store.BeginResult{}, err
+			}
+			return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}, nil
+		}
 	}
-	if i >= 0 {
-		e := *sh.t.at(i)
-		enc := sh.t.enc(&e)
-		// A stored encoding never changes: decode it without the lock.
-		sh.mu.Unlock()
-		return found(&e, enc)
-	}
-	defer sh.mu.Unlock()
+	// A stored encoding never changes: decode it without the lock, beside
+	// a copy of its entry.
+	kept := *e
+	enc := sh.t.enc(&kept)
+	sh.mu.Unlock()
+	return found(&kept, enc)
+}
+
+// acquire stores a new lease on key, on a request of fingerprint fp, whose
+// description encodes to enc and which counts size bytes, and returns its
+// token; or fails when the store is full. sh.mu must be held.
+func (s *Store) acquire(sh *shard, h uint64, key string, fp store.Fingerprint, enc []byte, size int64, now time.Time, ttl time.Duration) (string, error) {
 	if s.wouldOverflow(size) {
 		// Reclaim what has expired in this shard before refusing.
 		s.sweep(sh, now, len(sh.t.slots))
 		if s.wouldOverflow(size) {
-			return store.BeginResult{}, s.fullError("begin")
+			return "", s.fullError("begin")
 		}
 	}
 	raw, token := sh.tokens.take()
-	ne := entry{token: raw, fp: l.Fingerprint, expires: now.Add(ttl).UnixNano()}
-	enc := encodeLease(&l)
-	sh.t.put(h, key, ne, *enc)
-	putEncoding(enc)
+	sh.t.put(h, key, entry{token: raw, fp: fp, expires: now.Add(ttl).UnixNano()}, enc)
 	s.used.Add(size)
-	return store.BeginResult{State: store.Acquired, Token: token, Fingerprint: l.Fingerprint}, nil
+	return token, nil
 }
 
 // found reports the live entry e that Begin found; enc is its encoding.
 func found(e *entry, enc []byte) (store.BeginResult, error) {
-	if !e.isRecord() {
+	if !e.record {
 		l, err := decodeLease(enc, e.fp)
 		if err != nil {
 			return store.BeginResult{}, err
@@ -248,28 +262,28 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, done, err := s.completable(sh, h, key, token, *enc, now)
+	lease, done, err := s.completable(sh, h, key, token, *enc, now)
 	if err != nil || done {
 		return err
 	}
-	leaseSize := sh.t.at(i).size()
+	leaseSize := lease.size()
 	if s.evict != nil && s.wouldOverflow(size-leaseSize) {
 		// Evict without the lock (eviction takes other shards' locks),
 		// then look again: the lease may have changed meanwhile.
 		sh.mu.Unlock()
 		s.makeRoom(size - leaseSize)
 		sh.mu.Lock()
-		if i, done, err = s.completable(sh, h, key, token, *enc, now); err != nil || done {
+		if lease, done, err = s.completable(sh, h, key, token, *enc, now); err != nil || done {
 			return err
 		}
-		leaseSize = sh.t.at(i).size()
+		leaseSize = lease.size()
 	}
 	if s.wouldOverflow(size - leaseSize) {
 		return s.fullError("complete")
 	}
 	s.used.Add(size - leaseSize)
 	s.records.Add(1)
-	ne := entry{token: sh.t.at(i).token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), record: true}
+	ne := entry{token: lease.token, fp: rec.Fingerprint, expires: now.Add(ttl).UnixNano(), record: true}
 	if s.evict != nil {
 		ne.seq = s.evict.push(strings.Clone(key), now.UnixNano(), ne.expires)
 	}
@@ -277,22 +291,21 @@ func (s *Store) Complete(_ context.Context, key, token string, rec *store.Record
 	return nil
 }
 
-// completable returns the slot of token's lease on key; or done when key
-// holds the record a previous Complete of token stored, encoding to enc
-// (the caller then has nothing to do); or ErrLockLost. sh.mu must be held.
-func (s *Store) completable(sh *shard, h uint64, key, token string, enc []byte, now time.Time) (int32, bool, error) {
-	i := s.live(sh, h, key, now)
-	if i < 0 {
-		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
-	}
-	e := sh.t.at(i)
+// completable returns token's lease on key (as table.find's entry); or done
+// when key holds the record a previous Complete of token stored, encoding
+// to enc (the caller then has nothing to do); or ErrLockLost. sh.mu must be
+// held.
+func (s *Store) completable(sh *shard, h uint64, key, token string, enc []byte, now time.Time) (*entry, bool, error) {
+	_, e := s.live(sh, h, key, now)
 	switch {
-	case e.isRecord() && e.ownedBy(token) && bytes.Equal(sh.t.enc(e), enc):
-		return i, true, nil
-	case e.isRecord() || !e.ownedBy(token):
-		return -1, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
+	case e == nil:
+		return nil, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
+	case e.record && e.ownedBy(token) && bytes.Equal(sh.t.enc(e), enc):
+		return nil, true, nil
+	case e.record || !e.ownedBy(token):
+		return nil, false, fmt.Errorf("memory complete: %w", store.ErrLockLost)
 	}
-	return i, false, nil
+	return e, false, nil
 }
 
 // Release deletes the lease of token on key; it does nothing when token does
@@ -331,28 +344,25 @@ func (s *Store) locate(key string) (uint64, *shard) {
 	return h, &s.shards[h%shardCount]
 }
 
-// live returns the slot of the unexpired entry under key, or -1, removing
-// an expired one. sh.mu must be held.
-func (s *Store) live(sh *shard, h uint64, key string, now time.Time) int32 {
-	i := sh.t.find(h, key)
-	if i < 0 {
-		return -1
+// live returns the slot of the unexpired entry under key and the entry (as
+// table.find's), or -1 and nil, removing an expired one. sh.mu must be held.
+func (s *Store) live(sh *shard, h uint64, key string, now time.Time) (int32, *entry) {
+	i, e := sh.t.find(h, key)
+	if e == nil {
+		return -1, nil
 	}
-	if now.UnixNano() >= sh.t.at(i).expires {
+	if now.UnixNano() >= e.expires {
 		s.remove(sh, i)
-		return -1
+		return -1, nil
 	}
-	return i
+	return i, e
 }
 
 // owned returns the slot of the live lease under key if token owns it, or
 // -1. sh.mu must be held.
 func (s *Store) owned(sh *shard, h uint64, key, token string, now time.Time) int32 {
-	i := s.live(sh, h, key, now)
-	if i < 0 {
-		return -1
-	}
-	if e := sh.t.at(i); e.isRecord() || !e.ownedBy(token) {
+	i, e := s.live(sh, h, key, now)
+	if e == nil || e.record || !e.ownedBy(token) {
 		return -1
 	}
 	return i
@@ -362,7 +372,7 @@ func (s *Store) owned(sh *shard, h uint64, key, token string, now time.Time) int
 func (s *Store) remove(sh *shard, i int32) {
 	e := sh.t.at(i)
 	s.used.Add(-e.size())
-	if e.isRecord() {
+	if e.record {
 		s.records.Add(-1)
 	}
 	sh.t.remove(i)

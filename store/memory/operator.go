@@ -17,12 +17,12 @@ import (
 func (s *Store) Inspect(_ context.Context, key string) (store.Entry, error) {
 	h, sh := s.locate(key)
 	sh.mu.Lock()
-	i := s.live(sh, h, key, s.now())
-	if i < 0 {
+	_, live := s.live(sh, h, key, s.now())
+	if live == nil {
 		sh.mu.Unlock()
 		return store.Entry{}, fmt.Errorf("memory inspect: %w", store.ErrNotFound)
 	}
-	e := *sh.t.at(i)
+	e := *live
 	enc := sh.t.enc(&e)
 	sh.mu.Unlock()
 	return toEntry(key, &e, enc, true)
@@ -35,8 +35,8 @@ func (s *Store) Delete(_ context.Context, key string) error {
 	h, sh := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := s.live(sh, h, key, s.now())
-	if i < 0 {
+	i, e := s.live(sh, h, key, s.now())
+	if e == nil {
 		return fmt.Errorf("memory delete: %w", store.ErrNotFound)
 	}
 	s.remove(sh, i)
@@ -80,7 +80,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 		var found []listed
 		for _, j := range slots {
 			e := t.slots[j].e
-			if now.UnixNano() >= e.expires || !state.Lists(e.isRecord()) {
+			if now.UnixNano() >= e.expires || !state.Lists(e.record) {
 				continue
 			}
 			// Keys are copied: the listing must not keep slabs alive.
@@ -110,7 +110,7 @@ func (s *Store) List(_ context.Context, state store.State, cursor string, limit 
 func toEntry(key string, e *entry, enc []byte, withBody bool) (store.Entry, error) {
 	ent := store.Entry{Key: key, State: store.InFlight, Fingerprint: e.fp}
 	ent.ExpiresAt = unixNano(e.expires)
-	if !e.isRecord() {
+	if !e.record {
 		l, err := decodeLease(enc, e.fp)
 		if err != nil {
 			return store.Entry{}, err

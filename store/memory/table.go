@@ -69,18 +69,19 @@ func newTable() table {
 	return table{index: make(map[uint64]int32, tableStart), slots: make([]slot, 0, tableStart), cur: -1}
 }
 
-// find returns the slot holding key, or -1.
-func (t *table) find(h uint64, key string) int32 {
+// find returns the slot holding key and its entry (good as at's), or -1
+// and nil.
+func (t *table) find(h uint64, key string) (int32, *entry) {
 	i, ok := t.index[h]
 	if !ok {
-		return -1
+		return -1, nil
 	}
 	for ; i >= 0; i = t.slots[i].next {
-		if t.key(&t.slots[i].e) == key {
-			return i
+		if e := &t.slots[i].e; t.key(e) == key {
+			return i, e
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 // key returns e's key. It aliases a slab: callers that keep it beyond the
@@ -115,9 +116,9 @@ func fits(keyLen, encLen int) bool {
 func (t *table) put(h uint64, key string, e entry, enc []byte) int32 {
 	e.keyLen, e.encLen = uint32(len(key)), uint32(len(enc))
 	e.slab, e.off = t.write(key, enc)
-	if i := t.find(h, key); i >= 0 {
-		t.release(&t.slots[i].e)
-		t.slots[i].e = e
+	if i, old := t.find(h, key); old != nil {
+		t.release(old)
+		*old = e
 		t.compactIfSparse()
 		return i
 	}

@@ -22,19 +22,19 @@ func TestTableKeepsKeysThatShareAHash(t *testing.T) {
 			if tb.count != 3 {
 				t.Fatalf("count %d, want 3", tb.count)
 			}
-			tb.remove(tb.find(7, gone))
+			tb.remove(tb.slot(7, gone))
 			for _, k := range []string{"a", "b", "c"} {
-				i := tb.find(7, k)
+				i, found := tb.find(7, k)
 				if k == gone {
-					if i >= 0 {
+					if i >= 0 || found != nil {
 						t.Errorf("%s still found after its removal", k)
 					}
 					continue
 				}
-				if i < 0 {
+				if i < 0 || found != tb.at(i) {
 					t.Fatalf("%s lost when %s was removed", k, gone)
 				}
-				e := *tb.at(i)
+				e := *found
 				want := "record of " + k
 				if k == "b" {
 					want = "new record of b"
@@ -43,7 +43,7 @@ func TestTableKeepsKeysThatShareAHash(t *testing.T) {
 					t.Errorf("%s: key %q, record %q; want %q", k, tb.key(&e), got, want)
 				}
 			}
-			if tb.find(8, "a") >= 0 {
+			if tb.slot(8, "a") >= 0 {
 				t.Error("a key found under another hash")
 			}
 		})
@@ -56,8 +56,8 @@ func TestTableKeepsTheFirstSlotsKeyWhenItsChainsHeadGoes(t *testing.T) {
 	tb := newTable()
 	tb.put(7, "a", entry{}, []byte("record of a")) // slot 0
 	tb.put(7, "b", entry{}, []byte("record of b")) // the chain's head, then a
-	tb.remove(tb.find(7, "b"))
-	i := tb.find(7, "a")
+	tb.remove(tb.slot(7, "b"))
+	i := tb.slot(7, "a")
 	if i < 0 {
 		t.Fatal("a, in slot 0, lost when b, the head of its chain, was removed")
 	}
@@ -74,9 +74,9 @@ func TestTableMovesNoBytesWhileItIsDense(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		tb.put(7, k, entry{}, []byte("record of "+k))
 	}
-	before := *tb.at(tb.find(7, "c"))
-	tb.remove(tb.find(7, "b"))
-	after := *tb.at(tb.find(7, "c"))
+	before := *tb.at(tb.slot(7, "c"))
+	tb.remove(tb.slot(7, "b"))
+	after := *tb.at(tb.slot(7, "c"))
 	if after.slab != before.slab || after.off != before.off {
 		t.Errorf("c moved from slab %d offset %d to slab %d offset %d when b was removed from a dense table",
 			before.slab, before.off, after.slab, after.off)
@@ -92,7 +92,7 @@ func TestTableCountsTheBytesItsEntriesReferTo(t *testing.T) {
 	tb.put(1, "a-long-key", entry{}, []byte("enc"))
 	tb.put(2, "another-long-key", entry{}, []byte("e"))
 	tb.put(1, "a-long-key", entry{}, []byte("replaced"))
-	tb.remove(tb.find(2, "another-long-key"))
+	tb.remove(tb.slot(2, "another-long-key"))
 	if want := len("a-long-key") + len("replaced"); tb.live != want {
 		t.Errorf("live = %d bytes, want %d", tb.live, want)
 	}
@@ -108,7 +108,7 @@ func TestTableDropsAFilledSlabNothingRefersTo(t *testing.T) {
 		tb.put(uint64(k[0]), k, entry{}, rec)
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		tb.remove(tb.find(uint64(k[0]), k))
+		tb.remove(tb.slot(uint64(k[0]), k))
 	}
 	i := tb.put(4, "d", entry{}, bytes.Repeat([]byte{2}, 2000)) // does not fit in what is left
 	if e := tb.at(i); tb.held != cap(tb.slabs[e.slab].b) {
@@ -129,11 +129,11 @@ func TestTableCompactsAndNeverRewritesWhatItHandedOut(t *testing.T) {
 	}
 	full := tb.held
 	// A reader holds the record of key-1 while everything moves.
-	e1 := *tb.at(tb.find(1, "key-1"))
+	e1 := *tb.at(tb.slot(1, "key-1"))
 	held := tb.enc(&e1)
 	for i := range n {
 		if i%10 != 0 {
-			tb.remove(tb.find(uint64(i), fmt.Sprint("key-", i)))
+			tb.remove(tb.slot(uint64(i), fmt.Sprint("key-", i)))
 		}
 	}
 	for i := n; i < n+n/10; i++ { // new writes must not land on old bytes
@@ -150,7 +150,7 @@ func TestTableCompactsAndNeverRewritesWhatItHandedOut(t *testing.T) {
 	}
 	for i := range n + n/10 {
 		key := fmt.Sprint("key-", i)
-		j := tb.find(uint64(i), key)
+		j := tb.slot(uint64(i), key)
 		if kept := i%10 == 0 || i >= n; kept != (j >= 0) {
 			t.Fatalf("%s: found %v, want %v", key, j >= 0, kept)
 		}
@@ -213,12 +213,12 @@ func TestTableAgreesWithAMap(t *testing.T) {
 			tb.put(hash(k), k, entry{}, v)
 			model[k] = v
 		case op < 8:
-			if i := tb.find(hash(k), k); i >= 0 {
+			if i := tb.slot(hash(k), k); i >= 0 {
 				tb.remove(i)
 			}
 			delete(model, k)
 		default:
-			i := tb.find(hash(k), k)
+			i := tb.slot(hash(k), k)
 			want, ok := model[k]
 			if (i >= 0) != ok {
 				t.Fatalf("step %d: %q found %v, want %v", step, k, i >= 0, ok)
@@ -271,8 +271,8 @@ func TestTableKeepsASlabAnEmptyItemRefersTo(t *testing.T) {
 	tb.put(1, "a", entry{}, []byte("record of a"))
 	empty := tb.put(2, "", entry{}, nil)                          // no bytes, in a's slab
 	tb.put(3, "filler", entry{}, bytes.Repeat([]byte("f"), 8000)) // a new slab to fill
-	tb.remove(tb.find(1, "a"))
-	if tb.find(2, "") != empty {
+	tb.remove(tb.slot(1, "a"))
+	if tb.slot(2, "") != empty {
 		t.Fatal("the empty key is lost")
 	}
 	tb.remove(empty)
@@ -281,7 +281,7 @@ func TestTableKeepsASlabAnEmptyItemRefersTo(t *testing.T) {
 	tb.put(5, "tenant-y", entry{}, y)
 	for h, want := range map[uint64][]byte{4: x, 5: y} {
 		key := "tenant-" + string(want[0])
-		i := tb.find(h, key)
+		i := tb.slot(h, key)
 		if i < 0 {
 			t.Fatalf("%s lost", key)
 		}
@@ -300,4 +300,10 @@ func TestTableTakesItemsUpToItsOffsetsReach(t *testing.T) {
 	if fits(1, math.MaxUint32) || fits(11, math.MaxUint32-10) {
 		t.Error("an item of math.MaxUint32+1 bytes fits")
 	}
+}
+
+// slot returns the slot holding key, or -1.
+func (t *table) slot(h uint64, key string) int32 {
+	i, _ := t.find(h, key)
+	return i
 }
