@@ -397,7 +397,12 @@ export class IdempotentClient {
     let response = null;
     let error = null;
     try {
-      response = await this.fetch(url, { ...init, signal: ctrl.signal });
+      // A redirect is the operation's answer (redirect: "manual"), unless
+      // the caller asked fetch for another: followed, it would carry the
+      // key and the body to another URL — behind the proxy a different
+      // request under the same key (422 payload-mismatch, though the
+      // operation ran), on another origin an execution the proxy never sees.
+      response = await this.fetch(url, { redirect: "manual", ...init, signal: ctrl.signal });
     } catch (e) {
       error = e;
     } finally {

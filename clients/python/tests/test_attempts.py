@@ -62,5 +62,57 @@ class AttemptsTest(unittest.TestCase):
         for days in (2, 36500):
             self.assertEqual(ic.parse_retry_after(formatdate(days * 86400, usegmt=True), now=0), 86400.0, days)
 
+
+class _Redirecting(http.server.BaseHTTPRequestHandler):
+    # Redirects /v1/charges to self.server.location with self.server.status;
+    # answers 201 elsewhere, recording the key of each request that reached it.
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        if self.path == "/v1/charges" and self.server.location:
+            self.send_response(self.server.status)
+            self.send_header("Location", self.server.location)
+        else:
+            self.server.reached.append(self.headers.get("Idempotency-Key"))
+            self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST  # a 303 is followed with a GET
+
+    def log_message(self, *args):
+        pass
+
+
+class RedirectTest(unittest.TestCase):
+    """A redirect is the operation's answer, never followed with its key:
+    followed, it would carry the key and the body to another URL — behind the
+    proxy a different request under the same key (422 payload-mismatch,
+    though the operation ran), on another origin an execution the proxy never
+    sees."""
+
+    def serve(self, location, status=0):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirecting)
+        srv.location, srv.status, srv.reached = location, status, []
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def test_a_redirect_is_the_answer_never_followed_with_the_key(self):
+        other, other_url = self.serve(None)
+        for status in (303, 307):
+            for name, location in (("same origin", "/v1/charges/moved"), ("another origin", other_url + "/v1/charges")):
+                with self.subTest(status=status, to=name):
+                    front, front_url = self.serve(location, status)
+                    client = ic.Client(sleep=lambda s: None)
+                    result = client.request("POST", front_url + "/v1/charges", json={"amount": 3}, operation="charge")
+                    self.assertEqual((result.status, result.headers.get("Location"), result.attempts),
+                                     (status, location, 1))
+                    self.assertEqual(front.reached + other.reached, [], "no request carried the key to the Location")
+                    self.assertIsNone(client.pending("charge"), "the redirect is a final answer")
+
+
 if __name__ == "__main__":
     unittest.main()
