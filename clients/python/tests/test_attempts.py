@@ -114,5 +114,44 @@ class RedirectTest(unittest.TestCase):
                     self.assertIsNone(client.pending("charge"), "the redirect is a final answer")
 
 
+class _Busy(http.server.BaseHTTPRequestHandler):
+    # Answers every request 503 with Retry-After: 5, counting them.
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        self.server.calls += 1
+        self.send_response(503)
+        self.send_header("Retry-After", "5")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class TimeoutTest(unittest.TestCase):
+    def test_timeout_bounds_the_whole_operation_waits_included(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
+        srv.calls = 0
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        now, waits = [1000.0], []
+
+        def sleep(s):  # a clock that moves only when the client waits
+            waits.append(s)
+            now[0] += s
+
+        client = ic.Client(sleep=sleep, max_attempts=10)
+        client._clock = lambda: now[0]
+        with self.assertRaises(ic.GaveUpError) as caught:
+            client.request("POST", f"http://127.0.0.1:{srv.server_address[1]}/v1/orders", json={"order": 42},
+                           operation="order-42", timeout=12)
+        self.assertEqual(waits, [5, 5], "a wait that would end past the timeout is not begun")
+        self.assertEqual((srv.calls, caught.exception.attempts, caught.exception.status), (3, 3, 503))
+        self.assertIsNotNone(client.pending("order-42"), "the key is kept for a later call")
+
+
 if __name__ == "__main__":
     unittest.main()
