@@ -213,6 +213,15 @@ function statusURL(location, base) {
   }
 }
 
+// rejected runs release and rethrows: for a judged answer that ends the
+// operation with an error, whose body nobody reads.
+function rejected(release) {
+  return (err) => {
+    release();
+    throw err;
+  };
+}
+
 function isTrue(v) {
   return (v || "").trim().toLowerCase() === "true";
 }
@@ -342,8 +351,11 @@ export class IdempotentClient {
           // would have been told, and the request is sent again.
           last = followed[RESEND];
         } else {
-          last = await this.#judge(response, op, attempt).finally(release);
+          last = await this.#judge(response, op, attempt).catch(rejected(release));
+          // The signal goes on aborting a returned response's body, as
+          // it does fetch's own.
           if (last.result) return last.result;
+          release();
         }
       } else {
         last = { status: 0, problem: null, error, retryAfter: null };
@@ -375,8 +387,9 @@ export class IdempotentClient {
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {
         const released = isTrue(answer.headers.get("Idempotent-Released"));
-        last = await this.#judge(answer, op, attempts).finally(release);
+        last = await this.#judge(answer, op, attempts).catch(rejected(release));
         if (last.result) return { ...last.result, polls: poll };
+        release();
         if (released) return { [RESEND]: last };
       }
       if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
@@ -386,7 +399,8 @@ export class IdempotentClient {
   // #send makes one request, bounded by attemptTimeout and the operation's
   // signal: { response }, or { error } after a network error or a timeout.
   // The signal still aborts the response's body until release is called:
-  // #judge reads a problem's body, which may stall like any read.
+  // #judge reads a problem's body, which may stall like any read, and the
+  // caller reads a returned response's, which is never released.
   async #send(url, init, op, attempt, last) {
     const { signal } = op;
     const ctrl = new AbortController();
