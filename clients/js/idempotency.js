@@ -138,7 +138,10 @@ export function parseRetryAfter(value, now = Date.now()) {
   // Every HTTP-date form starts with the day's name; Date.parse alone would
   // also read "-5" or "1.5" as dates long past, a retry without waiting.
   if (!/^[A-Za-z]{3,9},?\s/.test(v)) return null;
-  const at = Date.parse(v);
+  // The asctime form has no zone, and is GMT (RFC 9110 section 5.6.7):
+  // Date.parse would read it in local time.
+  const asctime = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/.test(v);
+  const at = Date.parse(asctime ? `${v} GMT` : v);
   // At most a day, as delta-seconds are: setTimeout fires at once past 2^31 ms.
   return Number.isNaN(at) ? null : Math.min(Math.max(0, at - now), 86400 * 1000);
 }

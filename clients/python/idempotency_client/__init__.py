@@ -17,6 +17,7 @@ with a typed exception, or hand the answer over. docs/clients.md describes it.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import http.client
 import json as jsonlib
@@ -99,9 +100,13 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
         # Every HTTP-date form starts with the day's name: "-5" is no date.
         return None
     try:
-        at = email.utils.parsedate_to_datetime(v).timestamp()
+        when = email.utils.parsedate_to_datetime(v)
     except (TypeError, ValueError, IndexError):
         return None
+    if when.tzinfo is None:
+        # The asctime form has no zone, and is GMT (RFC 9110 section 5.6.7), not local time.
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    at = when.timestamp()
     # At most a day, as delta-seconds are.
     return min(max(0.0, at - (time.time() if now is None else now)), 86400.0)
 

@@ -62,6 +62,26 @@ class AttemptsTest(unittest.TestCase):
         for days in (2, 36500):
             self.assertEqual(ic.parse_retry_after(formatdate(days * 86400, usegmt=True), now=0), 86400.0, days)
 
+    def test_a_retry_after_in_asctime_form_is_read_in_gmt_whatever_the_local_zone(self):
+        import os
+        import time
+        zone = os.environ.get("TZ")
+
+        def restore():
+            if zone is None:
+                os.environ.pop("TZ", None)
+            else:
+                os.environ["TZ"] = zone
+            time.tzset()
+
+        self.addCleanup(restore)
+        for tz in ("America/New_York", "Asia/Tokyo"):
+            os.environ["TZ"] = tz
+            time.tzset()
+            # RFC 9110 section 5.6.7: the three forms of one instant, all in GMT.
+            for v in ("Thu, 01 Jan 1970 00:00:10 GMT", "Thursday, 01-Jan-70 00:00:10 GMT", "Thu Jan  1 00:00:10 1970"):
+                self.assertEqual(ic.parse_retry_after(v, now=0), 10, (tz, v))
+
 
 class _Redirecting(http.server.BaseHTTPRequestHandler):
     # Redirects /v1/charges to self.server.location with self.server.status;
