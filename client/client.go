@@ -31,7 +31,9 @@ const (
 // zero value is ready to use; a Client is safe for concurrent use and must
 // not be changed while in use.
 type Client struct {
-	// HTTP sends each attempt; nil means http.DefaultClient.
+	// HTTP sends each attempt; nil means http.DefaultClient. Its
+	// CheckRedirect is not used: a redirect is the operation's answer,
+	// returned to the caller, never followed with the key.
 	HTTP *http.Client
 	// MaxAttempts is how many requests one operation may send, first
 	// included; 0 means DefaultMaxAttempts.
@@ -221,12 +223,23 @@ func (c *Client) exchange(r *http.Request, cancel context.CancelFunc) attemptRes
 	return res
 }
 
+// httpClient is HTTP (or http.DefaultClient) with its redirects answered,
+// not followed: a redirect is the operation's answer, handed to the caller.
+// Followed, it would carry the key and the body to another URL: behind the
+// proxy a different request under the same key (422 payload-mismatch,
+// though the operation ran), on another origin an execution the proxy never
+// sees, run again by each retry of a lost answer.
 func (c *Client) httpClient() *http.Client {
+	hc := http.DefaultClient
 	if c.HTTP != nil {
-		return c.HTTP
+		hc = c.HTTP
 	}
-	return http.DefaultClient
+	answered := *hc
+	answered.CheckRedirect = answerRedirect
+	return &answered
 }
+
+func answerRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func (c *Client) maxAttempts() int {
 	if c.MaxAttempts > 0 {

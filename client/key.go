@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // HeaderKey is the request header that carries the idempotency key.
@@ -16,8 +18,10 @@ const HeaderKey = "Idempotency-Key"
 // fails before anything is sent instead of as a 400 from the server.
 const maxKeyLen = 255
 
-// ErrInvalidKey means a caller-supplied key is empty, longer than 255 bytes
-// or holds non-printable characters; the proxy would reject it with 400.
+// ErrInvalidKey means a caller-supplied key breaks the proxy's key rules,
+// which would answer it 400 invalid-key: empty, longer than 255 bytes,
+// holding non-printable or non-ASCII characters, a comma (unless sent as an
+// RFC 8941 string, "order,42"), or a malformed RFC 8941 string.
 var ErrInvalidKey = errors.New("client: invalid idempotency key")
 
 // namespaceURL is RFC 9562's predefined namespace for URL names
@@ -94,15 +98,52 @@ func keyFromContext(ctx context.Context) (string, bool) {
 	return k, ok
 }
 
-// validateKey mirrors the proxy's check (docs/request-handling.md) on a caller-supplied key.
+// validateKey applies the proxy's key rules (docs/request-handling.md) to a
+// caller's key, read as the proxy reads the header: the spaces and tabs
+// around it dropped; a key that starts with a quote is an RFC 8941 string,
+// its value the key; a raw key holds no comma, which would make it a list.
 func validateKey(key string) error {
-	if key == "" || len(key) > maxKeyLen {
-		return fmt.Errorf("%w: length %d, want 1..%d", ErrInvalidKey, len(key), maxKeyLen)
+	v := strings.Trim(key, " \t")
+	if strings.HasPrefix(v, `"`) {
+		value, err := unquoteKey(v)
+		if err != nil {
+			return err
+		}
+		v = value
+	} else if i := strings.IndexByte(v, ','); i >= 0 {
+		return fmt.Errorf("%w: a comma at offset %d reads as a list of keys; send it as an RFC 8941 string, %s", ErrInvalidKey, i, strconv.Quote(v))
 	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x20 || c > 0x7e {
+	if v == "" || len(v) > maxKeyLen {
+		return fmt.Errorf("%w: length %d, want 1..%d", ErrInvalidKey, len(v), maxKeyLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e {
 			return fmt.Errorf("%w: non-printable byte at offset %d", ErrInvalidKey, i)
 		}
 	}
 	return nil
+}
+
+// unquoteKey reads s, which starts with a quote, as one RFC 8941 §3.3.3
+// string and nothing after it.
+func unquoteKey(s string) (string, error) {
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			i++
+			if i == len(s) || (s[i] != '"' && s[i] != '\\') {
+				return "", fmt.Errorf("%w: in an RFC 8941 string a backslash escapes only a quote or a backslash", ErrInvalidKey)
+			}
+			b.WriteByte(s[i])
+		case '"':
+			if i != len(s)-1 {
+				return "", fmt.Errorf("%w: text after the RFC 8941 string's closing quote", ErrInvalidKey)
+			}
+			return b.String(), nil
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", fmt.Errorf("%w: an RFC 8941 string without its closing quote", ErrInvalidKey)
 }

@@ -103,8 +103,16 @@ export interface RequestOptions extends RequestInit {
   key?: string;
   /** A value sent as the JSON body (Content-Type: application/json unless set). */
   json?: unknown;
-  /** Aborts the whole operation, waits included; the key stays stored. */
+  /**
+   * Aborts the whole operation, waits included, and then the returned
+   * response's body, as fetch's own does; the key stays stored.
+   */
   signal?: AbortSignal;
+  /**
+   * "manual" unless set: a redirect is the operation's answer, never
+   * followed with its key (in a browser a response of type "opaqueredirect").
+   */
+  redirect?: RequestRedirect;
 }
 
 /** A final answer. */

@@ -138,7 +138,10 @@ export function parseRetryAfter(value, now = Date.now()) {
   // Every HTTP-date form starts with the day's name; Date.parse alone would
   // also read "-5" or "1.5" as dates long past, a retry without waiting.
   if (!/^[A-Za-z]{3,9},?\s/.test(v)) return null;
-  const at = Date.parse(v);
+  // The asctime form has no zone, and is GMT (RFC 9110 section 5.6.7):
+  // Date.parse would read it in local time.
+  const asctime = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/.test(v);
+  const at = Date.parse(asctime ? `${v} GMT` : v);
   // At most a day, as delta-seconds are: setTimeout fires at once past 2^31 ms.
   return Number.isNaN(at) ? null : Math.min(Math.max(0, at - now), 86400 * 1000);
 }
@@ -211,6 +214,15 @@ function statusURL(location, base) {
   } catch {
     return location;
   }
+}
+
+// rejected runs release and rethrows: for a judged answer that ends the
+// operation with an error, whose body nobody reads.
+function rejected(release) {
+  return (err) => {
+    release();
+    throw err;
+  };
 }
 
 function isTrue(v) {
@@ -342,8 +354,11 @@ export class IdempotentClient {
           // would have been told, and the request is sent again.
           last = followed[RESEND];
         } else {
-          last = await this.#judge(response, op, attempt).finally(release);
+          last = await this.#judge(response, op, attempt).catch(rejected(release));
+          // The signal goes on aborting a returned response's body, as
+          // it does fetch's own.
           if (last.result) return last.result;
+          release();
         }
       } else {
         last = { status: 0, problem: null, error, retryAfter: null };
@@ -375,8 +390,9 @@ export class IdempotentClient {
         last = { status: 202, problem: null, error: null, retryAfter: parseRetryAfter(answer.headers.get("Retry-After")) };
       } else {
         const released = isTrue(answer.headers.get("Idempotent-Released"));
-        last = await this.#judge(answer, op, attempts).finally(release);
+        last = await this.#judge(answer, op, attempts).catch(rejected(release));
         if (last.result) return { ...last.result, polls: poll };
+        release();
         if (released) return { [RESEND]: last };
       }
       if (poll >= this.maxPolls) throw this.#gaveUp(`gave up after ${poll} poll(s) of ${location}`, op, poll, last);
@@ -386,7 +402,8 @@ export class IdempotentClient {
   // #send makes one request, bounded by attemptTimeout and the operation's
   // signal: { response }, or { error } after a network error or a timeout.
   // The signal still aborts the response's body until release is called:
-  // #judge reads a problem's body, which may stall like any read.
+  // #judge reads a problem's body, which may stall like any read, and the
+  // caller reads a returned response's, which is never released.
   async #send(url, init, op, attempt, last) {
     const { signal } = op;
     const ctrl = new AbortController();
@@ -397,7 +414,12 @@ export class IdempotentClient {
     let response = null;
     let error = null;
     try {
-      response = await this.fetch(url, { ...init, signal: ctrl.signal });
+      // A redirect is the operation's answer (redirect: "manual"), unless
+      // the caller asked fetch for another: followed, it would carry the
+      // key and the body to another URL — behind the proxy a different
+      // request under the same key (422 payload-mismatch, though the
+      // operation ran), on another origin an execution the proxy never sees.
+      response = await this.fetch(url, { redirect: "manual", ...init, signal: ctrl.signal });
     } catch (e) {
       error = e;
     } finally {

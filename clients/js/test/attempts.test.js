@@ -98,3 +98,18 @@ test("a body that cannot be sent keeps no key for its operation", async () => {
   await assert.rejects(client.request("http://proxy.test/v1/orders", { method: "POST", json: cyclic, operation: "order-42" }), TypeError);
   assert.equal(client.pending("order-42"), null, "no operation to resume: none was sent");
 });
+
+test("a Retry-After in asctime form is read in GMT, whatever the local zone", (t) => {
+  const zone = process.env.TZ;
+  t.after(() => {
+    if (zone === undefined) delete process.env.TZ;
+    else process.env.TZ = zone;
+  });
+  for (const tz of ["America/New_York", "Asia/Tokyo"]) {
+    process.env.TZ = tz;
+    // RFC 9110 section 5.6.7: the three forms of one instant, all in GMT.
+    for (const v of ["Sun, 06 Dec 2026 00:00:10 GMT", "Sunday, 06-Dec-26 00:00:10 GMT", "Sun Dec  6 00:00:10 2026"]) {
+      assert.equal(parseRetryAfter(v, Date.UTC(2026, 11, 6)), 10_000, `${tz} ${v}`);
+    }
+  }
+});

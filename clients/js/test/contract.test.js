@@ -24,6 +24,10 @@ test("every other answer is decided by its status", () => {
     assert.equal(decide(status, "https://api.example/problems/x", false), want, `status ${status}`);
     assert.equal(decide(status, null, true), contract.other_answers.replayed, `replayed ${status}`);
   }
+  for (let status = 300; status < 400; status++) {
+    // handed over, never followed (redirect.test.js)
+    assert.equal(decide(status, null, false), contract.other_answers.redirect, `redirect ${status}`);
+  }
   assert.equal(contract.network_error, "retry");
   assert.equal(contract.attempt_timeout, "retry");
 });

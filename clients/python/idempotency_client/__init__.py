@@ -17,6 +17,7 @@ with a typed exception, or hand the answer over. docs/clients.md describes it.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import http.client
 import json as jsonlib
@@ -99,9 +100,13 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
         # Every HTTP-date form starts with the day's name: "-5" is no date.
         return None
     try:
-        at = email.utils.parsedate_to_datetime(v).timestamp()
+        when = email.utils.parsedate_to_datetime(v)
     except (TypeError, ValueError, IndexError):
         return None
+    if when.tzinfo is None:
+        # The asctime form has no zone, and is GMT (RFC 9110 section 5.6.7), not local time.
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    at = when.timestamp()
     # At most a day, as delta-seconds are.
     return min(max(0.0, at - (time.time() if now is None else now)), 86400.0)
 
@@ -224,6 +229,7 @@ class Client:
         self.on_retry = on_retry
         self.opener = opener or urllib.request.build_opener(_NoRedirect)
         self._sleep = sleep
+        self._clock = time.monotonic  # read against request's timeout (a test seam)
         self.respond_async = respond_async
         self.max_polls = max_polls
         self._lock = threading.Lock()
@@ -297,18 +303,22 @@ class Client:
 
     def request(self, method: str, url: str, *, body: Optional[Union[bytes, str]] = None, json: Any = _MISSING,
                 headers: Optional[Mapping[str, str]] = None, operation: Optional[str] = None,
-                key: Optional[str] = None) -> Result:
+                key: Optional[str] = None, timeout: Optional[float] = None) -> Result:
         """Sends one logical operation, retrying it with the same key.
 
         operation names it: its key is kept until a final answer, and concurrent
         calls with one name in this client share one operation and its outcome.
         key is an explicit key instead, as is an Idempotency-Key in headers. body is
         bytes or str, resent whole by every attempt (a file or an iterator raises
-        TypeError). json is a value sent as the JSON body.
+        TypeError). json is a value sent as the JSON body. timeout bounds the
+        whole operation in seconds, attempts, waits and polls included: a wait
+        that would end past it is not begun, each blocking step of an attempt
+        is bounded by the time left, and then GaveUpError (the key kept).
         Raises PayloadMismatchError, KeyExpiredError, ProblemError or GaveUpError.
         """
+        deadline = None if timeout is None else self._clock() + timeout
         if operation is None:
-            return self._run(method, url, body, json, headers, None, key)
+            return self._run(method, url, body, json, headers, None, key, deadline)
         with self._lock:
             flight = self._flights.get(operation)
             owner = flight is None
@@ -320,7 +330,7 @@ class Client:
                 raise flight.error
             return flight.result
         try:
-            flight.result = self._run(method, url, body, json, headers, operation, key)
+            flight.result = self._run(method, url, body, json, headers, operation, key, deadline)
             return flight.result
         except BaseException as e:
             flight.error = e
@@ -330,7 +340,7 @@ class Client:
                 del self._flights[operation]
             flight.done.set()
 
-    def _run(self, method, url, body, json, headers, operation, key) -> Result:
+    def _run(self, method, url, body, json, headers, operation, key, deadline) -> Result:
         hdrs = {k: v for k, v in (headers or {}).items()}
         if json is not _MISSING:
             body = jsonlib.dumps(json, separators=(",", ":")).encode()
@@ -359,7 +369,7 @@ class Client:
             attempt += 1
             retry_after = None
             try:
-                status, resp_headers, resp_body = self._attempt(method, url, body, hdrs)
+                status, resp_headers, resp_body = self._attempt(method, url, body, hdrs, deadline)
             except (OSError, http.client.HTTPException) as e:
                 # Network errors and timeouts: the answer may be lost, retry.
                 status, problem, error = 0, None, e
@@ -368,7 +378,7 @@ class Client:
                 if self.respond_async and _accepted(status, resp_headers, url):
                     location = urllib.parse.urljoin(url, resp_headers.get("Location"))
                     followed = self._follow(location, hdrs, operation, key, attempt,
-                                            parse_retry_after(resp_headers.get("Retry-After")))
+                                            parse_retry_after(resp_headers.get("Retry-After")), deadline)
                     if not isinstance(followed, _Released):
                         return followed
                     # The key was released: the poll answered what this
@@ -380,9 +390,10 @@ class Client:
                         return result
             if attempt >= self.max_attempts:
                 raise _gave_up(f"gave up after {attempt} attempt(s)", key, attempt, status, problem, error)
-            self._wait(attempt, retry_after, status, problem, error, key)
+            if not self._wait(attempt, retry_after, status, problem, error, key, deadline):
+                raise _gave_up(f"timed out after {attempt} attempt(s)", key, attempt, status, problem, error)
 
-    def _follow(self, location, hdrs, operation, key, attempts, retry_after) -> Union[Result, "_Released"]:
+    def _follow(self, location, hdrs, operation, key, attempts, retry_after, deadline) -> Union[Result, "_Released"]:
         """GETs the status URL of a 202 until the operation's answer.
 
         Each poll waits for the last 202's Retry-After (capped by max_delay) and
@@ -397,10 +408,11 @@ class Client:
         poll = 0
         while True:
             poll += 1
-            self._wait(poll, retry_after, status, problem, error, key)
+            if not self._wait(poll, retry_after, status, problem, error, key, deadline):
+                raise _gave_up(f"timed out after {poll - 1} poll(s) of {location}", key, poll - 1, status, problem, error)
             retry_after, problem = None, None
             try:
-                status, resp_headers, resp_body = self._attempt("GET", location, None, poll_headers)
+                status, resp_headers, resp_body = self._attempt("GET", location, None, poll_headers, deadline)
             except (OSError, http.client.HTTPException) as e:
                 status, error = 0, e
             else:
@@ -438,26 +450,50 @@ class Client:
             raise cls(msg, key=key, attempts=attempt, status=status, problem=problem)
         return None, problem, parse_retry_after(resp_headers.get("Retry-After"))
 
-    def _wait(self, n, retry_after, status, problem, error, key) -> None:
+    def _wait(self, n, retry_after, status, problem, error, key, deadline) -> bool:
         """Sleeps before the next attempt or poll: Retry-After capped by
-        max_delay, else backoff with full jitter."""
+        max_delay, else backoff with full jitter. False, without waiting,
+        when the wait would end past deadline: the operation's time is up."""
         if retry_after is not None:
             delay = min(retry_after, self.max_delay)
         else:
             delay = random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (n - 1)))
+        if deadline is not None and self._clock() + delay >= deadline:
+            return False
         if self.on_retry:
             self.on_retry(Retry(attempt=n, delay=delay, status=status, problem=problem, error=error, key=key))
         self._sleep(delay)
+        return True
 
-    def _attempt(self, method, url, body, headers):
+    def _attempt(self, method, url, body, headers, deadline):
+        timeout = self.attempt_timeout
+        if deadline is not None:
+            left = deadline - self._clock()
+            if left <= 0:
+                raise TimeoutError("the operation's timeout passed")
+            timeout = min(timeout, left)
         req = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
-            with self.opener.open(req, timeout=self.attempt_timeout) as resp:
-                return resp.status, resp.headers, resp.read()
+            with self.opener.open(req, timeout=timeout) as resp:
+                return resp.status, resp.headers, self._read(resp, deadline)
         except urllib.error.HTTPError as e:
             # An HTTP answer (4xx, 5xx, an unfollowed redirect), not a failure.
             with e:
-                return e.code, e.headers, e.read()
+                return e.code, e.headers, self._read(e, deadline)
+
+    def _read(self, resp, deadline) -> bytes:
+        """The answer's body; with a deadline a step at a time, so that a
+        body trickling in cannot outlast it."""
+        if deadline is None:
+            return resp.read()
+        chunks = []
+        while True:
+            if self._clock() >= deadline:
+                raise TimeoutError("the operation's timeout passed while its answer was read")
+            chunk = resp.read1(1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
 
 
 class _Released(NamedTuple):

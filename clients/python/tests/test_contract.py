@@ -35,6 +35,8 @@ class ContractTest(unittest.TestCase):
             want = "retry" if status in other["retry_statuses"] else other["otherwise"]
             self.assertEqual(ic.decide(status, "https://api.example/problems/x", False), want, status)
             self.assertEqual(ic.decide(status, None, True), other["replayed"], status)
+        for status in range(300, 400):  # handed over, never followed (test_attempts.RedirectTest)
+            self.assertEqual(ic.decide(status, None, False), other["redirect"], status)
         self.assertEqual(self.contract["network_error"], "retry")
         self.assertEqual(self.contract["attempt_timeout"], "retry")
 

@@ -70,6 +70,9 @@ type Contract struct {
 		Replayed      string `json:"replayed"`
 		RetryStatuses []int  `json:"retry_statuses"`
 		Otherwise     string `json:"otherwise"`
+		// Redirect is what a client does with a 3xx: Done, never
+		// followed with the key.
+		Redirect string `json:"redirect"`
 	} `json:"other_answers"`
 	// AcceptedAsync is the 202 a client that sent Prefer: respond-async
 	// gets while its operation runs.
@@ -178,6 +181,9 @@ func (c *Contract) check() error {
 	}
 	if a := c.AcceptedAsync; a.ReleasedHeader == "" || a.Released != Resend {
 		errs = append(errs, fmt.Errorf("accepted_async: released_header %q, released %q; want a header and %q", a.ReleasedHeader, a.Released, Resend))
+	}
+	if r := c.OtherAnswers.Redirect; r != Done {
+		errs = append(errs, fmt.Errorf("other_answers: redirect %q, want %q: a redirect is never followed with the key", r, Done))
 	}
 	if c.ProblemBase == "" {
 		errs = append(errs, errors.New("problem_base is empty"))
