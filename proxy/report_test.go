@@ -282,3 +282,53 @@ func TestReportCountsTheSameTrafficAlikeInShadowAndEnforce(t *testing.T) {
 		t.Errorf("the same traffic reported\nunder enforce %+v\nunder shadow  %+v", enforce, shadow)
 	}
 }
+
+// A reload that removes a route drops its report counts, about 100 KiB
+// each, so that routes renamed reload after reload do not add up; the
+// routes it keeps keep theirs, and a route added back starts from zero.
+func TestReportCountsOfARouteRemovedByAReloadAreDropped(t *testing.T) {
+	e := newEnv(t, nil)
+	routes := func(patterns ...string) {
+		t.Helper()
+		var rs []Route
+		for _, p := range patterns {
+			rs = append(rs, Route{Pattern: p, Policy: DefaultPolicy()})
+		}
+		if err := e.handler.SetRoutes(DefaultPolicy(), rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requests := func(label string) uint64 {
+		for _, l := range e.handler.Report(time.Hour).Routes {
+			if l.Route == label {
+				return l.Requests
+			}
+		}
+		return 0
+	}
+	routes("POST /kept", "POST /removed")
+	e.do(t, "POST", "/kept", "k-1", `{}`)
+	e.do(t, "POST", "/removed", "k-2", `{}`)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if k, r := requests("POST /kept"), requests("POST /removed"); k != 1 || r != 1 {
+			return fmt.Errorf("%d and %d requests counted, want 1 each", k, r)
+		}
+		return nil
+	})
+	for i := range 100 { // a route renamed reload after reload
+		routes("POST /kept", fmt.Sprintf("POST /renamed-%d", i))
+	}
+	routes("POST /kept", "POST /removed")
+	if got := requests("POST /kept"); got != 1 {
+		t.Errorf("the kept route reports %d requests after the reloads, want its 1", got)
+	}
+	if got := requests("POST /removed"); got != 0 {
+		t.Errorf("the route added back reports %d requests, want 0: its counts were dropped with it", got)
+	}
+	e.handler.metrics.reportsMu.Lock()
+	held := len(e.handler.metrics.reports)
+	e.handler.metrics.reportsMu.Unlock()
+	if held != 3 {
+		t.Errorf("report counts of %d routes held, want 3: the defaults', the kept one's and the one added back", held)
+	}
+}
