@@ -132,7 +132,7 @@ func failureProblem(f failure, err error) (problem, string, Outcome) {
 // A shadow route forwards the request instead, and counts what it would
 // have answered.
 func (h *Handler) refuse(w http.ResponseWriter, q *request, f failure, err error) {
-	if would, ok := shadowWould(f); ok && q.route.policy.Mode == ModeShadow {
+	if would, ok := shadowWould(f, &q.route.policy); ok && q.route.policy.Mode == ModeShadow {
 		h.shadow(w, q, would)
 		return
 	}

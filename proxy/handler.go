@@ -151,6 +151,7 @@ func (h *Handler) SetRoutes(def Policy, routes []Route) error {
 		t.adoptChurn(old)
 	}
 	h.routes.Store(t)
+	h.metrics.keepReportsOf(t)
 	return nil
 }
 

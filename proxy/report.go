@@ -57,7 +57,9 @@ type reportBucket struct {
 }
 
 // reportCounts are one route's counts, kept across reloads by its label
-// (Metrics.route). add is atomic adds only: it runs on every request.
+// (Metrics.route) while the route is configured: a reload that removes the
+// route drops them (keepReportsOf). add is atomic adds only: it runs on
+// every request.
 type reportCounts struct {
 	started int64 // Unix minute the counts begin
 	roll    sync.Mutex
@@ -248,4 +250,20 @@ func (h *Handler) reportAt(now time.Time, window time.Duration) adoption.Report 
 	}
 	slices.SortFunc(out.Routes, func(a, b adoption.Route) int { return cmp.Compare(a.Route, b.Route) })
 	return out
+}
+
+// keepReportsOf drops the report counts of every route but t's, once t is
+// in force: a reload that removes a route drops its counts, which no report
+// shows, so that routes renamed reload after reload do not each keep
+// theirs. A request still served by the old table counts into counts no
+// longer held.
+func (m *Metrics) keepReportsOf(t *routeTable) {
+	routes := t.all()
+	m.reportsMu.Lock()
+	defer m.reportsMu.Unlock()
+	for label := range m.reports {
+		if !slices.ContainsFunc(routes, func(rt *route) bool { return rt.label == label }) {
+			delete(m.reports, label)
+		}
+	}
 }

@@ -3,8 +3,10 @@ package proxy
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -214,5 +216,119 @@ func TestReportOfTheLongestWindowSaysItIsLongerThanKept(t *testing.T) {
 		if r.Covered != ReportKept.String() || !strings.Contains(r.Note, "keeps") {
 			t.Errorf("window %s: covered %s, note %q; want %s and a note", window, r.Covered, r.Note, ReportKept)
 		}
+	}
+}
+
+// reportOfSequence sends, under mode and concurrent: wait, a new key, a
+// duplicate of it while the first is held upstream, a retry once it is
+// recorded, the key with another payload and a request without a key, and
+// returns the route's report line once all five are counted.
+func reportOfSequence(t *testing.T, mode Mode) adoption.Route {
+	t.Helper()
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		if r.Header.Get("X-Hold") == "1" {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	}, withPolicy(func(p *Policy) {
+		p.Mode, p.RequireKey, p.Concurrent, p.WaitTimeout = mode, true, ConcurrentWait, time.Hour
+	}))
+	unhold := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unhold)
+	first, dup := make(chan *response, 1), make(chan *response, 1)
+	go func() { first <- e.do(t, "POST", "/x", "k", `{"n":1}`, "X-Hold", "1") }()
+	<-arrived
+	go func() { dup <- e.do(t, "POST", "/x", "k", `{"n":1}`) }()
+	if mode == ModeShadow {
+		<-arrived // forwarded at once
+	} else {
+		gaugeIs(t, "the in-flight gauge (the duplicate waiting)", e.handler.metrics.inflight, 2)
+	}
+	unhold()
+	<-first
+	<-dup
+	e.do(t, "POST", "/x", "k", `{"n":1}`) // a retry of the recorded key
+	e.do(t, "POST", "/x", "k", `{"n":2}`) // another payload
+	e.do(t, "POST", "/x", "", `{"n":3}`)  // no key
+	var line adoption.Route
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		line = e.handler.Report(time.Hour).Routes[0]
+		if line.Requests != 5 {
+			return fmt.Errorf("%d requests counted, want 5", line.Requests)
+		}
+		return nil
+	})
+	return line
+}
+
+// The adoption report exists to predict enforce from shadow: the same
+// traffic, a duplicate that enforce makes wait for its first request's
+// answer included, gives the same counts under either mode but for the
+// executions saved, which shadow counts as would-be.
+func TestReportCountsTheSameTrafficAlikeInShadowAndEnforce(t *testing.T) {
+	enforce, shadow := reportOfSequence(t, ModeEnforce), reportOfSequence(t, ModeShadow)
+	if enforce.ExecutionsSaved != 2 || enforce.ExecutionsWouldBe != 0 {
+		t.Errorf("enforce: %d executions saved, %d would be; want 2, 0", enforce.ExecutionsSaved, enforce.ExecutionsWouldBe)
+	}
+	if shadow.ExecutionsSaved != 0 || shadow.ExecutionsWouldBe != 2 {
+		t.Errorf("shadow: %d executions saved, %d would be; want 0, 2", shadow.ExecutionsSaved, shadow.ExecutionsWouldBe)
+	}
+	for _, l := range []*adoption.Route{&enforce, &shadow} {
+		l.Mode, l.ExecutionsSaved, l.ExecutionsWouldBe = "", 0, 0
+	}
+	if !reflect.DeepEqual(enforce, shadow) {
+		t.Errorf("the same traffic reported\nunder enforce %+v\nunder shadow  %+v", enforce, shadow)
+	}
+}
+
+// A reload that removes a route drops its report counts, about 100 KiB
+// each, so that routes renamed reload after reload do not add up; the
+// routes it keeps keep theirs, and a route added back starts from zero.
+func TestReportCountsOfARouteRemovedByAReloadAreDropped(t *testing.T) {
+	e := newEnv(t, nil)
+	routes := func(patterns ...string) {
+		t.Helper()
+		var rs []Route
+		for _, p := range patterns {
+			rs = append(rs, Route{Pattern: p, Policy: DefaultPolicy()})
+		}
+		if err := e.handler.SetRoutes(DefaultPolicy(), rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requests := func(label string) uint64 {
+		for _, l := range e.handler.Report(time.Hour).Routes {
+			if l.Route == label {
+				return l.Requests
+			}
+		}
+		return 0
+	}
+	routes("POST /kept", "POST /removed")
+	e.do(t, "POST", "/kept", "k-1", `{}`)
+	e.do(t, "POST", "/removed", "k-2", `{}`)
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if k, r := requests("POST /kept"), requests("POST /removed"); k != 1 || r != 1 {
+			return fmt.Errorf("%d and %d requests counted, want 1 each", k, r)
+		}
+		return nil
+	})
+	for i := range 100 { // a route renamed reload after reload
+		routes("POST /kept", fmt.Sprintf("POST /renamed-%d", i))
+	}
+	routes("POST /kept", "POST /removed")
+	if got := requests("POST /kept"); got != 1 {
+		t.Errorf("the kept route reports %d requests after the reloads, want its 1", got)
+	}
+	if got := requests("POST /removed"); got != 0 {
+		t.Errorf("the route added back reports %d requests, want 0: its counts were dropped with it", got)
+	}
+	e.handler.metrics.reportsMu.Lock()
+	held := len(e.handler.metrics.reports)
+	e.handler.metrics.reportsMu.Unlock()
+	if held != 3 {
+		t.Errorf("report counts of %d routes held, want 3: the defaults', the kept one's and the one added back", held)
 	}
 }

@@ -35,7 +35,7 @@ type Would string
 // Woulds, as documented in docs/operating.md.
 const (
 	WouldReplay           Would = "replay"            // a recorded response
-	WouldConflict         Would = "conflict"          // 409 in-flight (or a wait, under concurrent: wait)
+	WouldConflict         Would = "conflict"          // 409 in-flight, under concurrent: reject
 	WouldMismatch         Would = "mismatch"          // 422, the key was used with another payload
 	WouldMissingKey       Would = "missing_key"       // 400, require_key and no key
 	WouldInvalidKey       Would = "invalid_key"       // 400, a malformed key
@@ -52,12 +52,15 @@ var allWoulds = []Would{
 	WouldAmbiguous, WouldExpiredKey, WouldUnreadable, WouldStoreUnavailable,
 }
 
-// shadowWould is what a shadow route counts instead of refusing with f;
-// false for the failures it answers as enforce does: a request body that
-// could not be read, or an upstream exchange that failed, which a plain
-// reverse proxy cannot forward either. A store that could not take the key
-// is decided before on_store_error, in storeUnavailable.
-func shadowWould(f failure) (Would, bool) {
+// shadowWould is what a shadow route with policy pol counts instead of
+// refusing with f; false for the failures it answers as enforce does: a
+// request body that could not be read, or an upstream exchange that failed,
+// which a plain reverse proxy cannot forward either. A store that could
+// not take the key is decided before on_store_error, in storeUnavailable.
+// A duplicate of a key in flight is a replay under concurrent: wait, where
+// enforce waits for the first request's answer and replays it, and counts
+// it so (a wait that would run out is not known when it is forwarded).
+func shadowWould(f failure, pol *Policy) (Would, bool) {
 	switch f {
 	case failMissingKey, failProbeHole, failStreamingCall:
 		return WouldMissingKey, true
@@ -70,6 +73,9 @@ func shadowWould(f failure) (Would, bool) {
 	case failMismatch:
 		return WouldMismatch, true
 	case failInFlight, failInFlightSettling, failWaitedTooLong:
+		if pol.Concurrent == ConcurrentWait {
+			return WouldReplay, true
+		}
 		return WouldConflict, true
 	case failKeyExpired:
 		return WouldExpiredKey, true

@@ -46,7 +46,8 @@ func TestShadowForwardsABodyOverTheLimitWhole(t *testing.T) {
 
 // TestShadowDoesNotWaitForAKeyInFlight holds the first request of a key
 // upstream under concurrent: wait: a duplicate on a shadow route is
-// forwarded at once, and counted as a conflict.
+// forwarded at once, and counted as the replay enforce would have waited
+// for, not as a conflict.
 func TestShadowDoesNotWaitForAKeyInFlight(t *testing.T) {
 	release, arrived := make(chan struct{}), make(chan struct{}, 2)
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
@@ -76,8 +77,10 @@ func TestShadowDoesNotWaitForAKeyInFlight(t *testing.T) {
 	if r := <-first; r.StatusCode != http.StatusCreated {
 		t.Fatalf("first: status %d, want 201", r.StatusCode)
 	}
-	if n := testutil.ToFloat64(e.handler.metrics.shadow.WithLabelValues(defaultRoute, string(WouldConflict))); n != 1 {
-		t.Errorf("shadow_total{would=conflict} = %v, want 1", n)
+	for would, want := range map[Would]float64{WouldReplay: 1, WouldConflict: 0} {
+		if n := testutil.ToFloat64(e.handler.metrics.shadow.WithLabelValues(defaultRoute, string(would))); n != want {
+			t.Errorf("shadow_total{would=%s} = %v, want %v", would, n, want)
+		}
 	}
 }
 
