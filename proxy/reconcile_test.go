@@ -412,20 +412,8 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	if r := e.do(t, "POST", "/v1/charges", "b", `{}`); r.StatusCode != http.StatusConflict || !strings.Contains(r.body, "being settled") {
 		t.Fatalf("b's retry within lock_ttl: %d %s, want 409 being settled", r.StatusCode, r.body)
 	}
-
-	// a's lookups answer: a settles with its charge and gives the room back.
-	l.mu.Lock()
-	l.lookupsUp = true
-	l.mu.Unlock()
-	if a := advanceUntilAnswered(t, clock, lockTTL, "a settled", done); a.StatusCode != http.StatusOK {
-		t.Fatalf("a: %d %s, want its charge", a.StatusCode, a.body)
-	}
-	waitFor(t, func() bool { return e.handler.settling.Load() == 0 })
-
-	// b's lease runs out: its retry takes the key over and asks.
-	clock.Advance(lockTTL)
-	retried := sendUntilCleanup(t, e, "/v1/charges", "b")
-	if r := advanceUntilAnswered(t, clock, lockTTL, "b's retry answered", retried); r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
+	r := e.retryOnceTheRoomIsFree(t, clock, lockTTL, l, done, "b")
+	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
 		t.Fatalf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
 	}
 	if effects, _ := l.count(); effects != 2 {
@@ -462,26 +450,22 @@ func TestKeyPastTheRoomIsLeftOnlyOnceMarked(t *testing.T) {
 		}
 		return false
 	}
-	l.charges = map[string]string{}
-	st := &flakyMarkers{Store: memory.New(memory.Options{})}
+	const lockTTL = time.Second
+	clock := executiontest.NewFakeClock()
+	st := &flakyMarkers{Store: memory.New(memory.Options{Now: clock.Now})}
 	t.Cleanup(func() { st.Close() })
-	e := newEnv(t, l.handler, withStore(st), func(o *Options) {
-		o.UpstreamTimeout = 10 * time.Second
-		p := &o.Default
-		p.OnUpstreamError = UpstreamErrorReconcile
-		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
-		p.LockTTL = time.Second
-	})
+	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = lockTTL }, withStore(st))
+	e.handler.clock = clock
 	e.handler.detachable.MaxN = 1
-	done := make(chan *response, 1)
-	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
-	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
-	st.fail.Store(1) // b's first marker write
-	if b := e.do(t, "POST", "/v1/charges", "b", `{}`); b.StatusCode != http.StatusBadGateway {
+	done := sendUntilCleanup(t, e, "/v1/charges", "a") // holds the room
+	advanceUntil(t, clock, lockTTL, "a's first lookup answered", func() bool { return e.probes(probeUnknown) >= 1 })
+	// b's first marker write fails: it is written again on the clock.
+	st.fail.Store(1)
+	sent := sendUntilCleanup(t, e, "/v1/charges", "b")
+	if b := advanceUntilAnswered(t, clock, lockTTL, "b past the room answered", sent); b.StatusCode != http.StatusBadGateway {
 		t.Fatalf("b past the room: %d %s, want 502", b.StatusCode, b.body)
 	}
-	r := e.retryOnceTheRoomIsFree(t, l, done, "b")
+	r := e.retryOnceTheRoomIsFree(t, clock, lockTTL, l, done, "b")
 	if effects, _ := l.count(); effects != 2 {
 		t.Fatalf("effects = %d, want 2 (a and b, once each): b was forwarded again", effects)
 	}
@@ -870,25 +854,20 @@ func advanceUntilAnswered(t *testing.T, clock *executiontest.FakeClock, d time.D
 	return r
 }
 
-// retryOnceTheRoomIsFree lets the ledger's lookups answer, so that the
-// settlement holding the room of detached calls (key "a", whose answer
-// done delivers) ends with its charge, then sends key until it is no
-// longer in flight and returns that answer.
-func (e *env) retryOnceTheRoomIsFree(t *testing.T, l *ledger, done <-chan *response, key string) *response {
+// retryOnceTheRoomIsFree lets the ledger's lookups answer, moving clock
+// until the settlement holding the room of detached calls (key "a", whose
+// answer done delivers) has ended with its charge and given the room
+// back, then moves it lockTTL further, past the lease of key, left to run
+// out, and returns the answer to key sent again.
+func (e *env) retryOnceTheRoomIsFree(t *testing.T, clock *executiontest.FakeClock, lockTTL time.Duration, l *ledger, done <-chan *response, key string) *response {
 	t.Helper()
 	l.mu.Lock()
 	l.lookupsUp = true
 	l.mu.Unlock()
-	if r := <-done; r.StatusCode != http.StatusOK {
+	if r := advanceUntilAnswered(t, clock, lockTTL, "a settled", done); r.StatusCode != http.StatusOK {
 		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
 	}
-	var r *response
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		r = e.do(t, "POST", "/v1/charges", key, `{}`)
-		if r.StatusCode == http.StatusConflict {
-			return fmt.Errorf("%s still in flight", key)
-		}
-		return nil
-	})
-	return r
+	waitFor(t, func() bool { return e.handler.settling.Load() == 0 })
+	clock.Advance(lockTTL)
+	return advanceUntilAnswered(t, clock, lockTTL, key+" sent again answered", sendUntilCleanup(t, e, "/v1/charges", key))
 }
