@@ -1017,12 +1017,17 @@ func TestTakeOverOfAKeyBeingSettledRefusesAnotherPayload(t *testing.T) {
 // A lookup that runs longer than lock_ttl (reconcile.every may exceed it)
 // keeps the key's lease renewed: another proxy never takes the key over
 // while it runs.
+//
+// A, B and their store share a fake clock, moved to each of A's renewals
+// once A has armed it: however slowly the machine runs them, the lease
+// cannot run out before one that was due. The lookup's own deadline
+// (reconcile.every, at most upstream.timeout) is wall time: a minute, so
+// that the lookup still runs when the clock has passed five lock_ttls.
 func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
 	l := &chargeLedger{charges: map[string]bool{}}
 	gate := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release)
 	var lookups atomic.Int64
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
@@ -1039,29 +1044,38 @@ func TestSlowLookupKeepsTheKeysLease(t *testing.T) {
 		l.commit(r.Header.Get("Idempotency-Key"))
 		hangUp(w)
 	}
+	const lockTTL = 300 * time.Millisecond
+	clock := executiontest.NewFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
 	pol := func(o *Options) {
-		o.UpstreamTimeout = 10 * time.Second
+		o.UpstreamTimeout = time.Minute
 		reviewPolicy(&o.Default)
-		o.Default.LockTTL = 300 * time.Millisecond
-		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 5*time.Second
+		o.Default.LockTTL = lockTTL
+		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, time.Minute
 	}
-	a := newEnv(t, handler, pol)
-	b := newEnv(t, nil, pol, withStore(a.store), func(o *Options) { o.Upstream = a.up.url(t) })
-	aDone := make(chan *response, 1)
-	go func() { aDone <- a.do(t, "POST", "/x", "k1", `{}`) }()
-	waitFor(t, func() bool { return lookups.Load() >= 1 })
-	// Polled for five lock_ttls while the lookup runs.
-	err := wait.Throughout(1500*time.Millisecond, func() error {
-		if r := b.do(t, "POST", "/x", "k1", `{}`); r.StatusCode != http.StatusConflict {
-			return fmt.Errorf("B answered %d %q while A's lookup ran, want 409: the key is being settled", r.StatusCode, r.body)
+	a := newEnv(t, handler, pol, withStore(mem))
+	b := newEnv(t, nil, pol, withStore(mem), func(o *Options) { o.Upstream = a.up.url(t) })
+	a.handler.clock, b.handler.clock = clock, clock
+	// Before the servers close, which waits for a lookup held at the gate.
+	t.Cleanup(release)
+
+	aDone := sendUntilCleanup(t, a, "/v1/charges", "k1")
+	advanceUntil(t, clock, lockTTL, "A's lookup sent", func() bool { return lookups.Load() >= 1 })
+	// While A's lookup runs, B must answer 409 (being settled) and never
+	// forward: five lock_ttls pass, a renewal of A's lease at a time.
+	asked := clock.Now()
+	for clock.Now().Before(asked.Add(5 * lockTTL)) {
+		clock.AdvanceToNext(t, lockTTL, "the next renewal of A's lease while its lookup runs")
+		if err := answersSettling(t, b, l); err != nil {
+			t.Fatalf("%s into A's lookup: %v", clock.Now().Sub(asked), err)
 		}
-		return nil
-	})
-	release()
-	if err != nil {
-		t.Fatal(err)
 	}
-	if r := <-aDone; r.StatusCode != http.StatusOK {
+	if n := lookups.Load(); n != 1 {
+		t.Fatalf("lookups = %d, want 1: A's lookup ran throughout", n)
+	}
+	release()
+	if r := advanceUntilAnswered(t, clock, lockTTL, "A's caller answered", aDone); r.StatusCode != http.StatusOK {
 		t.Fatalf("A's caller: %d %q, want the found answer", r.StatusCode, r.body)
 	}
 	if posts, _ := l.counts(); posts != 1 {

@@ -97,12 +97,12 @@ func (l *ledger) count() (effects, lookups int) {
 	return l.effects, l.lookups
 }
 
-func reconcileEnv(t *testing.T, l *ledger, f func(*Policy)) *env {
+func reconcileEnv(t *testing.T, l *ledger, f func(*Policy), opts ...envOption) *env {
 	t.Helper()
 	if l.charges == nil {
 		l.charges = map[string]string{}
 	}
-	return newEnv(t, l.handler, func(o *Options) {
+	return newEnv(t, l.handler, append([]envOption{func(o *Options) {
 		o.UpstreamTimeout = 10 * time.Second
 		p := &o.Default
 		p.OnUpstreamError = UpstreamErrorReconcile
@@ -111,7 +111,7 @@ func reconcileEnv(t *testing.T, l *ledger, f func(*Policy)) *env {
 		if f != nil {
 			f(p)
 		}
-	})
+	}}, opts...)...)
 }
 
 func (e *env) probes(result string) float64 {
@@ -382,7 +382,13 @@ func TestAmbiguousStatusIsSettledByTheLookup(t *testing.T) {
 // Settlements share the room of detached calls: past it, a key is marked
 // and left to its next request, which takes it over once its lease
 // expired and asks — it is never forwarded again.
+//
+// The handler and its store share a fake clock, moved by the test: a's
+// lease, renewed while its lookups run, cannot run out before a renewal
+// that was due, and b's runs out only when the test moves the clock past
+// it, however slowly the machine runs.
 func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
+	const lockTTL = 300 * time.Millisecond
 	l := &ledger{die: 2}
 	l.lookup = func(w http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Query().Get("idempotency_key") == "a" && !l.up() {
@@ -391,11 +397,14 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 		}
 		return false
 	}
-	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = 300 * time.Millisecond })
+	clock := executiontest.NewFakeClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = lockTTL }, withStore(mem))
+	e.handler.clock = clock
 	e.handler.detachable.MaxN = 1
-	done := make(chan *response, 1)
-	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
-	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
+	done := sendUntilCleanup(t, e, "/v1/charges", "a") // holds the room
+	advanceUntil(t, clock, lockTTL, "a's first lookup answered", func() bool { return e.probes(probeUnknown) >= 1 })
 	b := e.do(t, "POST", "/v1/charges", "b", `{}`)
 	if b.StatusCode != http.StatusBadGateway || !strings.Contains(b.body, "being settled") {
 		t.Fatalf("b past the room: %d %s, want 502 being settled", b.StatusCode, b.body)
@@ -403,7 +412,7 @@ func TestSettlementPastItsRoomIsLeftToTheNextRequest(t *testing.T) {
 	if r := e.do(t, "POST", "/v1/charges", "b", `{}`); r.StatusCode != http.StatusConflict || !strings.Contains(r.body, "being settled") {
 		t.Fatalf("b's retry within lock_ttl: %d %s, want 409 being settled", r.StatusCode, r.body)
 	}
-	r := e.retryOnceTheRoomIsFree(t, l, done, "b")
+	r := e.retryOnceTheRoomIsFree(t, clock, lockTTL, l, done, "b")
 	if r.StatusCode != http.StatusOK || r.Header.Get(IdempotencyReconciled) != "true" {
 		t.Fatalf("b after its lease expired: %d %s, want its charge from the lookup", r.StatusCode, r.body)
 	}
@@ -441,26 +450,22 @@ func TestKeyPastTheRoomIsLeftOnlyOnceMarked(t *testing.T) {
 		}
 		return false
 	}
-	l.charges = map[string]string{}
-	st := &flakyMarkers{Store: memory.New(memory.Options{})}
+	const lockTTL = time.Second
+	clock := executiontest.NewFakeClock()
+	st := &flakyMarkers{Store: memory.New(memory.Options{Now: clock.Now})}
 	t.Cleanup(func() { st.Close() })
-	e := newEnv(t, l.handler, withStore(st), func(o *Options) {
-		o.UpstreamTimeout = 10 * time.Second
-		p := &o.Default
-		p.OnUpstreamError = UpstreamErrorReconcile
-		p.Reconcile.Request = "GET /v1/charges?idempotency_key={key}"
-		p.Reconcile.After, p.Reconcile.Every = time.Millisecond, 100*time.Millisecond
-		p.LockTTL = time.Second
-	})
+	e := reconcileEnv(t, l, func(p *Policy) { p.LockTTL = lockTTL }, withStore(st))
+	e.handler.clock = clock
 	e.handler.detachable.MaxN = 1
-	done := make(chan *response, 1)
-	go func() { done <- e.do(t, "POST", "/v1/charges", "a", `{}`) }() // holds the room
-	waitFor(t, func() bool { return e.probes(probeUnknown) >= 1 })
-	st.fail.Store(1) // b's first marker write
-	if b := e.do(t, "POST", "/v1/charges", "b", `{}`); b.StatusCode != http.StatusBadGateway {
+	done := sendUntilCleanup(t, e, "/v1/charges", "a") // holds the room
+	advanceUntil(t, clock, lockTTL, "a's first lookup answered", func() bool { return e.probes(probeUnknown) >= 1 })
+	// b's first marker write fails: it is written again on the clock.
+	st.fail.Store(1)
+	sent := sendUntilCleanup(t, e, "/v1/charges", "b")
+	if b := advanceUntilAnswered(t, clock, lockTTL, "b past the room answered", sent); b.StatusCode != http.StatusBadGateway {
 		t.Fatalf("b past the room: %d %s, want 502", b.StatusCode, b.body)
 	}
-	r := e.retryOnceTheRoomIsFree(t, l, done, "b")
+	r := e.retryOnceTheRoomIsFree(t, clock, lockTTL, l, done, "b")
 	if effects, _ := l.count(); effects != 2 {
 		t.Fatalf("effects = %d, want 2 (a and b, once each): b was forwarded again", effects)
 	}
@@ -809,25 +814,60 @@ func TestSettledRecordIsFoundByItsRawKey(t *testing.T) {
 	}
 }
 
-// retryOnceTheRoomIsFree lets the ledger's lookups answer, so that the
-// settlement holding the room of detached calls (key "a", whose answer
-// done delivers) ends with its charge, then sends key until it is no
-// longer in flight and returns that answer.
-func (e *env) retryOnceTheRoomIsFree(t *testing.T, l *ledger, done <-chan *response, key string) *response {
+// advanceUntil moves clock to each timer armed within d of now, as soon as
+// one is, until done reports true: the steps of a settlement, each taken
+// once the last one has armed the next, however slowly the machine runs
+// them. Timers due later (a caller's upstream.timeout) are left alone;
+// what names what done waits for.
+func advanceUntil(t *testing.T, clock *executiontest.FakeClock, d time.Duration, what string, done func() bool) {
+	t.Helper()
+	start := clock.Now()
+	wait.SucceedsSoon(t, 10*time.Second, func() error {
+		if done() {
+			return nil
+		}
+		if next, ok := clock.NextTimer(); ok && !next.After(clock.Now().Add(d)) {
+			clock.Advance(next.Sub(clock.Now()))
+		}
+		return fmt.Errorf("%s: not yet, %s on the clock after it was awaited", what, clock.Now().Sub(start))
+	})
+}
+
+// advanceUntilAnswered is advanceUntil for the answer of a request sent
+// with sendUntilCleanup.
+func advanceUntilAnswered(t *testing.T, clock *executiontest.FakeClock, d time.Duration, what string, answer <-chan *response) *response {
+	t.Helper()
+	var r *response
+	var left bool
+	advanceUntil(t, clock, d, what, func() bool {
+		select {
+		case got, ok := <-answer:
+			r, left = got, !ok
+			return true
+		default:
+			return false
+		}
+	})
+	if left {
+		t.Fatalf("%s: the request failed without an answer", what)
+	}
+	return r
+}
+
+// retryOnceTheRoomIsFree lets the ledger's lookups answer, moving clock
+// until the settlement holding the room of detached calls (key "a", whose
+// answer done delivers) has ended with its charge and given the room
+// back, then moves it lockTTL further, past the lease of key, left to run
+// out, and returns the answer to key sent again.
+func (e *env) retryOnceTheRoomIsFree(t *testing.T, clock *executiontest.FakeClock, lockTTL time.Duration, l *ledger, done <-chan *response, key string) *response {
 	t.Helper()
 	l.mu.Lock()
 	l.lookupsUp = true
 	l.mu.Unlock()
-	if r := <-done; r.StatusCode != http.StatusOK {
+	if r := advanceUntilAnswered(t, clock, lockTTL, "a settled", done); r.StatusCode != http.StatusOK {
 		t.Fatalf("a: %d %s, want its charge", r.StatusCode, r.body)
 	}
-	var r *response
-	wait.SucceedsSoon(t, 10*time.Second, func() error {
-		r = e.do(t, "POST", "/v1/charges", key, `{}`)
-		if r.StatusCode == http.StatusConflict {
-			return fmt.Errorf("%s still in flight", key)
-		}
-		return nil
-	})
-	return r
+	waitFor(t, func() bool { return e.handler.settling.Load() == 0 })
+	clock.Advance(lockTTL)
+	return advanceUntilAnswered(t, clock, lockTTL, key+" sent again answered", sendUntilCleanup(t, e, "/v1/charges", key))
 }
