@@ -102,10 +102,9 @@ func (h *Handler) statusURLGiven(ctx context.Context, q *request) bool {
 // noteComing reports whether a poll of the status URL mac of keyHash,
 // which found neither the key nor its note, is of a retry that was given
 // its status URL while the call ran (markStatusURLGiven, the mark made for
-// this URL's request): its call's release reads the mark after the key is
-// freed and only then writes the note, so for a moment the key is free
-// and the note not yet written. The poll is answered as running until the
-// note is there, or the mark expires.
+// this URL's request): its call's release may read the mark after the key
+// is freed and only then write the note, so for a moment the key is free
+// and the note not yet written (awaitNote).
 func (h *Handler) noteComing(ctx context.Context, r *http.Request, keyHash string, mac []byte) bool {
 	e, err := h.inspector.Inspect(ctx, urlGivenKey(keyHash))
 	if err != nil || e.State != store.InFlight {
@@ -113,6 +112,36 @@ func (h *Handler) noteComing(ctx context.Context, r *http.Request, keyHash strin
 	}
 	rt := h.routes.Load().byLabel(e.Lease.Request.Route)
 	return rt != nil && hmac.Equal(mac, h.async.mac(keyHash, e.Fingerprint, r, rt))
+}
+
+// lateNoteWait bounds how long a poll waits for a note on its way
+// (awaitNote), reading it again every lateNoteStep. The note is written a
+// store round trip after the release; a release that keeps none (no-store,
+// a shutdown) or a note expired leaves the poll its 404 after the wait,
+// while the mark, which lives as long as the call might, would answer
+// "running" for minutes.
+const (
+	lateNoteWait = time.Second
+	lateNoteStep = 50 * time.Millisecond
+)
+
+// awaitNote reads the note under key until it is there, lateNoteWait has
+// passed or the poll's client is gone (client), and returns what the last
+// read found.
+func (h *Handler) awaitNote(client context.Context, key string) (store.Entry, error) {
+	ctx := context.WithoutCancel(client)
+	until := h.clock.Now().Add(lateNoteWait)
+	for {
+		select {
+		case <-client.Done():
+			return store.Entry{}, store.ErrNotFound
+		case <-h.clock.After(lateNoteStep):
+		}
+		e, err := h.inspector.Inspect(ctx, key)
+		if !errors.Is(err, store.ErrNotFound) || !h.clock.Now().Before(until) {
+			return e, err
+		}
+	}
 }
 
 // notesBeforeRelease reports whether q's release keeps its note before
@@ -181,13 +210,14 @@ func (h *Handler) noteLost(q *request, err error) {
 // not hold for it: the released note, when there is one, else 404.
 func (h *Handler) serveReleased(w http.ResponseWriter, r *http.Request, keyHash string, mac []byte) {
 	ctx := context.WithoutCancel(r.Context())
-	e, err := h.inspector.Inspect(ctx, noteKey(keyHash, mac))
+	key := noteKey(keyHash, mac)
+	e, err := h.inspector.Inspect(ctx, key)
+	if errors.Is(err, store.ErrNotFound) && h.noteComing(ctx, r, keyHash, mac) {
+		// Released a moment ago, its note perhaps on its way
+		// (noteAfterRelease): a 404 now would tell the client to stop.
+		e, err = h.awaitNote(r.Context(), key)
+	}
 	switch {
-	case errors.Is(err, store.ErrNotFound) && h.noteComing(ctx, r, keyHash, mac):
-		// Released a moment ago, its note still on its way
-		// (noteAfterRelease): a 404 would tell the client to stop.
-		writeAccepted(w, r.URL.Path)
-		return
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, probStatusUnknown, "")
 		return

@@ -416,11 +416,11 @@ func TestRetryMarkedJustBeforeTheReleaseGetsTheNote(t *testing.T) {
 }
 
 // A poll that comes after the release freed the key and before the late
-// note is written is of a request the proxy still owes an answer: it is
-// told the request runs (202), never 404 status-unknown, which would have
-// its client stop and drop the operation.
-func TestPollBetweenAReleaseAndItsLateNoteIsToldToPollAgain(t *testing.T) {
-	st := &markRace{Store: memory.New(memory.Options{})}
+// note is written is of a request the proxy still owes an answer: it waits
+// the moment the note takes and answers it, never 404 status-unknown,
+// which would have its client stop and drop the operation.
+func TestPollBetweenAReleaseAndItsLateNoteIsAnsweredTheNote(t *testing.T) {
+	st := &markRace{Store: memory.New(memory.Options{}), noteGate: make(chan struct{})}
 	t.Cleanup(func() { st.Close() })
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
@@ -435,17 +435,32 @@ func TestPollBetweenAReleaseAndItsLateNoteIsToldToPollAgain(t *testing.T) {
 			loc = res.Header.Get("Location")
 		}
 	}
-	inGap := make(chan *response, 1)
-	st.released = func() { inGap <- e.poll(t, loc) }
+	type polled struct {
+		status   int
+		released string
+		err      error
+	}
+	inGap := make(chan polled, 1)
+	st.released = func() {
+		// The key is free; the note is held back (noteGate) until this
+		// poll has found none.
+		go func() {
+			res, err := e.srv.Client().Get(e.srv.URL + loc)
+			if err != nil {
+				inGap <- polled{err: err}
+				return
+			}
+			res.Body.Close()
+			inGap <- polled{status: res.StatusCode, released: res.Header.Get(ReleasedHeader)}
+		}()
+	}
 	if r := e.do(t, "POST", "/x", "k1", "{}"); r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
 	}
 	e.settle(t)
-	if p := <-inGap; p.StatusCode != http.StatusAccepted {
-		t.Fatalf("poll after the release, before its note: %d %s, want 202 (poll again)", p.StatusCode, p.body)
-	}
-	if p := e.poll(t, loc); p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
-		t.Fatalf("poll once the note is written: %d %s, want the upstream's 503 marked released", p.StatusCode, p.body)
+	if p := <-inGap; p.err != nil || p.status != http.StatusServiceUnavailable || p.released != "true" {
+		t.Fatalf("poll after the release, before its note: %d %s=%q (%v), want the upstream's 503 marked released",
+			p.status, ReleasedHeader, p.released, p.err)
 	}
 }
 
@@ -458,6 +473,26 @@ type markRace struct {
 	between  func()
 	released func()
 	once     atomic.Bool
+	// noteGate, when set, holds a note's Begin until a read of a note
+	// found none (closed once).
+	noteGate   chan struct{}
+	noteMissed atomic.Bool
+}
+
+// isNote reports whether key is a released note's: a key of the notes'
+// suffix that is not the mark's.
+func (s *markRace) isNote(key string) bool {
+	return strings.HasSuffix(key, store.ReleasedSuffix) && key != s.mark
+}
+
+func (s *markRace) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
+	if s.noteGate != nil && s.isNote(key) {
+		select {
+		case <-s.noteGate:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return s.Store.Begin(ctx, key, l, ttl)
 }
 
 func (s *markRace) Release(ctx context.Context, key, token string) error {
@@ -473,5 +508,44 @@ func (s *markRace) Inspect(ctx context.Context, key string) (store.Entry, error)
 	if key == s.mark && errors.Is(err, store.ErrNotFound) && !s.once.Swap(true) {
 		s.between()
 	}
+	if s.noteGate != nil && s.isNote(key) && errors.Is(err, store.ErrNotFound) && !s.noteMissed.Swap(true) {
+		close(s.noteGate)
+	}
 	return e, err
+}
+
+// A release that keeps no note (the upstream marked its answer no-store)
+// leaves a retry given the status URL while the call ran its 404 once the
+// key is free, as the docs say: its mark promises a note that never comes,
+// and must not keep the poll answered 202 until the mark expires.
+func TestPollOfAMarkedReleaseThatKeepsNoNoteIs404(t *testing.T) {
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Idempotency-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
+
+	first := make(chan *response, 1)
+	go func() { first <- e.do(t, "POST", "/x", "k1", "{}") }()
+	<-arrived
+	again := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if again.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry with respond-async while the first runs: %d %s, want 202", again.StatusCode, again.body)
+	}
+	close(release)
+	if r := <-first; r.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d, want the upstream's 200", r.StatusCode)
+	}
+	e.settle(t)
+
+	// The poll waits a moment for a note that may be on its way, never
+	// as long as the mark lives: bounded here, so that waiting on is a
+	// failure, not a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if p := e.doCtx(t, ctx, "GET", again.Header.Get("Location"), "", ""); p.StatusCode != http.StatusNotFound {
+		t.Fatalf("poll of the accepted retry once its key is free, no note kept: %d %s, want 404", p.StatusCode, p.body)
+	}
 }

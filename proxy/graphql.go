@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 
 	"github.com/idempotency-proxy/idempotency-proxy/internal/graphqlop"
 )
@@ -127,12 +129,43 @@ func (h *Handler) readGraphQL(w http.ResponseWriter, q *request) (form []byte, k
 // graphqlReleased reports whether the answer to request q, a persisted
 // query sent by its hash alone, is the server's PersistedQueryNotFound:
 // nothing ran, and the client sends the hash again with its document, the
-// same request, which must find the key free. When it is, it sets
-// *outcome.
+// same request, which must find the key free. An answer the server
+// compressed (gzip or deflate, for a client that accepts it) is read
+// decoded. When it is, it sets *outcome.
 func graphqlReleased(q *request, outcome *Outcome) bool {
-	if q.capture.omitted || !graphqlop.PersistedQueryNotFound(q.capture.body) {
+	c := &q.capture
+	if c.omitted {
+		return false
+	}
+	body := c.body
+	if ce := c.hdr["Content-Encoding"]; len(ce) > 0 {
+		body = decodedRefusal(ce, body)
+	}
+	if body == nil || !graphqlop.PersistedQueryNotFound(body) {
 		return false
 	}
 	*outcome = OutcomeReleased
 	return true
+}
+
+// maxRefusal bounds the decoded size of an answer read as a possible
+// PersistedQueryNotFound, a few hundred bytes: a larger one is not.
+const maxRefusal = 64 << 10
+
+// decodedRefusal is body, an answer whose Content-Encoding field lines are
+// ce, decoded, or nil when it is in a coding the proxy does not decode
+// (replaydecode.go), does not decode, or decodes to over maxRefusal bytes.
+func decodedRefusal(ce []string, body []byte) []byte {
+	if len(ce) != 1 || !decodable(strings.TrimSpace(ce[0])) {
+		return nil
+	}
+	d, err := decoder(strings.TrimSpace(ce[0]), body)
+	if err != nil {
+		return nil
+	}
+	plain, err := io.ReadAll(io.LimitReader(d, maxRefusal+1))
+	if err != nil || len(plain) > maxRefusal {
+		return nil
+	}
+	return plain
 }

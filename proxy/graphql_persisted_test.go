@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -99,3 +100,43 @@ func TestGraphQLPersistedMutationRunsOnceUnderItsKey(t *testing.T) {
 		t.Errorf("released = %v, want 1: the PersistedQueryNotFound", got)
 	}
 }
+
+// A server that compresses its answers (a gzip middleware before it, for a
+// client that accepts gzip) answers PersistedQueryNotFound compressed: it
+// is still no answer, and releases the key, so that the document sent
+// after it under the same key runs, and is not replayed the refusal.
+func TestGraphQLCompressedPersistedQueryNotFoundReleasesTheKey(t *testing.T) {
+	s := &apqServer{}
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			s.serve(w, r)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		s.serve(gzipWriter{w, zw}, r)
+	}, withPolicy(onGraphQL))
+	doc := `mutation Charge($amount: Int!) { charge(amount: $amount) { id } }`
+	hashOnly, withDoc := apqBodies(doc, `{"amount":5}`)
+
+	if first := e.do(t, "POST", "/graphql", "k", hashOnly, "Accept-Encoding", "gzip"); first.replayed() {
+		t.Fatalf("the hash alone: %d, replayed; want the server's PersistedQueryNotFound", first.StatusCode)
+	}
+	second := e.do(t, "POST", "/graphql", "k", withDoc, "Accept-Encoding", "gzip")
+	if second.replayed() || s.executions.Load() != 1 {
+		t.Fatalf("the document after it, same key: %d, replayed %v, executions %d; want it run",
+			second.StatusCode, second.replayed(), s.executions.Load())
+	}
+	if got := e.outcomes(defaultRoute, OutcomeReleased); got != 1 {
+		t.Errorf("released = %v, want 1: the PersistedQueryNotFound", got)
+	}
+}
+
+// gzipWriter is a response writer whose body goes through a gzip writer.
+type gzipWriter struct {
+	http.ResponseWriter
+	zw *gzip.Writer
+}
+
+func (g gzipWriter) Write(p []byte) (int, error) { return g.zw.Write(p) }
