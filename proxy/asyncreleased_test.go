@@ -298,6 +298,9 @@ func TestReleaseLeavesANoteOnlyWhereAStatusURLWasGiven(t *testing.T) {
 			if n := st.notes.Load(); n != tt.notes {
 				t.Errorf("released notes written = %d, want %d", n, tt.notes)
 			}
+			if n := st.reads.Load(); tt.secret == nil && n != 0 {
+				t.Errorf("notes and marks read = %d, want 0: without a secret no status URL is given", n)
+			}
 		})
 	}
 }
@@ -366,7 +369,15 @@ func TestPollOfARetryAcceptedByAnotherProxyAnswersTheRelease(t *testing.T) {
 // noteCounting is a memory store that counts the released notes begun.
 type noteCounting struct {
 	*memory.Store
-	notes atomic.Int64
+	notes atomic.Int64 // notes and marks begun
+	reads atomic.Int64 // notes and marks read
+}
+
+func (s *noteCounting) Inspect(ctx context.Context, key string) (store.Entry, error) {
+	if strings.HasSuffix(key, store.ReleasedSuffix) {
+		s.reads.Add(1)
+	}
+	return s.Store.Inspect(ctx, key)
 }
 
 func (s *noteCounting) Begin(ctx context.Context, key string, l store.Lease, ttl time.Duration) (store.BeginResult, error) {
