@@ -241,24 +241,8 @@ func TestPollOfARetryAcceptedWhileASynchronousCallRanAnswersItsRelease(t *testin
 		w.WriteHeader(http.StatusServiceUnavailable) // in release_statuses: not processed
 	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
 
-	first := make(chan *response, 1)
-	go func() { first <- e.do(t, "POST", "/x", "k1", "{}") }()
-	<-arrived
-	again := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if again.StatusCode != http.StatusAccepted {
-		t.Fatalf("retry with respond-async while the first runs: %d %s, want 202", again.StatusCode, again.body)
-	}
-	close(release)
-	if r := <-first; r.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
-	}
-	e.settle(t)
-
-	p := e.poll(t, again.Header.Get("Location"))
-	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
-		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
-			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
-	}
+	again := retryAcceptedWhileTheFirstRuns(t, e, e, arrived, release, http.StatusServiceUnavailable)
+	pollAnswersTheRelease(t, e, again)
 }
 
 // A released key leaves a note only where a status URL was given: a route
@@ -343,24 +327,8 @@ func TestPollOfARetryAcceptedByAnotherProxyAnswersTheRelease(t *testing.T) {
 	}, withStore(st), async)
 	b := newEnv(t, nil, withStore(st), async)
 
-	first := make(chan *response, 1)
-	go func() { first <- a.do(t, "POST", "/x", "k1", "{}") }()
-	<-arrived
-	again := b.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if again.StatusCode != http.StatusAccepted {
-		t.Fatalf("retry on the other proxy: %d %s, want 202", again.StatusCode, again.body)
-	}
-	close(release)
-	if r := <-first; r.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("first request: %d, want the upstream's 503", r.StatusCode)
-	}
-	a.settle(t)
-
-	p := b.poll(t, again.Header.Get("Location"))
-	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
-		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
-			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
-	}
+	again := retryAcceptedWhileTheFirstRuns(t, a, b, arrived, release, http.StatusServiceUnavailable)
+	pollAnswersTheRelease(t, b, again)
 	if n := b.up.calls.Load(); n != 0 {
 		t.Errorf("the other proxy's upstream was called %d times, want 0", n)
 	}
@@ -538,18 +506,7 @@ func TestPollOfAMarkedReleaseThatKeepsNoNoteIs404(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}, func(o *Options) { o.AsyncSecret, o.Default.Async = testAsyncSecret, AsyncAllow })
 
-	first := make(chan *response, 1)
-	go func() { first <- e.do(t, "POST", "/x", "k1", "{}") }()
-	<-arrived
-	again := e.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
-	if again.StatusCode != http.StatusAccepted {
-		t.Fatalf("retry with respond-async while the first runs: %d %s, want 202", again.StatusCode, again.body)
-	}
-	close(release)
-	if r := <-first; r.StatusCode != http.StatusOK {
-		t.Fatalf("first request: %d, want the upstream's 200", r.StatusCode)
-	}
-	e.settle(t)
+	again := retryAcceptedWhileTheFirstRuns(t, e, e, arrived, release, http.StatusOK)
 
 	// The poll waits a moment for a note that may be on its way, never
 	// as long as the mark lives: bounded here, so that waiting on is a
@@ -558,5 +515,38 @@ func TestPollOfAMarkedReleaseThatKeepsNoNoteIs404(t *testing.T) {
 	defer cancel()
 	if p := e.doCtx(t, ctx, "GET", again.Header.Get("Location"), "", ""); p.StatusCode != http.StatusNotFound {
 		t.Fatalf("poll of the accepted retry once its key is free, no note kept: %d %s, want 404", p.StatusCode, p.body)
+	}
+}
+
+// retryAcceptedWhileTheFirstRuns sends k1 through first's proxy and, once
+// its call reached the upstream (arrived), a retry with respond-async
+// through retry's, which must be given its 202; then lets the call answer
+// (release), checks first's client was told status, waits until first's
+// key is settled and returns the retry's 202.
+func retryAcceptedWhileTheFirstRuns(t *testing.T, first, retry *env, arrived, release chan struct{}, status int) *response {
+	t.Helper()
+	answered := make(chan *response, 1)
+	go func() { answered <- first.do(t, "POST", "/x", "k1", "{}") }()
+	<-arrived
+	again := retry.do(t, "POST", "/x", "k1", "{}", "Prefer", "respond-async")
+	if again.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry with respond-async while the first runs: %d %s, want 202", again.StatusCode, again.body)
+	}
+	close(release)
+	if r := <-answered; r.StatusCode != status {
+		t.Fatalf("first request: %d, want the upstream's %d", r.StatusCode, status)
+	}
+	first.settle(t)
+	return again
+}
+
+// pollAnswersTheRelease polls the status URL of again, a 202, through e,
+// and wants the upstream's 503 marked released.
+func pollAnswersTheRelease(t *testing.T, e *env, again *response) {
+	t.Helper()
+	p := e.poll(t, again.Header.Get("Location"))
+	if p.StatusCode != http.StatusServiceUnavailable || p.Header.Get(ReleasedHeader) != "true" {
+		t.Fatalf("poll of the accepted retry: %d %s=%q %s, want the upstream's 503 marked released",
+			p.StatusCode, ReleasedHeader, p.Header.Get(ReleasedHeader), p.body)
 	}
 }

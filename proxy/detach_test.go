@@ -290,17 +290,7 @@ func TestAnswerCutAtMaxExecutionIsRecordedAsMaxExecution(t *testing.T) {
 // http.ErrAbortHandler: an expected end, not logged as a panic of the
 // proxy's.
 func TestAnswerCutShortIsNotLoggedAsAPanic(t *testing.T) {
-	var logs lockedBuffer
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "100")
-		w.Write([]byte("ten bytes."))
-		http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler) // the rest never comes
-	}, withLog(&logs))
-	e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
-	if err := e.handler.Wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	logs := answerBrokenOffByTheUpstream(t)
 	if lines := logs.lines(t, "panicked"); len(lines) != 0 {
 		t.Errorf("an answer cut short was logged as a panic: %v", lines)
 	}
@@ -417,17 +407,7 @@ func TestCallCutWhileItsAnswerArrivesIsLoggedOnce(t *testing.T) {
 		})
 	}
 	t.Run("broken off by the upstream", func(t *testing.T) {
-		var logs lockedBuffer
-		e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Length", "100")
-			w.Write([]byte("ten bytes."))
-			http.NewResponseController(w).Flush()
-			panic(http.ErrAbortHandler) // the rest never comes
-		}, withLog(&logs))
-		e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
-		if err := e.handler.Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		logs := answerBrokenOffByTheUpstream(t)
 		if lines := logs.lines(t, "body copy"); len(lines) != 1 {
 			t.Errorf("lines of the broken body copy: %v, want 1", lines)
 		}
@@ -435,4 +415,24 @@ func TestCallCutWhileItsAnswerArrivesIsLoggedOnce(t *testing.T) {
 			t.Errorf("a body the upstream broke off was logged as a cut: %v", lines)
 		}
 	})
+}
+
+// answerBrokenOffByTheUpstream sends a keyed request whose upstream
+// answers ten of the hundred bytes it announced and breaks off, as the
+// reverse proxy ends such a call (http.ErrAbortHandler), and returns the
+// proxy's log once the call ended.
+func answerBrokenOffByTheUpstream(t *testing.T) *lockedBuffer {
+	t.Helper()
+	logs := new(lockedBuffer)
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.Write([]byte("ten bytes."))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the rest never comes
+	}, withLog(logs))
+	e.srv.Client().Do(e.request(t, context.Background(), "/x", "k"))
+	if err := e.handler.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return logs
 }
