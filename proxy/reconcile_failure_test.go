@@ -65,6 +65,18 @@ func (l *chargeLedger) lookup(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte(`{"status":"succeeded"}`))
 }
 
+// serve is the upstream of a charge whose answer is lost: a POST commits
+// the charge under its key and hangs up before answering; a GET is the
+// lookup.
+func (l *chargeLedger) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		l.lookup(w, r)
+		return
+	}
+	l.commit(r.Header.Get("Idempotency-Key"))
+	hangUp(w)
+}
+
 func hangUp(w http.ResponseWriter) {
 	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 		conn.Close()
@@ -793,14 +805,7 @@ func TestReconcileRouteNeedsAStoreThatReadsMarkers(t *testing.T) {
 // marker written for a later unknown outcome of the key stays.
 func TestSettledKeyDropsOnlyItsOwnMarker(t *testing.T) {
 	l := &chargeLedger{charges: map[string]bool{}}
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			l.lookup(w, r)
-			return
-		}
-		l.commit(r.Header.Get("Idempotency-Key"))
-		hangUp(w)
-	}
+	handler := l.serve
 	st := memory.New(memory.Options{})
 	t.Cleanup(func() { st.Close() })
 	e := newEnv(t, handler, func(o *Options) {
@@ -943,14 +948,7 @@ func TestNoLookupSettlesThenReleaseFreesTheKey(t *testing.T) {
 // the first caller and every retry get it, with the lookup's body.
 func TestFoundStatusIsTheRecordedStatus(t *testing.T) {
 	l := &chargeLedger{charges: map[string]bool{}}
-	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			l.lookup(w, r)
-			return
-		}
-		l.commit(r.Header.Get("Idempotency-Key"))
-		hangUp(w)
-	}, func(o *Options) {
+	e := newEnv(t, l.serve, func(o *Options) {
 		reviewPolicy(&o.Default)
 		o.Default.Reconcile.FoundStatus = http.StatusCreated
 		o.Default.Reconcile.After, o.Default.Reconcile.Every = time.Millisecond, 50*time.Millisecond

@@ -25,11 +25,8 @@ func TestMarkerIsKeptForReconcileForMaxExecutionAndTTLTogether(t *testing.T) {
 				w.WriteHeader(http.StatusServiceUnavailable) // neither found nor absent
 				return
 			}
-			l.lookup(w, r)
-			return
 		}
-		l.commit(r.Header.Get("Idempotency-Key"))
-		hangUp(w)
+		l.serve(w, r)
 	}, func(o *Options) {
 		reviewPolicy(&o.Default)
 		o.MaxExecution = time.Hour
